@@ -1,0 +1,120 @@
+//! The `ringraft` command line (clap). Each subcommand parses its arguments and calls into the
+//! library; nothing here holds state. Errors end the process with a message and exit code 1.
+
+pub mod storage;
+
+use std::fmt;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use clap::{Parser, Subcommand};
+
+use crate::config::{Properties, ServerConfig, Tuning};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "ringraft",
+    version,
+    about = "A KRaft metadata quorum node for Linux"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the node (the default: without -c, a single-voter quorum on 127.0.0.1:9093 with its
+    /// data under ./data, formatted on first start).
+    Start(StartArgs),
+    /// Prepare or inspect log directories (like kafka-storage).
+    #[command(subcommand)]
+    Storage(storage::StorageCommand),
+    /// Print the version.
+    Version,
+}
+
+#[derive(Debug, Default, clap::Args)]
+pub struct StartArgs {
+    /// server.properties with Kafka's controller keys. Without it: the embedded default.
+    #[arg(short = 'c', long = "config")]
+    pub config: Option<PathBuf>,
+    /// Core placement (tuning/*.toml). Without it: every online core, roles spread by rule.
+    #[arg(long = "tuning")]
+    pub tuning: Option<PathBuf>,
+}
+
+/// A failed command: the message goes to stderr, then the process exits with `code`.
+#[derive(Debug)]
+pub struct CliError {
+    pub message: Option<String>,
+    pub code: i32,
+}
+
+impl CliError {
+    pub fn new(message: impl Into<String>) -> Self {
+        CliError {
+            message: Some(message.into()),
+            code: 1,
+        }
+    }
+
+    /// A failure whose explanation was already printed.
+    pub fn silent(code: i32) -> Self {
+        CliError {
+            message: None,
+            code,
+        }
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.message.as_deref().unwrap_or("failed"))
+    }
+}
+
+/// Reads and validates a server.properties file.
+pub fn load_config(path: &Path) -> Result<ServerConfig, CliError> {
+    let bytes = fs::read(path)
+        .map_err(|e| CliError::new(format!("cannot read config {}: {e}", path.display())))?;
+    let text: String = bytes.iter().map(|&b| char::from(b)).collect();
+    ServerConfig::from_properties(&Properties::parse(&text))
+        .map_err(|e| CliError::new(format!("{}: {e}", path.display())))
+}
+
+fn load_tuning(path: Option<&Path>) -> Result<Tuning, CliError> {
+    let online = crate::config::tuning::online_cpus();
+    let Some(path) = path else {
+        return Ok(Tuning::spread(&online));
+    };
+    let text = fs::read_to_string(path)
+        .map_err(|e| CliError::new(format!("cannot read tuning {}: {e}", path.display())))?;
+    Tuning::parse(&text, &online).map_err(|e| CliError::new(format!("{}: {e}", path.display())))
+}
+
+/// Runs the parsed command line.
+pub fn run(cli: Cli) -> Result<(), CliError> {
+    match cli.command.unwrap_or(Command::Start(StartArgs::default())) {
+        Command::Start(args) => start(&args),
+        Command::Storage(command) => storage::run(command),
+        Command::Version => {
+            println!("ringraft {}", env!("CARGO_PKG_VERSION"));
+            Ok(())
+        }
+    }
+}
+
+fn start(args: &StartArgs) -> Result<(), CliError> {
+    let tuning = load_tuning(args.tuning.as_deref())?;
+    let (config, embedded) = match &args.config {
+        Some(path) => (load_config(path)?, false),
+        None => {
+            let text = crate::config::server::embedded_default_properties();
+            let config = ServerConfig::from_properties(&Properties::parse(&text))
+                .map_err(|e| CliError::new(format!("embedded default: {e}")))?;
+            (config, true)
+        }
+    };
+    crate::node::run(config, tuning, embedded).map_err(|e| CliError::new(e.to_string()))
+}

@@ -1,0 +1,626 @@
+//! `server.properties` → `ServerConfig`: Kafka's controller keys verbatim, Kafka's defaults
+//! (spec/tools.md §5), and validation that names the key, the value and why it is wrong.
+//! Unknown keys are kept as warnings, not errors, so a real Kafka controller's file loads.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use super::properties::Properties;
+use crate::constants as c;
+
+/// A config value that cannot be used. Display: `invalid value "V" for key K: WHY`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub key: String,
+    pub value: String,
+    pub why: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid value {:?} for key {}: {}",
+            self.value, self.key, self.why
+        )
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn invalid(key: &str, value: &str, why: impl Into<String>) -> ConfigError {
+    ConfigError {
+        key: key.to_owned(),
+        value: value.to_owned(),
+        why: why.into(),
+    }
+}
+
+/// One entry of `listeners`: `NAME://host:port`. An empty host binds every interface.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listener {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+}
+
+impl fmt::Display for Listener {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "{}://[{}]:{}", self.name, self.host, self.port)
+        } else {
+            write!(f, "{}://{}:{}", self.name, self.host, self.port)
+        }
+    }
+}
+
+/// A static voter from `controller.quorum.voters`: `id@host:port`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaticVoter {
+    pub id: i32,
+    pub host: String,
+    pub port: u16,
+}
+
+/// A `host:port` from `controller.quorum.bootstrap.servers`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPort {
+    pub host: String,
+    pub port: u16,
+}
+
+/// The typed server configuration. Field names follow the keys; units are in the names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    pub process_roles: Vec<String>,
+    pub node_id: i32,
+    pub listeners: Vec<Listener>,
+    pub advertised_listeners: Vec<Listener>,
+    pub controller_listener_names: Vec<String>,
+    pub listener_security_protocol_map: Vec<(String, String)>,
+    pub controller_quorum_voters: Vec<StaticVoter>,
+    pub controller_quorum_bootstrap_servers: Vec<HostPort>,
+    pub election_timeout_ms: i32,
+    pub fetch_timeout_ms: i32,
+    pub election_backoff_max_ms: i32,
+    pub append_linger_ms: i32,
+    pub request_timeout_ms: i32,
+    pub retry_backoff_ms: i32,
+    pub auto_join_enable: bool,
+    pub fetch_max_bytes: i32,
+    pub fetch_snapshot_max_bytes: i32,
+    pub metadata_log_dir: Option<PathBuf>,
+    pub log_dirs: Vec<PathBuf>,
+    pub metadata_log_segment_bytes: i32,
+    pub metadata_log_segment_min_bytes: i32,
+    pub metadata_log_segment_ms: i64,
+    pub metadata_max_retention_bytes: i64,
+    pub metadata_max_retention_ms: i64,
+    pub metadata_max_idle_interval_ms: i32,
+    pub metadata_log_max_snapshot_interval_ms: i64,
+    pub metadata_log_max_record_bytes_between_snapshots: i64,
+    pub socket_request_max_bytes: i32,
+    pub connections_max_idle_ms: i64,
+    pub unstable_api_versions_enable: bool,
+    /// Keys that were set but that ringraft does not know: logged as warnings at start.
+    pub unknown_keys: Vec<String>,
+}
+
+/// Every key ringraft reads. Anything else in the file is reported as unknown.
+pub const KNOWN_KEYS: &[&str] = &[
+    "process.roles",
+    "node.id",
+    "listeners",
+    "advertised.listeners",
+    "controller.listener.names",
+    "listener.security.protocol.map",
+    "controller.quorum.voters",
+    "controller.quorum.bootstrap.servers",
+    "controller.quorum.election.timeout.ms",
+    "controller.quorum.fetch.timeout.ms",
+    "controller.quorum.election.backoff.max.ms",
+    "controller.quorum.append.linger.ms",
+    "controller.quorum.request.timeout.ms",
+    "controller.quorum.retry.backoff.ms",
+    "controller.quorum.auto.join.enable",
+    "controller.quorum.fetch.max.bytes",
+    "controller.quorum.fetch.snapshot.max.bytes",
+    "metadata.log.dir",
+    "log.dirs",
+    "log.dir",
+    "metadata.log.segment.bytes",
+    "metadata.log.segment.min.bytes",
+    "metadata.log.segment.ms",
+    "metadata.max.retention.bytes",
+    "metadata.max.retention.ms",
+    "metadata.max.idle.interval.ms",
+    "metadata.log.max.snapshot.interval.ms",
+    "metadata.log.max.record.bytes.between.snapshots",
+    "socket.request.max.bytes",
+    "connections.max.idle.ms",
+    "unstable.api.versions.enable",
+];
+
+const DEFAULT_SECURITY_PROTOCOL_MAP: &str =
+    "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT";
+
+/// The embedded default of `cargo run --release`: a single-voter quorum on 127.0.0.1:9093
+/// with its data under `./data`.
+pub fn embedded_default_properties() -> String {
+    let port = c::DEFAULT_CONTROLLER_PORT;
+    format!(
+        "process.roles=controller\n\
+         node.id=1\n\
+         listeners=CONTROLLER://127.0.0.1:{port}\n\
+         controller.listener.names=CONTROLLER\n\
+         listener.security.protocol.map=CONTROLLER:PLAINTEXT\n\
+         controller.quorum.voters=1@127.0.0.1:{port}\n\
+         metadata.log.dir=./data\n"
+    )
+}
+
+/// Typed lookups over `Properties` that report errors with the key and value.
+struct Lookup<'a>(&'a Properties);
+
+impl Lookup<'_> {
+    fn str(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(str::trim)
+    }
+
+    fn list(&self, key: &str) -> Vec<String> {
+        self.str(key)
+            .map(|v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(String::from)
+            })
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+
+    fn int(&self, key: &str, default: i32, min: i32) -> Result<i32, ConfigError> {
+        let Some(value) = self.str(key) else {
+            return Ok(default);
+        };
+        let parsed: i32 = value
+            .parse()
+            .map_err(|_| invalid(key, value, "not a 32-bit integer"))?;
+        if parsed < min {
+            return Err(invalid(key, value, format!("must be at least {min}")));
+        }
+        Ok(parsed)
+    }
+
+    fn long(&self, key: &str, default: i64, min: i64) -> Result<i64, ConfigError> {
+        let Some(value) = self.str(key) else {
+            return Ok(default);
+        };
+        let parsed: i64 = value
+            .parse()
+            .map_err(|_| invalid(key, value, "not a 64-bit integer"))?;
+        if parsed < min {
+            return Err(invalid(key, value, format!("must be at least {min}")));
+        }
+        Ok(parsed)
+    }
+
+    fn bool(&self, key: &str, default: bool) -> Result<bool, ConfigError> {
+        match self.str(key).map(str::to_ascii_lowercase).as_deref() {
+            None => Ok(default),
+            Some("true") => Ok(true),
+            Some("false") => Ok(false),
+            Some(_) => Err(invalid(
+                key,
+                self.str(key).unwrap_or(""),
+                "must be true or false",
+            )),
+        }
+    }
+}
+
+/// Parses `host:port`, `[v6]:port` or `:port` (empty host). Errors carry no key: the caller
+/// adds it.
+pub fn parse_host_port(text: &str) -> Result<(String, u16), String> {
+    let (host, port) = if let Some(rest) = text.strip_prefix('[') {
+        let (host, rest) = rest.split_once(']').ok_or("unclosed '[' in an IPv6 host")?;
+        let port = rest
+            .strip_prefix(':')
+            .ok_or("missing ':port' after the IPv6 host")?;
+        (host, port)
+    } else {
+        text.rsplit_once(':').ok_or("expected host:port")?
+    };
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("port {port:?} is not in 0..65535"))?;
+    Ok((host.to_owned(), port))
+}
+
+fn parse_listener(key: &str, text: &str) -> Result<Listener, ConfigError> {
+    let (name, rest) = text
+        .split_once("://")
+        .ok_or_else(|| invalid(key, text, "expected NAME://host:port"))?;
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        return Err(invalid(
+            key,
+            text,
+            "listener name must be letters, digits or '_'",
+        ));
+    }
+    let (host, port) = parse_host_port(rest).map_err(|why| invalid(key, text, why))?;
+    Ok(Listener {
+        name: name.to_ascii_uppercase(),
+        host,
+        port,
+    })
+}
+
+fn parse_listeners(key: &str, entries: &[String]) -> Result<Vec<Listener>, ConfigError> {
+    let listeners: Vec<Listener> = entries
+        .iter()
+        .map(|e| parse_listener(key, e))
+        .collect::<Result<_, _>>()?;
+    for (i, l) in listeners.iter().enumerate() {
+        if listeners[..i].iter().any(|other| other.name == l.name) {
+            return Err(invalid(
+                key,
+                &entries.join(","),
+                format!("listener {} repeats", l.name),
+            ));
+        }
+    }
+    Ok(listeners)
+}
+
+fn parse_voter(key: &str, text: &str) -> Result<StaticVoter, ConfigError> {
+    let (id, hp) = text
+        .split_once('@')
+        .ok_or_else(|| invalid(key, text, "expected id@host:port"))?;
+    let id: i32 = id
+        .parse()
+        .map_err(|_| invalid(key, text, "voter id is not an integer"))?;
+    if id < 0 {
+        return Err(invalid(key, text, "voter id must be non-negative"));
+    }
+    let (host, port) = parse_host_port(hp).map_err(|why| invalid(key, text, why))?;
+    if host.is_empty() || host == "0.0.0.0" {
+        return Err(invalid(
+            key,
+            text,
+            "a voter needs a routable host (not empty or 0.0.0.0)",
+        ));
+    }
+    Ok(StaticVoter { id, host, port })
+}
+
+impl ServerConfig {
+    /// Builds the typed config and validates it as a controller-only node.
+    pub fn from_properties(props: &Properties) -> Result<ServerConfig, ConfigError> {
+        let l = Lookup(props);
+        let process_roles = l.list("process.roles");
+        let node_id = l.int("node.id", -1, i32::MIN)?;
+        let listeners_raw = l.list("listeners");
+        let listeners_raw = if l.str("listeners").is_none() {
+            vec!["PLAINTEXT://:9092".into()]
+        } else {
+            listeners_raw
+        };
+        let listeners = parse_listeners("listeners", &listeners_raw)?;
+        let advertised_listeners = match l.str("advertised.listeners") {
+            Some(_) => parse_listeners("advertised.listeners", &l.list("advertised.listeners"))?,
+            None => listeners.clone(),
+        };
+        let map_text = l
+            .str("listener.security.protocol.map")
+            .unwrap_or(DEFAULT_SECURITY_PROTOCOL_MAP);
+        let listener_security_protocol_map = map_text
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|entry| {
+                let (name, proto) = entry.split_once(':').ok_or_else(|| {
+                    invalid(
+                        "listener.security.protocol.map",
+                        map_text,
+                        "expected NAME:PROTOCOL",
+                    )
+                })?;
+                Ok((
+                    name.trim().to_ascii_uppercase(),
+                    proto.trim().to_ascii_uppercase(),
+                ))
+            })
+            .collect::<Result<Vec<_>, ConfigError>>()?;
+        let voters_text = l.list("controller.quorum.voters");
+        let controller_quorum_voters = voters_text
+            .iter()
+            .map(|v| parse_voter("controller.quorum.voters", v))
+            .collect::<Result<Vec<_>, _>>()?;
+        let controller_quorum_bootstrap_servers = l
+            .list("controller.quorum.bootstrap.servers")
+            .iter()
+            .map(|hp| {
+                let key = "controller.quorum.bootstrap.servers";
+                let (host, port) = parse_host_port(hp).map_err(|why| invalid(key, hp, why))?;
+                Ok(HostPort { host, port })
+            })
+            .collect::<Result<Vec<_>, ConfigError>>()?;
+        let log_dirs = match (l.str("log.dirs"), l.str("log.dir")) {
+            (Some(_), _) => l.list("log.dirs").into_iter().map(PathBuf::from).collect(),
+            (None, Some(dir)) => vec![PathBuf::from(dir)],
+            (None, None) => vec![PathBuf::from("/tmp/kafka-logs")],
+        };
+        let config = ServerConfig {
+            process_roles,
+            node_id,
+            listeners,
+            advertised_listeners,
+            controller_listener_names: l
+                .list("controller.listener.names")
+                .into_iter()
+                .map(|n| n.to_ascii_uppercase())
+                .collect(),
+            listener_security_protocol_map,
+            controller_quorum_voters,
+            controller_quorum_bootstrap_servers,
+            election_timeout_ms: l.int(
+                "controller.quorum.election.timeout.ms",
+                c::ELECTION_TIMEOUT_MS_DEFAULT,
+                1,
+            )?,
+            fetch_timeout_ms: l.int(
+                "controller.quorum.fetch.timeout.ms",
+                c::FETCH_TIMEOUT_MS_DEFAULT,
+                1,
+            )?,
+            election_backoff_max_ms: l.int(
+                "controller.quorum.election.backoff.max.ms",
+                c::ELECTION_BACKOFF_MAX_MS_DEFAULT,
+                1,
+            )?,
+            append_linger_ms: l.int(
+                "controller.quorum.append.linger.ms",
+                c::APPEND_LINGER_MS_DEFAULT,
+                0,
+            )?,
+            request_timeout_ms: l.int(
+                "controller.quorum.request.timeout.ms",
+                c::REQUEST_TIMEOUT_MS_DEFAULT,
+                1,
+            )?,
+            retry_backoff_ms: l.int(
+                "controller.quorum.retry.backoff.ms",
+                c::RETRY_BACKOFF_MS_DEFAULT,
+                0,
+            )?,
+            auto_join_enable: l.bool("controller.quorum.auto.join.enable", false)?,
+            fetch_max_bytes: l.int(
+                "controller.quorum.fetch.max.bytes",
+                c::FETCH_MAX_BYTES_DEFAULT,
+                1,
+            )?,
+            fetch_snapshot_max_bytes: l.int(
+                "controller.quorum.fetch.snapshot.max.bytes",
+                c::FETCH_SNAPSHOT_MAX_BYTES_DEFAULT,
+                1,
+            )?,
+            metadata_log_dir: l
+                .str("metadata.log.dir")
+                .filter(|s| !s.is_empty())
+                .map(PathBuf::from),
+            log_dirs,
+            metadata_log_segment_bytes: l.int(
+                "metadata.log.segment.bytes",
+                c::METADATA_LOG_SEGMENT_BYTES_DEFAULT,
+                1,
+            )?,
+            metadata_log_segment_min_bytes: l.int(
+                "metadata.log.segment.min.bytes",
+                c::METADATA_LOG_SEGMENT_MIN_BYTES_DEFAULT,
+                1,
+            )?,
+            metadata_log_segment_ms: l.long(
+                "metadata.log.segment.ms",
+                c::METADATA_LOG_SEGMENT_MS_DEFAULT,
+                1,
+            )?,
+            metadata_max_retention_bytes: l.long(
+                "metadata.max.retention.bytes",
+                c::METADATA_MAX_RETENTION_BYTES_DEFAULT,
+                -1,
+            )?,
+            metadata_max_retention_ms: l.long(
+                "metadata.max.retention.ms",
+                c::METADATA_MAX_RETENTION_MS_DEFAULT,
+                -1,
+            )?,
+            metadata_max_idle_interval_ms: l.int(
+                "metadata.max.idle.interval.ms",
+                c::METADATA_MAX_IDLE_INTERVAL_MS_DEFAULT,
+                0,
+            )?,
+            metadata_log_max_snapshot_interval_ms: l.long(
+                "metadata.log.max.snapshot.interval.ms",
+                c::METADATA_LOG_MAX_SNAPSHOT_INTERVAL_MS_DEFAULT,
+                0,
+            )?,
+            metadata_log_max_record_bytes_between_snapshots: l.long(
+                "metadata.log.max.record.bytes.between.snapshots",
+                c::METADATA_LOG_MAX_RECORD_BYTES_BETWEEN_SNAPSHOTS_DEFAULT,
+                1,
+            )?,
+            socket_request_max_bytes: l.int(
+                "socket.request.max.bytes",
+                c::SOCKET_REQUEST_MAX_BYTES_DEFAULT,
+                c::REQUEST_HEADER_MIN_BYTES as i32,
+            )?,
+            connections_max_idle_ms: l.long(
+                "connections.max.idle.ms",
+                c::CONNECTIONS_MAX_IDLE_MS_DEFAULT,
+                -1,
+            )?,
+            unstable_api_versions_enable: l.bool("unstable.api.versions.enable", false)?,
+            unknown_keys: props
+                .keys()
+                .filter(|k| !KNOWN_KEYS.contains(k))
+                .map(String::from)
+                .collect(),
+        };
+        config.validate(props)?;
+        Ok(config)
+    }
+
+    fn validate(&self, props: &Properties) -> Result<(), ConfigError> {
+        let l = Lookup(props);
+        let roles = l.str("process.roles").unwrap_or("");
+        if self.process_roles != ["controller"] {
+            let why = "ringraft runs the controller role only: set process.roles=controller";
+            return Err(invalid("process.roles", roles, why));
+        }
+        if self.node_id < 0 {
+            let why = "a controller needs node.id >= 0";
+            return Err(invalid("node.id", l.str("node.id").unwrap_or(""), why));
+        }
+        let names = l.str("controller.listener.names").unwrap_or("");
+        if self.controller_listener_names.is_empty() {
+            return Err(invalid(
+                "controller.listener.names",
+                names,
+                "required for a controller",
+            ));
+        }
+        for name in &self.controller_listener_names {
+            if !self.listeners.iter().any(|listener| &listener.name == name) {
+                let why = format!("listener {name} is not in listeners");
+                return Err(invalid("controller.listener.names", names, why));
+            }
+            let protocol = self.security_protocol(name);
+            if protocol != "PLAINTEXT" {
+                let why =
+                    format!("listener {name} uses {protocol}; ringraft serves PLAINTEXT only");
+                let map = l.str("listener.security.protocol.map").unwrap_or("");
+                return Err(invalid("listener.security.protocol.map", map, why));
+            }
+        }
+        if self.controller_quorum_voters.is_empty()
+            && self.controller_quorum_bootstrap_servers.is_empty()
+        {
+            let why = "a controller needs controller.quorum.voters or \
+                       controller.quorum.bootstrap.servers";
+            return Err(invalid("controller.quorum.voters", "", why));
+        }
+        if self.metadata_log_segment_bytes < self.metadata_log_segment_min_bytes {
+            let value = self.metadata_log_segment_bytes.to_string();
+            let why = format!("must be at least metadata.log.segment.min.bytes ({})", {
+                self.metadata_log_segment_min_bytes
+            });
+            return Err(invalid("metadata.log.segment.bytes", &value, why));
+        }
+        if self.log_dirs.is_empty() && self.metadata_log_dir.is_none() {
+            return Err(invalid("log.dirs", "", "no log directory configured"));
+        }
+        Ok(())
+    }
+
+    /// The security protocol of a listener name. An unmapped name counts as PLAINTEXT, which is
+    /// what Kafka does for controller listeners when the map is left at its default.
+    pub fn security_protocol(&self, listener_name: &str) -> String {
+        self.listener_security_protocol_map
+            .iter()
+            .find(|(name, _)| name == listener_name)
+            .map(|(_, proto)| proto.clone())
+            .unwrap_or_else(|| "PLAINTEXT".to_owned())
+    }
+
+    /// `metadata.log.dir`, else the first of `log.dirs`.
+    pub fn metadata_dir(&self) -> PathBuf {
+        self.metadata_log_dir
+            .clone()
+            .unwrap_or_else(|| self.log_dirs[0].clone())
+    }
+
+    /// Every directory `storage format` formats: `log.dirs` ∪ `metadata.log.dir`.
+    pub fn all_log_dirs(&self) -> Vec<PathBuf> {
+        let mut dirs = self.log_dirs.clone();
+        if let Some(meta) = &self.metadata_log_dir {
+            if !dirs.contains(meta) {
+                dirs.push(meta.clone());
+            }
+        }
+        dirs
+    }
+
+    /// The listeners this controller serves on, in `controller.listener.names` order.
+    pub fn controller_listeners(&self) -> Vec<&Listener> {
+        self.controller_listener_names
+            .iter()
+            .filter_map(|name| self.listeners.iter().find(|l| &l.name == name))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<ServerConfig, ConfigError> {
+        ServerConfig::from_properties(&Properties::parse(text))
+    }
+
+    #[test]
+    fn embedded_default_is_valid_with_kafka_defaults() {
+        let config = load(&embedded_default_properties()).unwrap();
+        assert_eq!(config.node_id, 1);
+        assert_eq!(config.controller_listeners()[0].port, 9093);
+        assert_eq!(config.election_timeout_ms, 1000);
+        assert_eq!(config.fetch_timeout_ms, 2000);
+        assert_eq!(config.append_linger_ms, 25);
+        assert_eq!(config.socket_request_max_bytes, 100 * 1024 * 1024);
+        assert_eq!(config.metadata_dir(), PathBuf::from("./data"));
+        assert!(config.unknown_keys.is_empty());
+    }
+
+    #[test]
+    fn errors_name_key_value_and_reason() {
+        let base = embedded_default_properties();
+        let err = load(&format!(
+            "{base}controller.quorum.election.timeout.ms=soon\n"
+        ))
+        .unwrap_err();
+        assert_eq!(err.key, "controller.quorum.election.timeout.ms");
+        assert_eq!(err.value, "soon");
+        assert!(err.to_string().contains("not a 32-bit integer"), "{err}");
+        let err = load(&format!("{base}controller.quorum.voters=1@0.0.0.0:9093\n")).unwrap_err();
+        assert_eq!(err.key, "controller.quorum.voters");
+        let err = load(&base.replace("node.id=1", "node.id=-3")).unwrap_err();
+        assert_eq!(err.key, "node.id");
+        let err =
+            load(&base.replace("process.roles=controller", "process.roles=broker")).unwrap_err();
+        assert_eq!(err.key, "process.roles");
+        let err = load(&format!(
+            "{base}listener.security.protocol.map=CONTROLLER:SSL\n"
+        ))
+        .unwrap_err();
+        assert!(err.why.contains("PLAINTEXT only"), "{err}");
+    }
+
+    #[test]
+    fn unknown_keys_are_warnings() {
+        let config = load(&format!(
+            "{}num.io.threads=8\n",
+            embedded_default_properties()
+        ))
+        .unwrap();
+        assert_eq!(config.unknown_keys, ["num.io.threads"]);
+    }
+
+    #[test]
+    fn listener_forms() {
+        assert_eq!(parse_host_port("[::1]:9093").unwrap(), ("::1".into(), 9093));
+        assert_eq!(parse_host_port(":9093").unwrap(), (String::new(), 9093));
+        assert!(parse_host_port("host:99999").is_err());
+        assert!(parse_listener("listeners", "CONTROLLER:/x:1").is_err());
+    }
+}

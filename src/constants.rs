@@ -1,0 +1,59 @@
+//! Every limit and default in one place, with the relationships between them checked at compile
+//! time. Kafka's defaults are named after their config keys (spec/tools.md §5).
+
+/// `socket.request.max.bytes`: the largest request frame a server accepts (Kafka: 100 MiB).
+pub const SOCKET_REQUEST_MAX_BYTES_DEFAULT: i32 = 100 * 1024 * 1024;
+
+/// The smallest legal request frame: api key, api version and correlation id (header v0).
+pub const REQUEST_HEADER_MIN_BYTES: usize = 2 + 2 + 4;
+
+/// Bytes read from a socket per read call while a frame body arrives. A frame's buffer grows in
+/// steps of at most this much, so a peer that announces a large frame and sends nothing more
+/// costs one step of memory, not the announced size.
+pub const FRAME_READ_STEP_BYTES: usize = 64 * 1024;
+
+/// The listener port of the embedded default (`cargo run --release`).
+pub const DEFAULT_CONTROLLER_PORT: u16 = 9093;
+
+/// Kafka's default controller timers (`controller.quorum.*`, spec/tools.md §5).
+pub const ELECTION_TIMEOUT_MS_DEFAULT: i32 = 1000;
+pub const FETCH_TIMEOUT_MS_DEFAULT: i32 = 2000;
+pub const ELECTION_BACKOFF_MAX_MS_DEFAULT: i32 = 1000;
+pub const APPEND_LINGER_MS_DEFAULT: i32 = 25;
+pub const REQUEST_TIMEOUT_MS_DEFAULT: i32 = 2000;
+pub const RETRY_BACKOFF_MS_DEFAULT: i32 = 20;
+pub const FETCH_MAX_BYTES_DEFAULT: i32 = 1024 * 1024;
+pub const FETCH_SNAPSHOT_MAX_BYTES_DEFAULT: i32 = 1024 * 1024;
+
+/// Metadata log settings (spec/tools.md §5).
+pub const METADATA_LOG_SEGMENT_BYTES_DEFAULT: i32 = 1 << 30;
+pub const METADATA_LOG_SEGMENT_MIN_BYTES_DEFAULT: i32 = 8 * 1024 * 1024;
+pub const METADATA_LOG_SEGMENT_MS_DEFAULT: i64 = 7 * 24 * 3600 * 1000;
+pub const METADATA_MAX_RETENTION_BYTES_DEFAULT: i64 = 100 * 1024 * 1024;
+pub const METADATA_MAX_RETENTION_MS_DEFAULT: i64 = 7 * 24 * 3600 * 1000;
+pub const METADATA_MAX_IDLE_INTERVAL_MS_DEFAULT: i32 = 500;
+pub const METADATA_LOG_MAX_SNAPSHOT_INTERVAL_MS_DEFAULT: i64 = 3600 * 1000;
+pub const METADATA_LOG_MAX_RECORD_BYTES_BETWEEN_SNAPSHOTS_DEFAULT: i64 = 20 * 1024 * 1024;
+pub const CONNECTIONS_MAX_IDLE_MS_DEFAULT: i64 = 600_000;
+
+/// glommio reserves this much locked memory per executor for io_uring buffers. glommio's own
+/// default (10 MiB) exceeds a common 8 MiB `ulimit -l`; 512 KiB is the smallest it accepts.
+pub const IO_MEMORY_BYTES_DEFAULT: usize = 512 * 1024;
+
+/// How often a shard looks at the shutdown flag set by the signal handler.
+pub const SHUTDOWN_POLL_MS: u64 = 50;
+
+/// How long a graceful shutdown waits for open connections to finish their current request.
+pub const SHUTDOWN_DRAIN_MS: u64 = 2_000;
+
+/// Capacity of each shard-to-shard channel in the mesh.
+pub const SHARD_CHANNEL_CAPACITY: usize = 1024;
+
+/// The most cores a tuning file may name (a sanity bound, not a hardware limit).
+pub const SHARDS_MAX: usize = 256;
+
+const _: () = assert!(REQUEST_HEADER_MIN_BYTES == 8);
+const _: () = assert!(METADATA_LOG_SEGMENT_BYTES_DEFAULT >= METADATA_LOG_SEGMENT_MIN_BYTES_DEFAULT);
+const _: () = assert!(FRAME_READ_STEP_BYTES as i64 <= SOCKET_REQUEST_MAX_BYTES_DEFAULT as i64);
+const _: () = assert!(IO_MEMORY_BYTES_DEFAULT >= 512 * 1024);
+const _: () = assert!(FETCH_TIMEOUT_MS_DEFAULT > ELECTION_TIMEOUT_MS_DEFAULT);

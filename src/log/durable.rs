@@ -1,0 +1,29 @@
+//! Small files replaced atomically (DESIGN.md §3 rule 2): write `<name>.tmp`, fsync it, rename
+//! it over `<name>`, fsync the directory. When `replace_file` returns Ok, the new content is
+//! durable and a crash at any point leaves either the old or the new file, never a mix.
+//! An fsync error is returned, never retried: the caller stops (rule 4).
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::Path;
+
+pub fn replace_file(path: &Path, contents: &[u8]) -> io::Result<()> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut tmp_name = path.file_name().expect("a file path").to_os_string();
+    tmp_name.push(".tmp");
+    let tmp = dir.join(tmp_name);
+    {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)?;
+        file.write_all(contents)?;
+        file.sync_all()?;
+    }
+    fs::rename(&tmp, path)?;
+    File::open(dir)?.sync_all()
+}

@@ -1,0 +1,51 @@
+//! What the node does with one request frame: a pure function from bytes to an action, so the
+//! hostile-frame tests and the fuzzer run exactly the code the server runs.
+
+use crate::protocol::api_versions::{self, FeatureState};
+use crate::protocol::request::encode_response_frame;
+use crate::protocol::{apis, decode_request, Decoded, RequestBody, RequestError};
+
+/// The answer to a frame.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Send these bytes (a whole response frame, size prefix included).
+    Respond(Vec<u8>),
+    /// Close the connection without answering, as Kafka does (spec/wire.md §6).
+    Close(RequestError),
+}
+
+/// The node state a response depends on. Cheap to copy into each acceptor shard.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServerState {
+    pub features: FeatureState,
+}
+
+pub fn handle_frame(frame: &[u8], state: &ServerState) -> Action {
+    let decoded = match decode_request(frame) {
+        Ok(decoded) => decoded,
+        Err(error) => return Action::Close(error),
+    };
+    match decoded {
+        Decoded::ApiVersionsTooNew { header } => {
+            let body = api_versions::unsupported_version_answer();
+            Action::Respond(encode_response_frame(header.correlation_id, 0, |w| {
+                body.encode(w, 0)
+            }))
+        }
+        Decoded::Request { header, spec, body } => {
+            let version = header.api_version;
+            let header_version = spec.response_header_version(version);
+            match body {
+                RequestBody::ApiVersions(request) => {
+                    let response =
+                        api_versions::answer(&request, version, apis::SERVED, state.features);
+                    Action::Respond(encode_response_frame(
+                        header.correlation_id,
+                        header_version,
+                        |w| response.encode(w, version),
+                    ))
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! The controller listener on one acceptor shard: accept connections (SO_REUSEPORT lets every
+//! acceptor shard bind the same port; the kernel spreads connections), then per connection read
+//! frames, answer each in order, and close on anything Kafka would close on. Shutdown stops
+//! accepting at once; open connections finish the request they are on, then close.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use futures_lite::{future, AsyncWriteExt};
+use glommio::net::{TcpListener, TcpStream};
+use glommio::sync::Gate;
+use tracing::{debug, info, warn, Instrument};
+
+use super::dispatch::{handle_frame, Action, ServerState};
+use super::frame::{read_frame, FrameError};
+use crate::node::stop::StopSignal;
+
+/// Settings every connection needs.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    pub request_max_bytes: usize,
+    /// `connections.max.idle.ms`; `None` keeps idle connections forever.
+    pub idle_timeout: Option<Duration>,
+}
+
+/// Binds `addr` on this shard. Errors (port in use, bad address) are returned, not panicked.
+pub fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
+    TcpListener::bind(addr).map_err(|e| e.to_string())
+}
+
+/// Accepts until `stop` fires, then waits up to `drain` for open connections to finish.
+pub async fn serve(
+    listener: TcpListener,
+    state: Rc<ServerState>,
+    limits: ConnectionLimits,
+    stop: StopSignal,
+    drain: Duration,
+) {
+    let local = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    info!(addr = %local, "listening");
+    let gate = Gate::new();
+    loop {
+        let accepted = future::or(async { Some(listener.accept().await) }, async {
+            stop.wait().await;
+            None
+        })
+        .await;
+        let stream = match accepted {
+            None => break,
+            Some(Ok(stream)) => stream,
+            Some(Err(e)) => {
+                // EMFILE and friends: back off instead of spinning, keep serving.
+                warn!(error = %e, "accept failed");
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let peer = stream
+            .peer_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_else(|_| "?".into());
+        let (state, stop) = (state.clone(), stop.clone());
+        let span = tracing::debug_span!("conn", peer = %peer);
+        let spawned = gate.spawn(
+            async move { serve_connection(stream, &state, limits, &stop).await }.instrument(span),
+        );
+        match spawned {
+            Ok(task) => {
+                task.detach();
+            }
+            Err(e) => warn!(error = %e, "cannot start a connection task"),
+        }
+    }
+    info!(addr = %local, "stopped accepting; draining connections");
+    drop(listener);
+    let drained = future::or(async { gate.close().await.is_ok() }, async {
+        glommio::timer::sleep(drain).await;
+        false
+    })
+    .await;
+    if !drained {
+        warn!(
+            "connections still open after {} ms; closing them",
+            drain.as_millis()
+        );
+    }
+}
+
+async fn serve_connection(
+    stream: TcpStream,
+    state: &ServerState,
+    limits: ConnectionLimits,
+    stop: &StopSignal,
+) {
+    if let Err(e) = stream.set_read_timeout(limits.idle_timeout) {
+        debug!(error = %e, "cannot set the idle timeout");
+    }
+    let _ = stream.set_nodelay(true);
+    let mut stream = stream.buffered();
+    let mut frame = Vec::new();
+    loop {
+        let read = future::or(
+            async { Some(read_frame(&mut stream, limits.request_max_bytes, &mut frame).await) },
+            async {
+                stop.wait().await;
+                None
+            },
+        )
+        .await;
+        match read {
+            None | Some(Ok(false)) => break,
+            Some(Err(FrameError::Io(e))) if e.kind() == std::io::ErrorKind::TimedOut => {
+                debug!("closing idle connection");
+                break;
+            }
+            Some(Err(e)) => {
+                debug!(error = %e, "closing connection");
+                break;
+            }
+            Some(Ok(true)) => {}
+        }
+        match handle_frame(&frame, state) {
+            Action::Respond(bytes) => {
+                if let Err(e) = write_response(&mut stream, &bytes).await {
+                    debug!(error = %e, "write failed; closing connection");
+                    break;
+                }
+            }
+            Action::Close(reason) => {
+                debug!(%reason, "closing connection without a response");
+                break;
+            }
+        }
+        // A connection that once sent a huge frame should not keep its buffer.
+        if frame.capacity() > 4 * crate::constants::FRAME_READ_STEP_BYTES {
+            frame = Vec::new();
+        }
+        if stop.is_stopped() {
+            break;
+        }
+    }
+}
+
+async fn write_response<W: futures_lite::AsyncWrite + Unpin>(
+    stream: &mut W,
+    bytes: &[u8],
+) -> std::io::Result<()> {
+    stream.write_all(bytes).await?;
+    stream.flush().await
+}

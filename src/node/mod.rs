@@ -1,0 +1,305 @@
+//! The glommio runtime: one pinned executor ("shard") per tuning entry, a channel mesh between
+//! them, the listeners on acceptor shards, and an orderly stop on SIGTERM/SIGINT.
+//!
+//! Start-up order: logging → preflight (memlock, io_uring) → storage identity (format the
+//! embedded default on first start, lock the directory) → executors. Shards share nothing; the
+//! only cross-thread state is the stop flag the signal handler sets. The raft shard is the
+//! coordinator: it watches that flag and tells the other shards to stop over the mesh.
+
+pub mod preflight;
+pub mod stop;
+mod storage;
+
+use std::fmt;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use futures_lite::future;
+use glommio::channels::channel_mesh::{Full, MeshBuilder, Receivers, Senders};
+use glommio::{LocalExecutorBuilder, Placement};
+use tracing::{error, info, info_span, warn, Instrument};
+
+use crate::config::{Role, ServerConfig, Tuning};
+use crate::constants as c;
+use crate::net::dispatch::ServerState;
+use crate::net::server::{self, ConnectionLimits};
+use stop::StopSignal;
+
+/// Why the node stopped with an error.
+#[derive(Debug)]
+pub struct NodeError(pub String);
+
+impl fmt::Display for NodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NodeError {}
+
+/// Messages between shards. Later issues add request forwarding to the raft shard.
+#[derive(Debug)]
+pub enum ShardMessage {
+    Shutdown,
+}
+
+/// What every shard gets at start.
+#[derive(Clone)]
+struct ShardContext {
+    index: usize,
+    coordinator: usize,
+    roles: Vec<Role>,
+    node_id: i32,
+    listen: Vec<SocketAddr>,
+    limits: ConnectionLimits,
+    state: ServerState,
+    stop_flag: Arc<AtomicBool>,
+    mesh: MeshBuilder<ShardMessage, Full>,
+    started: mpsc::Sender<usize>,
+}
+
+/// Runs the node until SIGTERM/SIGINT. `embedded` means the built-in default config, which
+/// formats its directory on first start.
+pub fn run(config: ServerConfig, tuning: Tuning, embedded: bool) -> Result<(), NodeError> {
+    init_tracing();
+    let span = info_span!("ringraft", node = config.node_id, shard = "main");
+    let _enter = span.enter();
+    for key in &config.unknown_keys {
+        warn!(key = %key, "unknown config key (ignored)");
+    }
+    let io_memory = tuning.io_memory_kib * 1024;
+    preflight::check(tuning.shards.len(), io_memory).map_err(|e| NodeError(e.to_string()))?;
+    let identity = storage::prepare(&config, embedded)?;
+    info!(
+        cluster_id = %identity.meta.cluster_id,
+        directory_id = %identity.directory_id(),
+        dir = %config.metadata_dir().display(),
+        "storage ready"
+    );
+    let listen = resolve_listeners(&config)?;
+    let stop_flag = register_signals()?;
+    let shards = spawn_shards(&config, &tuning, listen, stop_flag)?;
+    let result = join_shards(shards);
+    drop(identity); // releases the directory lock
+    if result.is_ok() {
+        info!("stopped");
+    }
+    result
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn resolve_listeners(config: &ServerConfig) -> Result<Vec<SocketAddr>, NodeError> {
+    let mut out = Vec::new();
+    for listener in config.controller_listeners() {
+        let host = if listener.host.is_empty() {
+            "0.0.0.0"
+        } else {
+            listener.host.as_str()
+        };
+        let addr = (host, listener.port)
+            .to_socket_addrs()
+            .map_err(|e| NodeError(format!("listeners: cannot resolve {listener}: {e}")))?
+            .next()
+            .ok_or_else(|| NodeError(format!("listeners: {listener} resolves to no address")))?;
+        out.push(addr);
+    }
+    Ok(out)
+}
+
+/// SIGTERM/SIGINT set the stop flag; a second one while stopping exits at once.
+fn register_signals() -> Result<Arc<AtomicBool>, NodeError> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let flag = Arc::new(AtomicBool::new(false));
+    for signal in [SIGTERM, SIGINT] {
+        signal_hook::flag::register_conditional_shutdown(signal, 1, flag.clone())
+            .and_then(|_| signal_hook::flag::register(signal, flag.clone()))
+            .map_err(|e| NodeError(format!("cannot install signal handler: {e}")))?;
+    }
+    Ok(flag)
+}
+
+type ShardHandle = glommio::ExecutorJoinHandle<Result<(), String>>;
+
+fn spawn_shards(
+    config: &ServerConfig,
+    tuning: &Tuning,
+    listen: Vec<SocketAddr>,
+    stop_flag: Arc<AtomicBool>,
+) -> Result<Vec<ShardHandle>, NodeError> {
+    let n = tuning.shards.len();
+    let (started_tx, started_rx) = mpsc::channel();
+    let base = ShardContext {
+        index: 0,
+        coordinator: tuning.raft_shard(),
+        roles: Vec::new(),
+        node_id: config.node_id,
+        listen,
+        limits: ConnectionLimits {
+            request_max_bytes: config.socket_request_max_bytes as usize,
+            idle_timeout: u64::try_from(config.connections_max_idle_ms)
+                .ok()
+                .filter(|ms| *ms > 0)
+                .map(Duration::from_millis),
+        },
+        state: ServerState::default(),
+        stop_flag: stop_flag.clone(),
+        mesh: MeshBuilder::full(n, c::SHARD_CHANNEL_CAPACITY),
+        started: started_tx,
+    };
+    if tuning.spin_before_park_us > 0 && crate::config::tuning::online_cpus().len() <= 2 {
+        warn!("spin_before_park_us > 0 on a machine with 2 or fewer CPUs hurts latency");
+    }
+    let mut handles = Vec::with_capacity(n);
+    for (index, plan) in tuning.shards.iter().enumerate() {
+        let ctx = ShardContext {
+            index,
+            roles: plan.roles.iter().copied().collect(),
+            ..base.clone()
+        };
+        let mut builder = LocalExecutorBuilder::new(Placement::Fixed(plan.cpu))
+            .name(&format!("ringraft-shard-{index}"))
+            .io_memory(tuning.io_memory_kib * 1024);
+        if tuning.spin_before_park_us > 0 {
+            builder = builder.spin_before_park(Duration::from_micros(tuning.spin_before_park_us));
+        }
+        match builder.spawn(move || shard_main(ctx)) {
+            Ok(handle) => handles.push(handle),
+            Err(e) => {
+                stop_flag.store(true, Ordering::SeqCst);
+                error!(cpu = plan.cpu, error = %e, "cannot start a shard");
+                break;
+            }
+        }
+    }
+    drop(base);
+    // A shard whose executor failed to build never reports; the others would wait for it in
+    // the mesh forever, so give up after a bound and let them see the stop flag.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for _ in 0..handles.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if started_rx.recv_timeout(left).is_err() {
+            stop_flag.store(true, Ordering::SeqCst);
+            break;
+        }
+    }
+    Ok(handles)
+}
+
+fn join_shards(handles: Vec<ShardHandle>) -> Result<(), NodeError> {
+    let mut errors = Vec::new();
+    for handle in handles {
+        match handle.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => errors.push(e),
+            Err(e) => errors.push(format!("shard failed: {e}")),
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(NodeError(errors.join("; ")))
+    }
+}
+
+async fn shard_main(ctx: ShardContext) -> Result<(), String> {
+    let span = info_span!("ringraft", node = ctx.node_id, shard = ctx.index);
+    shard_body(ctx).instrument(span).await
+}
+
+async fn shard_body(ctx: ShardContext) -> Result<(), String> {
+    let _ = ctx.started.send(ctx.index);
+    // glommio 0.9's first timer can fire 30–80 ms late; take that hit before any real timer.
+    glommio::timer::sleep(Duration::from_millis(1)).await;
+    let stop = StopSignal::default();
+    let (senders, receivers) = join_mesh(&ctx).await?;
+    if ctx.index == ctx.coordinator {
+        let watcher = coordinate_stop(ctx.stop_flag.clone(), stop.clone(), senders);
+        glommio::spawn_local(watcher.in_current_span()).detach();
+    } else {
+        let follower = follow_stop(receivers, ctx.coordinator, stop.clone());
+        glommio::spawn_local(follower.in_current_span()).detach();
+    }
+    info!(roles = ?ctx.roles, "shard started");
+    let mut result = Ok(());
+    let mut serving = Vec::new();
+    if ctx.roles.contains(&Role::Acceptor) {
+        let state = Rc::new(ctx.state);
+        for addr in &ctx.listen {
+            match server::bind(*addr) {
+                Ok(listener) => {
+                    let drain = Duration::from_millis(c::SHUTDOWN_DRAIN_MS);
+                    let serve =
+                        server::serve(listener, state.clone(), ctx.limits, stop.clone(), drain);
+                    serving.push(glommio::spawn_local(serve.in_current_span()));
+                }
+                Err(e) => {
+                    result = Err(format!("cannot listen on {addr}: {e}"));
+                    error!(%addr, error = %e, "cannot listen");
+                    ctx.stop_flag.store(true, Ordering::SeqCst);
+                }
+            }
+        }
+    }
+    stop.wait().await;
+    for task in serving {
+        task.await;
+    }
+    info!("shard stopped");
+    result
+}
+
+/// Joins the mesh, giving up if the node is told to stop first (a shard failed to start).
+async fn join_mesh(
+    ctx: &ShardContext,
+) -> Result<(Senders<ShardMessage>, Receivers<ShardMessage>), String> {
+    let flag = ctx.stop_flag.clone();
+    let joined = future::or(async { Some(ctx.mesh.clone().join().await) }, async move {
+        while !flag.load(Ordering::SeqCst) {
+            glommio::timer::sleep(Duration::from_millis(c::SHUTDOWN_POLL_MS)).await;
+        }
+        None
+    })
+    .await;
+    match joined {
+        Some(Ok(pair)) => Ok(pair),
+        Some(Err(e)) => Err(format!("cannot join the shard mesh: {e}")),
+        None => Err("stopped before every shard started".into()),
+    }
+}
+
+/// On the coordinator: poll the signal flag, then stop locally and tell every other shard.
+async fn coordinate_stop(flag: Arc<AtomicBool>, stop: StopSignal, senders: Senders<ShardMessage>) {
+    while !flag.load(Ordering::SeqCst) {
+        glommio::timer::sleep(Duration::from_millis(c::SHUTDOWN_POLL_MS)).await;
+    }
+    info!("stop requested");
+    stop.trigger();
+    for peer in 0..senders.nr_consumers() {
+        if peer != senders.peer_id() {
+            let _ = senders.send_to(peer, ShardMessage::Shutdown).await;
+        }
+    }
+    senders.close();
+}
+
+/// On other shards: stop when the coordinator says so (or its channel closes).
+async fn follow_stop(receivers: Receivers<ShardMessage>, coordinator: usize, stop: StopSignal) {
+    loop {
+        match receivers.recv_from(coordinator).await {
+            Ok(Some(ShardMessage::Shutdown)) | Ok(None) | Err(_) => break,
+        }
+    }
+    stop.trigger();
+}

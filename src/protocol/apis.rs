@@ -1,0 +1,129 @@
+//! The one table of APIs this node serves, with their version ranges and the version from which
+//! each is flexible (spec/wire.md §3.3, §7). ApiVersions answers from this table, the request
+//! decoder refuses anything outside it, and later issues add rows as they add handlers: a row
+//! here is a promise that the node parses every version in its range.
+
+/// Kafka API keys known to ringraft (only the ones in `SERVED` are answered).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ApiKey(pub i16);
+
+impl ApiKey {
+    pub const FETCH: ApiKey = ApiKey(1);
+    pub const METADATA: ApiKey = ApiKey(3);
+    pub const API_VERSIONS: ApiKey = ApiKey(18);
+    pub const VOTE: ApiKey = ApiKey(52);
+    pub const BEGIN_QUORUM_EPOCH: ApiKey = ApiKey(53);
+    pub const END_QUORUM_EPOCH: ApiKey = ApiKey(54);
+    pub const DESCRIBE_QUORUM: ApiKey = ApiKey(55);
+    pub const UPDATE_FEATURES: ApiKey = ApiKey(57);
+    pub const FETCH_SNAPSHOT: ApiKey = ApiKey(59);
+    pub const DESCRIBE_CLUSTER: ApiKey = ApiKey(60);
+    pub const ADD_RAFT_VOTER: ApiKey = ApiKey(80);
+    pub const REMOVE_RAFT_VOTER: ApiKey = ApiKey(81);
+    pub const UPDATE_RAFT_VOTER: ApiKey = ApiKey(82);
+
+    /// Kafka's name for the key, for logs ("unknown" for keys ringraft has no name for).
+    pub fn name(self) -> &'static str {
+        match self.0 {
+            0 => "Produce",
+            1 => "Fetch",
+            2 => "ListOffsets",
+            3 => "Metadata",
+            18 => "ApiVersions",
+            52 => "Vote",
+            53 => "BeginQuorumEpoch",
+            54 => "EndQuorumEpoch",
+            55 => "DescribeQuorum",
+            57 => "UpdateFeatures",
+            58 => "Envelope",
+            59 => "FetchSnapshot",
+            60 => "DescribeCluster",
+            80 => "AddRaftVoter",
+            81 => "RemoveRaftVoter",
+            82 => "UpdateRaftVoter",
+            _ => "unknown",
+        }
+    }
+}
+
+/// One served API: its key, the versions served, and the first flexible version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiSpec {
+    pub key: ApiKey,
+    pub min_version: i16,
+    pub max_version: i16,
+    /// Versions at or above this use request header v2 / response header v1 and compact
+    /// encodings. `i16::MAX` for an API that is never flexible.
+    pub flexible_from: i16,
+}
+
+impl ApiSpec {
+    pub fn is_flexible(&self, version: i16) -> bool {
+        version >= self.flexible_from
+    }
+
+    pub fn serves(&self, version: i16) -> bool {
+        (self.min_version..=self.max_version).contains(&version)
+    }
+
+    /// Request header version for a request at `version` (spec/wire.md §3.1).
+    pub fn request_header_version(&self, version: i16) -> i16 {
+        if self.is_flexible(version) {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Response header version (spec/wire.md §3.2): ApiVersions always answers with v0 so that
+    /// a client that sent a too-new version can still read the header.
+    pub fn response_header_version(&self, version: i16) -> i16 {
+        if self.key == ApiKey::API_VERSIONS || !self.is_flexible(version) {
+            0
+        } else {
+            1
+        }
+    }
+}
+
+/// Every API this node answers. Order is the order ApiVersions lists them in.
+pub const SERVED: &[ApiSpec] = &[ApiSpec {
+    key: ApiKey::API_VERSIONS,
+    min_version: 0,
+    max_version: 4,
+    flexible_from: 3,
+}];
+
+/// The served API with this key, if any.
+pub fn served(key: ApiKey) -> Option<&'static ApiSpec> {
+    SERVED.iter().find(|spec| spec.key == key)
+}
+
+/// The ApiVersions row, needed by the too-new-version fallback.
+pub fn api_versions_spec() -> &'static ApiSpec {
+    served(ApiKey::API_VERSIONS).expect("ApiVersions is always served")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_is_well_formed() {
+        for (i, spec) in SERVED.iter().enumerate() {
+            assert!(
+                spec.min_version >= 0 && spec.min_version <= spec.max_version,
+                "{spec:?}"
+            );
+            assert!(
+                SERVED[i + 1..].iter().all(|other| other.key != spec.key),
+                "duplicate"
+            );
+        }
+        let av = api_versions_spec();
+        assert_eq!((av.min_version, av.max_version), (0, 4));
+        assert_eq!(av.response_header_version(4), 0);
+        assert_eq!(av.request_header_version(3), 2);
+        assert_eq!(av.request_header_version(2), 1);
+    }
+}

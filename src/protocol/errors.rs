@@ -1,0 +1,38 @@
+//! Kafka error codes that ringraft sends or understands (spec/wire.md §10). Unknown codes from
+//! peers are kept as numbers: Kafka treats them as UNKNOWN_SERVER_ERROR.
+
+/// A Kafka error code. The constants are the codes ringraft uses; any other value can arrive
+/// from a peer and is carried through unchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ErrorCode(pub i16);
+
+impl ErrorCode {
+    pub const UNKNOWN_SERVER_ERROR: ErrorCode = ErrorCode(-1);
+    pub const NONE: ErrorCode = ErrorCode(0);
+    pub const UNKNOWN_TOPIC_OR_PARTITION: ErrorCode = ErrorCode(3);
+    pub const NOT_LEADER_OR_FOLLOWER: ErrorCode = ErrorCode(6);
+    pub const REQUEST_TIMED_OUT: ErrorCode = ErrorCode(7);
+    pub const BROKER_NOT_AVAILABLE: ErrorCode = ErrorCode(8);
+    pub const UNSUPPORTED_VERSION: ErrorCode = ErrorCode(35);
+    pub const INVALID_REQUEST: ErrorCode = ErrorCode(42);
+    pub const FENCED_LEADER_EPOCH: ErrorCode = ErrorCode(74);
+    pub const UNKNOWN_LEADER_EPOCH: ErrorCode = ErrorCode(75);
+    pub const INCONSISTENT_CLUSTER_ID: ErrorCode = ErrorCode(104);
+
+    pub fn name(self) -> &'static str {
+        match self.0 {
+            -1 => "UNKNOWN_SERVER_ERROR",
+            0 => "NONE",
+            3 => "UNKNOWN_TOPIC_OR_PARTITION",
+            6 => "NOT_LEADER_OR_FOLLOWER",
+            7 => "REQUEST_TIMED_OUT",
+            8 => "BROKER_NOT_AVAILABLE",
+            35 => "UNSUPPORTED_VERSION",
+            42 => "INVALID_REQUEST",
+            74 => "FENCED_LEADER_EPOCH",
+            75 => "UNKNOWN_LEADER_EPOCH",
+            104 => "INCONSISTENT_CLUSTER_ID",
+            _ => "UNKNOWN",
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! From a request frame (the bytes after the int32 size) to a typed request, and from a
+//! response body to a response frame. Decoding follows Kafka's order (spec/wire.md §3.1, §6):
+//! key and version first; an unknown key or an unserved version is an error the caller answers
+//! by closing the connection — except a too-new ApiVersions, which gets the v0 fallback.
+
+use std::fmt;
+
+use super::api_versions::ApiVersionsRequest;
+use super::apis::{self, ApiKey, ApiSpec};
+use super::codec::{DecodeError, Reader, Writer};
+use super::header::{encode_response_header, RequestHeader};
+
+/// A request body of a served API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestBody {
+    ApiVersions(ApiVersionsRequest),
+}
+
+/// A decoded request frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decoded {
+    /// A served API at a served version, fully parsed.
+    Request {
+        header: RequestHeader,
+        spec: &'static ApiSpec,
+        body: RequestBody,
+    },
+    /// ApiVersions at a version above ours. The body is not parsed (it may be a format we do
+    /// not know); the answer is the v0 UNSUPPORTED_VERSION fallback.
+    ApiVersionsTooNew { header: RequestHeader },
+}
+
+/// Why a frame is refused. Every case closes the connection, as Kafka does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestError {
+    /// Fewer bytes than api key + api version.
+    TooShort { len: usize },
+    /// An API key this node does not serve.
+    UnknownApi { key: i16, version: i16 },
+    /// A served API at a version outside the advertised range.
+    UnsupportedVersion { key: i16, version: i16 },
+    /// The header or body does not parse.
+    Malformed {
+        key: i16,
+        version: i16,
+        error: DecodeError,
+    },
+}
+
+impl fmt::Display for RequestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RequestError::TooShort { len } => write!(f, "request of {len} bytes has no header"),
+            RequestError::UnknownApi { key, version } => {
+                write!(
+                    f,
+                    "api key {key} ({}) v{version} is not served",
+                    ApiKey(*key).name()
+                )
+            }
+            RequestError::UnsupportedVersion { key, version } => {
+                write!(
+                    f,
+                    "{} v{version} is outside the served versions",
+                    ApiKey(*key).name()
+                )
+            }
+            RequestError::Malformed {
+                key,
+                version,
+                error,
+            } => {
+                write!(f, "malformed {} v{version}: {error}", ApiKey(*key).name())
+            }
+        }
+    }
+}
+
+impl std::error::Error for RequestError {}
+
+/// Decodes one request frame. Never panics and allocates nothing larger than the frame.
+pub fn decode_request(frame: &[u8]) -> Result<Decoded, RequestError> {
+    let (key, version) = RequestHeader::peek_key_version(frame)
+        .ok_or(RequestError::TooShort { len: frame.len() })?;
+    let spec = apis::served(ApiKey(key)).ok_or(RequestError::UnknownApi { key, version })?;
+    let malformed = |error| RequestError::Malformed {
+        key,
+        version,
+        error,
+    };
+    let too_new_api_versions = spec.key == ApiKey::API_VERSIONS && version > spec.max_version;
+    if !spec.serves(version) && !too_new_api_versions {
+        return Err(RequestError::UnsupportedVersion { key, version });
+    }
+    let mut r = Reader::new(frame);
+    let header =
+        RequestHeader::decode(&mut r, spec.request_header_version(version)).map_err(malformed)?;
+    if too_new_api_versions {
+        return Ok(Decoded::ApiVersionsTooNew { header });
+    }
+    // Trailing bytes after the body are ignored, as Kafka's parser ignores them.
+    let body = match spec.key {
+        ApiKey::API_VERSIONS => RequestBody::ApiVersions(
+            ApiVersionsRequest::decode(&mut r, version).map_err(malformed)?,
+        ),
+        other => unreachable!("{} is in the served table without a decoder", other.name()),
+    };
+    Ok(Decoded::Request { header, spec, body })
+}
+
+/// Builds a whole response frame: int32 size, response header, then the body `encode` writes.
+pub fn encode_response_frame(
+    correlation_id: i32,
+    response_header_version: i16,
+    encode: impl FnOnce(&mut Writer),
+) -> Vec<u8> {
+    let mut w = Writer::with_capacity(256);
+    w.i32(0); // size, patched below
+    encode_response_header(&mut w, correlation_id, response_header_version);
+    encode(&mut w);
+    let mut frame = w.into_vec();
+    let size = i32::try_from(frame.len() - 4).expect("response larger than 2 GiB");
+    frame[..4].copy_from_slice(&size.to_be_bytes());
+    frame
+}
+
+/// Builds a whole request frame (used by ringraft's own clients and by tests).
+pub fn encode_request_frame(
+    header: &RequestHeader,
+    spec: &ApiSpec,
+    encode: impl FnOnce(&mut Writer),
+) -> Vec<u8> {
+    let mut w = Writer::with_capacity(128);
+    w.i32(0);
+    header.encode(&mut w, spec.request_header_version(header.api_version));
+    encode(&mut w);
+    let mut frame = w.into_vec();
+    let size = i32::try_from(frame.len() - 4).expect("request larger than 2 GiB");
+    frame[..4].copy_from_slice(&size.to_be_bytes());
+    frame
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spec_example_admin_client_request_decodes() {
+        // spec/wire.md §6: ApiVersions v4 from Kafka 4.0's admin client, frame without size.
+        let hex = "0012000400000001000d61646d696e636c69656e742d3100126170616368652d6b61666b612d\
+                   6a61766106342e302e3000";
+        let bytes: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect();
+        let Decoded::Request { header, body, .. } = decode_request(&bytes).unwrap() else {
+            panic!("expected a served request");
+        };
+        assert_eq!(header.client_id.as_deref(), Some("adminclient-1"));
+        assert_eq!(header.api_version, 4);
+        let RequestBody::ApiVersions(req) = body;
+        assert_eq!(req.client_software_name, "apache-kafka-java");
+        assert_eq!(req.client_software_version, "4.0.0");
+    }
+
+    #[test]
+    fn refusals() {
+        assert_eq!(
+            decode_request(&[0, 18]),
+            Err(RequestError::TooShort { len: 2 })
+        );
+        let vote = [0, 52, 0, 0, 0, 0, 0, 1, 0, 0];
+        assert!(matches!(
+            decode_request(&vote),
+            Err(RequestError::UnknownApi { key: 52, .. })
+        ));
+        let negative = [0, 18, 0xff, 0xff, 0, 0, 0, 1, 0, 0];
+        assert!(matches!(
+            decode_request(&negative),
+            Err(RequestError::UnsupportedVersion {
+                key: 18,
+                version: -1
+            })
+        ));
+        let too_new = [0, 18, 0, 5, 0, 0, 0, 7, 0xff, 0xff, 0];
+        assert!(matches!(
+            decode_request(&too_new),
+            Ok(Decoded::ApiVersionsTooNew { .. })
+        ));
+    }
+}
