@@ -347,10 +347,18 @@ impl ServerConfig {
                 Ok(HostPort { host, port })
             })
             .collect::<Result<Vec<_>, ConfigError>>()?;
-        let log_dirs = match (l.str("log.dirs"), l.str("log.dir")) {
-            (Some(_), _) => l.list("log.dirs").into_iter().map(PathBuf::from).collect(),
-            (None, Some(dir)) => vec![PathBuf::from(dir)],
-            (None, None) => vec![PathBuf::from("/tmp/kafka-logs")],
+        // Kafka falls back to log.dir's default (/tmp/kafka-logs) and formats it too. A
+        // controller-only node keeps no data there, so ringraft uses that default only when
+        // metadata.log.dir is unset as well.
+        let metadata_log_dir = l
+            .str("metadata.log.dir")
+            .filter(|s| !s.is_empty())
+            .map(PathBuf::from);
+        let log_dirs = match (l.str("log.dirs"), l.str("log.dir"), &metadata_log_dir) {
+            (Some(_), _, _) => l.list("log.dirs").into_iter().map(PathBuf::from).collect(),
+            (None, Some(dir), _) => vec![PathBuf::from(dir)],
+            (None, None, Some(_)) => Vec::new(),
+            (None, None, None) => vec![PathBuf::from("/tmp/kafka-logs")],
         };
         let config = ServerConfig {
             process_roles,
@@ -580,6 +588,11 @@ mod tests {
         assert_eq!(config.socket_request_max_bytes, 100 * 1024 * 1024);
         assert_eq!(config.metadata_dir(), PathBuf::from("./data"));
         assert!(config.unknown_keys.is_empty());
+        assert_eq!(
+            config.all_log_dirs(),
+            [PathBuf::from("./data")],
+            "no /tmp/kafka-logs"
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Reading int32-framed messages (spec/wire.md §1) from any async byte stream. The size is
 //! checked against `socket.request.max.bytes` before anything is read or allocated, and the
-//! body buffer grows only as bytes arrive and never beyond the announced size: a peer that
-//! announces 100 MiB and sends nothing costs one read step, not 100 MiB.
+//! body buffer grows only as bytes arrive (at most twice what arrived, or one read step) and
+//! never beyond the announced size: a peer that announces 100 MiB and sends nothing costs one
+//! read step, not 100 MiB.
 
 use std::fmt;
 use std::io;
@@ -77,14 +78,16 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     let size = size as usize;
     buf.clear();
     while buf.len() < size {
-        let step = (size - buf.len()).min(FRAME_READ_STEP_BYTES);
-        if buf.capacity() < buf.len() + step {
-            // Grow geometrically (amortised O(n) copying) but never past the frame size.
-            let target = (buf.capacity() * 2).max(buf.len() + step).min(size);
+        if buf.len() == buf.capacity() {
+            // Grow only once the spare room is used up: geometric (amortised O(n) copying), at
+            // least one read step, never past the announced size.
+            let target = (buf.capacity() * 2)
+                .max(buf.len() + FRAME_READ_STEP_BYTES)
+                .min(size);
             buf.reserve_exact(target - buf.len());
         }
         let start = buf.len();
-        buf.resize(start + step, 0);
+        buf.resize(buf.capacity().min(size), 0);
         let n = reader
             .read(&mut buf[start..])
             .await

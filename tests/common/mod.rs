@@ -1,0 +1,169 @@
+//! Helpers for tests that run the real `ringraft` binary on 127.0.0.1.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_ringraft")
+}
+
+/// A fresh directory under the target dir, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!(
+            "ringraft-test-{name}-{}-{}",
+            std::process::id(),
+            nanos()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// A port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A controller config for node 1 on `port` with its data in `dir`.
+pub fn write_config(dir: &Path, port: u16, extra: &str) -> PathBuf {
+    let path = dir.join("server.properties");
+    let data = dir.join("data");
+    let text = format!(
+        "process.roles=controller\nnode.id=1\nlisteners=CONTROLLER://127.0.0.1:{port}\n\
+         controller.listener.names=CONTROLLER\ncontroller.quorum.voters=1@127.0.0.1:{port}\n\
+         metadata.log.dir={}\n{extra}",
+        data.display()
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+pub fn run(args: &[&str], cwd: &Path) -> Output {
+    Command::new(binary())
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .unwrap()
+}
+
+/// A running node, killed on drop if the test did not stop it.
+pub struct Node {
+    pub child: Child,
+    pub port: u16,
+    pub log: PathBuf,
+}
+
+impl Node {
+    pub fn start(args: &[&str], cwd: &Path, port: u16) -> Node {
+        let log = cwd.join(format!("node-{}.log", nanos()));
+        let child = Command::new(binary())
+            .args(args)
+            .current_dir(cwd)
+            .env("RUST_LOG", "debug")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut node = Node { child, port, log };
+        node.wait_listening();
+        node
+    }
+
+    fn wait_listening(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("node exited early ({status}):\n{}", self.log_text());
+            }
+            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("node did not listen within 20 s:\n{}", self.log_text());
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc_kill(self.child.id() as i32, signal) };
+    }
+
+    /// Waits for exit; returns the exit code (None if killed by a signal).
+    pub fn wait_exit(&mut self, within: Duration) -> Option<i32> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("node did not exit within {within:?}:\n{}", self.log_text());
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+pub const SIGINT: i32 = 2;
+pub const SIGTERM: i32 = 15;
+
+/// Sends one size-prefixed frame.
+pub fn send_frame(stream: &mut TcpStream, body: &[u8]) {
+    let mut frame = (body.len() as i32).to_be_bytes().to_vec();
+    frame.extend_from_slice(body);
+    stream.write_all(&frame).unwrap();
+}
+
+/// Reads one response frame body, or None if the server closed the connection.
+pub fn read_frame(stream: &mut TcpStream) -> Option<Vec<u8>> {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut size = [0u8; 4];
+    if stream.read_exact(&mut size).is_err() {
+        return None;
+    }
+    let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
+    stream.read_exact(&mut body).ok()?;
+    Some(body)
+}

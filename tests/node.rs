@@ -1,0 +1,207 @@
+//! The real binary on 127.0.0.1: it answers ApiVersions, keeps pipelined answers in order,
+//! closes on what Kafka closes on, stops cleanly on SIGTERM/SIGINT, and refuses bad config and
+//! unformatted directories with a message that names the problem.
+
+mod common;
+
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::*;
+use ringraft::protocol::api_versions::{ApiVersionsRequest, ApiVersionsResponse};
+use ringraft::protocol::header::{decode_response_header, RequestHeader};
+use ringraft::protocol::request::encode_request_frame;
+use ringraft::protocol::{apis, ErrorCode, Reader};
+
+fn api_versions_frame(version: i16, correlation_id: i32) -> Vec<u8> {
+    let header = RequestHeader {
+        api_key: 18,
+        api_version: version,
+        correlation_id,
+        client_id: None,
+    };
+    let body = ApiVersionsRequest {
+        client_software_name: "ringraft-test".into(),
+        client_software_version: "1".into(),
+    };
+    let frame = encode_request_frame(&header, apis::api_versions_spec(), |w| {
+        body.encode(w, version)
+    });
+    frame[4..].to_vec()
+}
+
+fn parse(bytes: &[u8], version: i16) -> (i32, ApiVersionsResponse) {
+    let mut r = Reader::new(bytes);
+    let correlation = decode_response_header(&mut r, 0).unwrap();
+    (
+        correlation,
+        ApiVersionsResponse::decode(&mut r, version).unwrap(),
+    )
+}
+
+fn formatted_node(name: &str) -> (TempDir, Node) {
+    let dir = TempDir::new(name);
+    let port = free_port();
+    let config = write_config(dir.path(), port, "");
+    let config = config.to_str().unwrap();
+    let out = run(
+        &[
+            "storage",
+            "format",
+            "-t",
+            "MkU3OEVBNTcwNTJENDM2Qg",
+            "-c",
+            config,
+        ],
+        dir.path(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let node = Node::start(&["start", "-c", config], dir.path(), port);
+    (dir, node)
+}
+
+#[test]
+fn answers_pipelined_api_versions_in_order_and_stops_on_sigterm() {
+    let (_dir, mut node) = formatted_node("pipeline");
+    let mut stream = TcpStream::connect(("127.0.0.1", node.port)).unwrap();
+    // Five requests at different versions written before reading any answer.
+    for (i, version) in [4i16, 0, 3, 1, 2].iter().enumerate() {
+        send_frame(&mut stream, &api_versions_frame(*version, 100 + i as i32));
+    }
+    for (i, version) in [4i16, 0, 3, 1, 2].iter().enumerate() {
+        let bytes = read_frame(&mut stream).expect("answered");
+        let (correlation, response) = parse(&bytes, *version);
+        assert_eq!(correlation, 100 + i as i32, "answers in request order");
+        assert_eq!(response.error_code, ErrorCode::NONE);
+        assert_eq!(response.api_keys.len(), apis::SERVED.len());
+    }
+    // A too-new version gets the v0 fallback on the same connection.
+    send_frame(&mut stream, &api_versions_frame(9, 7));
+    let (correlation, response) = parse(&read_frame(&mut stream).unwrap(), 0);
+    assert_eq!(
+        (correlation, response.error_code),
+        (7, ErrorCode::UNSUPPORTED_VERSION)
+    );
+    // A request for an API the node does not serve closes the connection.
+    send_frame(&mut stream, &[0, 52, 0, 2, 0, 0, 0, 1, 0, 0]);
+    assert!(
+        read_frame(&mut stream).is_none(),
+        "closed on an unserved API"
+    );
+    node.signal(SIGTERM);
+    assert_eq!(
+        node.wait_exit(Duration::from_secs(10)),
+        Some(0),
+        "{}",
+        node.log_text()
+    );
+    let log = node.log_text();
+    assert!(
+        log.contains("Vote") && log.contains("127.0.0.1"),
+        "closure logged with peer:\n{log}"
+    );
+    assert!(
+        log.contains("node=1") && log.contains("shard=0"),
+        "node and shard in log lines"
+    );
+}
+
+#[test]
+fn oversized_and_negative_frames_close_the_connection() {
+    let (_dir, mut node) = formatted_node("oversize");
+    for size in [i32::MAX, -5, 100 * 1024 * 1024 + 1] {
+        let mut stream = TcpStream::connect(("127.0.0.1", node.port)).unwrap();
+        use std::io::Write;
+        stream.write_all(&size.to_be_bytes()).unwrap();
+        assert!(read_frame(&mut stream).is_none(), "size {size} must close");
+    }
+    // The node is still healthy.
+    let mut stream = TcpStream::connect(("127.0.0.1", node.port)).unwrap();
+    send_frame(&mut stream, &api_versions_frame(3, 1));
+    assert!(read_frame(&mut stream).is_some());
+    node.signal(SIGINT);
+    assert_eq!(node.wait_exit(Duration::from_secs(10)), Some(0));
+}
+
+#[test]
+fn stops_promptly_with_an_idle_connection_open() {
+    let (_dir, mut node) = formatted_node("idle");
+    let _idle = TcpStream::connect(("127.0.0.1", node.port)).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    node.signal(SIGTERM);
+    assert_eq!(
+        node.wait_exit(Duration::from_secs(5)),
+        Some(0),
+        "{}",
+        node.log_text()
+    );
+}
+
+#[test]
+fn unformatted_directory_and_bad_config_are_refused_clearly() {
+    let dir = TempDir::new("refuse");
+    let port = free_port();
+    let config = write_config(dir.path(), port, "");
+    let out = run(&["start", "-c", config.to_str().unwrap()], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("not formatted") && err.contains("storage format"),
+        "{err}"
+    );
+
+    let bad = write_config(dir.path(), port, "controller.quorum.fetch.timeout.ms=-4\n");
+    let out = run(&["start", "-c", bad.to_str().unwrap()], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("controller.quorum.fetch.timeout.ms") && err.contains("-4"),
+        "{err}"
+    );
+
+    let tuning = dir.path().join("bad.toml");
+    std::fs::write(&tuning, "[[shard]]\ncpu = 4096\nroles = [\"raft\"]\n").unwrap();
+    let out = run(&["start", "--tuning", tuning.to_str().unwrap()], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cpu 4096"));
+}
+
+#[test]
+fn a_second_node_on_the_same_directory_is_refused() {
+    let (dir, mut node) = formatted_node("lock");
+    let other_port = free_port();
+    let text = std::fs::read_to_string(dir.path().join("server.properties")).unwrap();
+    let other = dir.path().join("other.properties");
+    std::fs::write(
+        &other,
+        text.replace(&node.port.to_string(), &other_port.to_string()),
+    )
+    .unwrap();
+    let out = run(&["start", "-c", other.to_str().unwrap()], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("locked"));
+    node.signal(SIGTERM);
+    assert_eq!(node.wait_exit(Duration::from_secs(10)), Some(0));
+}
+
+#[test]
+fn embedded_default_formats_itself_once() {
+    // The embedded default listens on 9093; skip nothing: if 9093 is taken the test says so.
+    let dir = TempDir::new("embedded");
+    if std::net::TcpListener::bind("127.0.0.1:9093").is_err() {
+        panic!("port 9093 is in use; the embedded-default test needs it free");
+    }
+    let mut node = Node::start(&[], dir.path(), 9093);
+    let meta = std::fs::read_to_string(dir.path().join("data/meta.properties")).unwrap();
+    node.signal(SIGTERM);
+    assert_eq!(node.wait_exit(Duration::from_secs(10)), Some(0));
+    let mut again = Node::start(&["start"], dir.path(), 9093);
+    let meta_again = std::fs::read_to_string(dir.path().join("data/meta.properties")).unwrap();
+    assert_eq!(meta, meta_again, "a second start must not reformat");
+    again.signal(SIGTERM);
+    assert_eq!(again.wait_exit(Duration::from_secs(10)), Some(0));
+}
