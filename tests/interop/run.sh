@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# The interop suite: real clients that no one here wrote, against a real ringraft process on
+# 127.0.0.1. It installs what it needs (Debian packages, a Python venv from PyPI, Kafka jars
+# from Maven Central, cached in ~/.m2 and tests/interop/.work) and fails, never skips, when a
+# tool cannot be had. Ends with the line "interop: N passed, M failed".
+#
+#   tests/interop/run.sh                       # every check
+#   KAFKA_VERSIONS="4.4.0" tests/interop/run.sh
+#   RINGRAFT_UPDATE_GOLDEN=1 tests/interop/run.sh   # refresh tests/golden/*.bin captures
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+WORK="$HERE/.work"
+GOLDEN="$ROOT/tests/golden"
+KAFKA_VERSIONS=${KAFKA_VERSIONS:-"4.1.2 4.4.0"}
+KAFKA_PYTHON_VERSION=3.0.12
+mkdir -p "$WORK"
+
+say() { printf 'interop: %s\n' "$*"; }
+die() { printf 'interop: %s\n' "$*" >&2; exit 1; }
+
+APT_UPDATED=0
+apt_install() {
+  command -v apt-get >/dev/null || return 1
+  [ "$(id -u)" = 0 ] || return 1
+  if [ "$APT_UPDATED" = 0 ]; then apt-get update -qq >/dev/null && APT_UPDATED=1; fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+# need COMMAND PACKAGE: the command, installed from Debian if missing, or a failure that says how.
+need() {
+  command -v "$1" >/dev/null && return 0
+  say "installing $2 (for $1)"
+  apt_install "$2" || true
+  command -v "$1" >/dev/null || die "$1 is missing and could not be installed: apt-get install $2"
+}
+
+# ---- tools -------------------------------------------------------------------------------
+need kcat kcat
+need java openjdk-17-jdk-headless
+need javac openjdk-17-jdk-headless
+need mvn maven
+need python3 python3
+need cargo cargo
+
+if [ ! -x "$WORK/venv/bin/python" ]; then
+  python3 -m venv "$WORK/venv" 2>/dev/null || { apt_install python3-venv || true; python3 -m venv "$WORK/venv"; } \
+    || die "cannot create a Python venv: apt-get install python3-venv"
+fi
+if ! "$WORK/venv/bin/python" -c "import kafka, sys; sys.exit(kafka.__version__ != '$KAFKA_PYTHON_VERSION')" 2>/dev/null; then
+  say "installing kafka-python $KAFKA_PYTHON_VERSION from PyPI"
+  "$WORK/venv/bin/pip" install -q "kafka-python==$KAFKA_PYTHON_VERSION" \
+    || die "cannot install kafka-python==$KAFKA_PYTHON_VERSION from PyPI"
+fi
+
+for v in $KAFKA_VERSIONS; do
+  jars="$WORK/kafka-$v"
+  if [ ! -f "$jars/.complete" ]; then
+    say "resolving Apache Kafka $v jars from Maven Central"
+    rm -rf "$jars"
+    mvn -q -B -f "$HERE/pom.xml" -Dkafka.version="$v" dependency:copy-dependencies \
+      -DoutputDirectory="$jars" || die "mvn could not resolve org.apache.kafka $v"
+    touch "$jars/.complete"
+  fi
+  mkdir -p "$WORK/classes-$v"
+  javac -d "$WORK/classes-$v" -cp "$jars/*" "$HERE/java/AdminHandshake.java" \
+    || die "cannot compile the Java probe against Kafka $v"
+done
+
+say "building ringraft (release)"
+(cd "$ROOT" && cargo build --release --quiet --bin ringraft)
+RINGRAFT="$ROOT/target/release/ringraft"
+
+# ---- a node on a free port ---------------------------------------------------------------
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+RUN=$(mktemp -d "$WORK/run.XXXXXX")
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+
+PORT=$(free_port)
+cat > "$RUN/server.properties" <<PROPS
+process.roles=controller
+node.id=1
+listeners=CONTROLLER://127.0.0.1:$PORT
+controller.listener.names=CONTROLLER
+controller.quorum.voters=1@127.0.0.1:$PORT
+metadata.log.dir=$RUN/data
+PROPS
+"$RINGRAFT" storage format -t "$("$RINGRAFT" storage random-uuid)" -c "$RUN/server.properties" >/dev/null
+RUST_LOG=debug "$RINGRAFT" start -c "$RUN/server.properties" > "$RUN/node.log" 2>&1 &
+NODE_PID=$!
+PIDS+=("$NODE_PID")
+for _ in $(seq 200); do
+  (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break
+  kill -0 "$NODE_PID" 2>/dev/null || { cat "$RUN/node.log"; die "the node exited at start"; }
+  sleep 0.05
+done
+
+# proxy LABEL [wire_proxy options]: starts a recording proxy to the node, sets PROXY_PORT/PROXY_LOG.
+proxy() {
+  local label=$1; shift
+  PROXY_PORT=$(free_port)
+  PROXY_LOG="$RUN/proxy-$label.log"
+  mkdir -p "$RUN/captures"
+  python3 "$HERE/wire_proxy.py" --listen "$PROXY_PORT" --upstream "$PORT" \
+    --record "$RUN/captures" --label "$label" "$@" > "$PROXY_LOG" 2>&1 &
+  PIDS+=("$!")
+  for _ in $(seq 100); do grep -q ready "$PROXY_LOG" 2>/dev/null && return 0; sleep 0.05; done
+  die "proxy $label did not start"
+}
+
+PASSED=0
+FAILED=0
+check() { # check NAME COMMAND...: runs it, counts it, shows its output on failure
+  local name=$1; shift
+  if out=$("$@" 2>&1); then
+    PASSED=$((PASSED + 1)); say "PASS $name"
+  else
+    FAILED=$((FAILED + 1)); say "FAIL $name"; printf '%s\n' "$out" | sed 's/^/    /'
+  fi
+}
+
+# golden LABEL: the client's first frame equals tests/golden/LABEL-api-versions.bin
+golden() {
+  local label=$1 captured="$RUN/captures/$1-0-0.bin" want="$GOLDEN/$1-api-versions.bin"
+  [ -f "$captured" ] || { echo "no frame captured for $label"; return 1; }
+  if [ "${RINGRAFT_UPDATE_GOLDEN:-0}" = 1 ]; then cp "$captured" "$want"; echo "updated $want"; return 0; fi
+  [ -f "$want" ] || { echo "missing $want: run with RINGRAFT_UPDATE_GOLDEN=1"; return 1; }
+  cmp -s "$captured" "$want" || {
+    echo "$label's ApiVersions request changed:"; xxd "$captured"; echo "golden:"; xxd "$want"; return 1; }
+}
+
+# ---- Java Admin client (bootstrap.controllers), per Kafka version --------------------------
+java_admin() {
+  local v=$1
+  proxy "java-$v"
+  timeout 60 java -cp "$WORK/classes-$v:$WORK/kafka-$v/*" AdminHandshake "127.0.0.1:$PROXY_PORT" \
+    2>&1 | grep -v '^SLF4J' || return 1
+  # On the wire: ApiVersions at the client's newest version and nothing else, or (clients newer
+  # than our v4, like Kafka 4.4's v5) that, our v0-format UNSUPPORTED_VERSION answer, and one
+  # retry at v4 on the same connection (KIP-511). Anything more means the answer was not taken.
+  local requests
+  requests=$(grep -v ready "$PROXY_LOG" | tr '\n' ' ')
+  case "$requests" in
+    "0 18 4 "|"0 18 5 0 18 4 ") echo "requests on the wire (conn key version): $requests" ;;
+    *) echo "unexpected requests: $requests"; return 1 ;;
+  esac
+}
+for v in $KAFKA_VERSIONS; do
+  check "Java Admin $v: ApiVersions handshake" java_admin "$v"
+  check "Java Admin $v: request bytes match tests/golden" golden "java-$v"
+done
+
+# ---- kafka-python --------------------------------------------------------------------------
+kafka_python() {
+  proxy kafka-python --first-version 5 --fallback-max 3
+  timeout 60 "$WORK/venv/bin/python" "$HERE/kafka_python_check.py" "$PORT" "$PROXY_PORT" || return 1
+  grep -q "^0 18 4 rewritten-to 5$" "$PROXY_LOG" && grep -q "^0 18 3$" "$PROXY_LOG" \
+    || { echo "kafka-python did not retry v4 -> v3:"; cat "$PROXY_LOG"; return 1; }
+}
+check "kafka-python $KAFKA_PYTHON_VERSION: ApiVersions v0-v5 and the v3 retry path" kafka_python
+check "kafka-python: request bytes match tests/golden" golden kafka-python
+
+# ---- kcat (librdkafka) ---------------------------------------------------------------------
+kcat_handshake() {
+  proxy kcat
+  # kcat then asks for Metadata, which a controller does not serve: that part fails by design.
+  timeout 30 kcat -b "127.0.0.1:$PROXY_PORT" -L -d broker,protocol -m 5 > "$RUN/kcat.log" 2>&1 || true
+  grep -q "Received ApiVersionResponse (v3" "$RUN/kcat.log" \
+    && grep -q "APIVERSION_QUERY -> UP" "$RUN/kcat.log" \
+    || { echo "librdkafka did not complete its handshake:"; cat "$RUN/kcat.log"; return 1; }
+  kcat -V | head -1
+}
+check "kcat: librdkafka ApiVersions v3 handshake" kcat_handshake
+check "kcat: request bytes match tests/golden" golden kcat
+
+# ---- the node stops cleanly ------------------------------------------------------------------
+kill -TERM "$NODE_PID"
+NODE_RC=0
+wait "$NODE_PID" || NODE_RC=$?
+stopped_cleanly() {
+  [ "$NODE_RC" = 0 ] || { echo "exit code $NODE_RC"; tail -20 "$RUN/node.log"; return 1; }
+  ! grep -qE "panicked|ERROR" "$RUN/node.log" || { grep -E "panicked|ERROR" "$RUN/node.log"; return 1; }
+  grep -q "ringraft::node: stopped" "$RUN/node.log" || { echo "no 'stopped' line"; return 1; }
+}
+check "node: SIGTERM after the suite, exit 0, no errors logged" stopped_cleanly
+
+say "$PASSED passed, $FAILED failed"
+[ "$FAILED" = 0 ] && rm -rf "$RUN"
+[ "$FAILED" = 0 ]
