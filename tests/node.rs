@@ -205,3 +205,25 @@ fn embedded_default_formats_itself_once() {
     again.signal(SIGTERM);
     assert_eq!(again.wait_exit(Duration::from_secs(10)), Some(0));
 }
+
+#[test]
+fn too_small_memlock_limit_is_explained_not_a_crash() {
+    let dir = TempDir::new("memlock");
+    let config = write_config(dir.path(), free_port(), "");
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -l 64 && exec {} start -c {}",
+            binary(),
+            config.display()
+        ))
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("ulimit -l") && err.contains("io_memory_kib"),
+        "{err}"
+    );
+}

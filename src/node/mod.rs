@@ -296,10 +296,9 @@ async fn coordinate_stop(flag: Arc<AtomicBool>, stop: StopSignal, senders: Sende
 
 /// On other shards: stop when the coordinator says so (or its channel closes).
 async fn follow_stop(receivers: Receivers<ShardMessage>, coordinator: usize, stop: StopSignal) {
-    loop {
-        match receivers.recv_from(coordinator).await {
-            Ok(Some(ShardMessage::Shutdown)) | Ok(None) | Err(_) => break,
-        }
+    // Shutdown is the only message today; a closed channel means the coordinator is gone,
+    // which also means stop.
+    match receivers.recv_from(coordinator).await {
+        Ok(Some(ShardMessage::Shutdown)) | Ok(None) | Err(_) => stop.trigger(),
     }
-    stop.trigger();
 }

@@ -355,6 +355,23 @@ mod tests {
     }
 
     #[test]
+    fn bad_client_software_gets_invalid_request_at_the_requested_version() {
+        let req = ApiVersionsRequest {
+            client_software_name: "bad name".into(),
+            client_software_version: "1".into(),
+        };
+        let answer = answer(&req, 3, apis::SERVED, FeatureState::default());
+        assert_eq!(answer.error_code, ErrorCode::INVALID_REQUEST);
+        assert!(answer.api_keys.is_empty());
+        // Versions 0-2 carry no software fields, so nothing to refuse there.
+        assert_eq!(answer_v(&req, 2).error_code, ErrorCode::NONE);
+    }
+
+    fn answer_v(req: &ApiVersionsRequest, version: i16) -> ApiVersionsResponse {
+        answer(req, version, apis::SERVED, FeatureState::default())
+    }
+
+    #[test]
     fn unsupported_version_fallback_bytes_match_the_spec() {
         // spec/wire.md §6: 00000010 00000007 0023 00000001 0012 0000 0004 (with frame + header)
         let mut w = Writer::new();
