@@ -176,6 +176,69 @@ kcat_handshake() {
 check "kcat: librdkafka ApiVersions v3 handshake" kcat_handshake
 check "kcat: request bytes match tests/golden" golden kcat
 
+# ---- meta.properties both ways with Kafka's kafka-storage ---------------------------------------
+# storage_config DIR PORT: a controller config whose only log directory is DIR.
+storage_config() {
+  cat <<PROPS
+process.roles=controller
+node.id=1
+listeners=CONTROLLER://127.0.0.1:$2
+controller.listener.names=CONTROLLER
+controller.quorum.voters=1@127.0.0.1:$2
+metadata.log.dir=$1
+log.dirs=$1
+PROPS
+}
+kafka_storage() { local v=$1; shift; java -cp "$WORK/kafka-$v/*" kafka.tools.StorageTool "$@" 2>&1 | grep -v '^SLF4J'; }
+meta_value() { sed -n "s/^$2=//p" "$1/meta.properties"; }
+
+kafka_reads_ringraft() {
+  local v=$1 dir="$RUN/rr-$1" cfg="$RUN/rr-$1.properties" cluster
+  storage_config "$dir" "$(free_port)" > "$cfg"
+  cluster=$("$RINGRAFT" storage random-uuid)
+  "$RINGRAFT" storage format -t "$cluster" -c "$cfg" >/dev/null
+  local out want
+  out=$(kafka_storage "$v" info -c "$cfg")
+  echo "$out"
+  want="Found metadata: {cluster.id=$cluster, directory.id=$(meta_value "$dir" directory.id), node.id=1, version=1}"
+  grep -qF "$want" <<<"$out" || { echo "expected: $want"; return 1; }
+  ! grep -q "Found problem" <<<"$out"
+}
+
+ringraft_reads_kafka() {
+  local v=$1 dir="$RUN/kk-$1" cfg="$RUN/kk-$1.properties" port cluster
+  port=$(free_port)
+  storage_config "$dir" "$port" > "$cfg"
+  cluster=$("$RINGRAFT" storage random-uuid)
+  kafka_storage "$v" format -t "$cluster" -c "$cfg" | grep -v '^Bootstrap metadata'
+  local out
+  out=$("$RINGRAFT" storage info -c "$cfg") || { echo "$out"; return 1; }
+  grep -qF "cluster.id=$cluster, directory.id=$(meta_value "$dir" directory.id), node.id=1" <<<"$out" \
+    || { echo "$out"; return 1; }
+  # ringraft starts on Kafka's directory, answers, stops, and leaves Kafka's files as they were.
+  local before after pid
+  before=$(cd "$dir" && find . -type f ! -name .lock | sort | xargs sha1sum)
+  "$RINGRAFT" start -c "$cfg" > "$RUN/kk-$v.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.05; done
+  python3 - "$port" <<'PY' || { kill "$pid"; return 1; }
+import socket, struct, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
+f = bytes.fromhex("0012000000000009ffff")
+s.sendall(struct.pack(">i", len(f)) + f)
+assert s.recv(8)[4:8] == b"\x00\x00\x00\x09", "no ApiVersions answer"
+PY
+  kill -TERM "$pid"; wait "$pid" || { echo "ringraft exited non-zero"; return 1; }
+  after=$(cd "$dir" && find . -type f ! -name .lock | sort | xargs sha1sum)
+  [ "$before" = "$after" ] || { echo "files changed:"; diff <(echo "$before") <(echo "$after"); return 1; }
+  echo "$before"
+}
+
+for v in $KAFKA_VERSIONS; do
+  check "kafka-storage $v info reads a directory ringraft formatted" kafka_reads_ringraft "$v"
+  check "ringraft reads and runs on a directory kafka-storage $v formatted" ringraft_reads_kafka "$v"
+done
+
 # ---- the node stops cleanly ------------------------------------------------------------------
 kill -TERM "$NODE_PID"
 NODE_RC=0
