@@ -14,7 +14,7 @@
 //! ```
 //!
 //! `config` turns server.properties and tuning files into typed values; `cli` is the command
-//! line. `constants` holds every limit.
+//! line. `constants` holds every limit; `sys` holds every `unsafe` call.
 
 pub mod cli;
 pub mod config;
@@ -27,3 +27,4 @@ pub mod node;
 pub mod protocol;
 pub mod raft;
 pub mod records;
+pub mod sys;

@@ -227,3 +227,36 @@ fn too_small_memlock_limit_is_explained_not_a_crash() {
         "{err}"
     );
 }
+
+#[test]
+fn idle_connections_are_closed_after_connections_max_idle_ms() {
+    let dir = TempDir::new("idle-timeout");
+    let port = free_port();
+    let config = write_config(dir.path(), port, "connections.max.idle.ms=300\n");
+    let config = config.to_str().unwrap();
+    let out = run(
+        &[
+            "storage",
+            "format",
+            "-t",
+            "MkU3OEVBNTcwNTJENDM2Qg",
+            "-c",
+            config,
+        ],
+        dir.path(),
+    );
+    assert!(out.status.success());
+    let mut node = Node::start(&["start", "-c", config], dir.path(), port);
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    send_frame(&mut stream, &api_versions_frame(4, 1));
+    assert!(read_frame(&mut stream).is_some(), "answered while active");
+    // Then silence: the node must close the connection (read_frame waits up to 10 s).
+    let started = std::time::Instant::now();
+    assert!(read_frame(&mut stream).is_none(), "idle connection closed");
+    assert!(
+        started.elapsed() >= Duration::from_millis(250),
+        "not before the idle time"
+    );
+    node.signal(SIGTERM);
+    assert_eq!(node.wait_exit(Duration::from_secs(10)), Some(0));
+}

@@ -184,10 +184,12 @@ fn info(config_path: &Path) -> Result<(), CliError> {
     for dir in config.all_log_dirs() {
         match MetaProperties::read(&dir) {
             Ok(meta) => found.push((dir, meta)),
-            Err(MetaError::Missing(_)) => problems.push(format!(
-                "{} is not formatted (no meta.properties)",
-                dir.display()
-            )),
+            Err(MetaError::Missing(_)) if !dir.exists() => {
+                problems.push(format!("{} does not exist", dir.display()))
+            }
+            Err(MetaError::Missing(_)) => {
+                problems.push(format!("{} is not formatted.", dir.display()))
+            }
             Err(e) => problems.push(e.to_string()),
         }
     }

@@ -344,6 +344,9 @@ impl ServerConfig {
             .map(|hp| {
                 let key = "controller.quorum.bootstrap.servers";
                 let (host, port) = parse_host_port(hp).map_err(|why| invalid(key, hp, why))?;
+                if host.is_empty() {
+                    return Err(invalid(key, hp, "a bootstrap server needs a host"));
+                }
                 Ok(HostPort { host, port })
             })
             .collect::<Result<Vec<_>, ConfigError>>()?;
@@ -607,6 +610,11 @@ mod tests {
         assert!(err.to_string().contains("not a 32-bit integer"), "{err}");
         let err = load(&format!("{base}controller.quorum.voters=1@0.0.0.0:9093\n")).unwrap_err();
         assert_eq!(err.key, "controller.quorum.voters");
+        let err = load(&format!(
+            "{base}controller.quorum.bootstrap.servers=:9093\n"
+        ))
+        .unwrap_err();
+        assert_eq!(err.key, "controller.quorum.bootstrap.servers");
         let err = load(&base.replace("node.id=1", "node.id=-3")).unwrap_err();
         assert_eq!(err.key, "node.id");
         let err =

@@ -177,24 +177,7 @@ impl Tuning {
     }
 }
 
-/// The CPUs this process may run on (its affinity mask), sorted.
-pub fn online_cpus() -> Vec<usize> {
-    // SAFETY: `set` is a plain bitmask that sched_getaffinity fills; CPU_ISSET only reads it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return vec![0];
-        }
-        let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
-            .filter(|&cpu| libc::CPU_ISSET(cpu, &set))
-            .collect();
-        if cpus.is_empty() {
-            vec![0]
-        } else {
-            cpus
-        }
-    }
-}
+pub use crate::sys::online_cpus;
 
 #[cfg(test)]
 mod tests {

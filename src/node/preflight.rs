@@ -25,33 +25,22 @@ pub fn check(shards: usize, io_memory_bytes: usize) -> Result<(), PreflightError
 fn check_memlock(shards: usize, io_memory_bytes: usize) -> Result<(), PreflightError> {
     // glommio also locks its rings on older kernels; leave room for them.
     let needed = (shards as u64) * (io_memory_bytes as u64 + 256 * 1024);
-    // SAFETY: getrlimit/setrlimit only read and write the struct passed in.
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) } != 0 {
+    let Ok((soft, hard)) = crate::sys::memlock_limit() else {
         return Ok(()); // cannot tell; let glommio report what it finds
-    }
-    if limit.rlim_cur == libc::RLIM_INFINITY || limit.rlim_cur >= needed {
+    };
+    if soft.is_none_or(|soft| soft >= needed) {
         return Ok(());
     }
-    if limit.rlim_max == libc::RLIM_INFINITY || limit.rlim_max >= needed {
-        let raised = libc::rlimit {
-            rlim_cur: needed,
-            rlim_max: limit.rlim_max,
-        };
-        // SAFETY: as above.
-        if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &raised) } == 0 {
-            return Ok(());
-        }
+    if hard.is_none_or(|hard| hard >= needed) && crate::sys::raise_memlock_soft(needed).is_ok() {
+        return Ok(());
     }
+    let soft = soft.unwrap_or(0);
     Err(PreflightError(format!(
         "the locked-memory limit (ulimit -l) is {} KiB but {shards} shard(s) with \
          io_memory_kib = {} need about {} KiB. Raise it (`ulimit -l {}`, LimitMEMLOCK= in a \
          systemd unit, or memlock in /etc/security/limits.conf), or lower io_memory_kib or the \
          number of shards in the tuning file.",
-        limit.rlim_cur / 1024,
+        soft / 1024,
         io_memory_bytes / 1024,
         needed / 1024,
         needed / 1024
@@ -59,30 +48,26 @@ fn check_memlock(shards: usize, io_memory_bytes: usize) -> Result<(), PreflightE
 }
 
 fn check_io_uring() -> Result<(), PreflightError> {
-    // SAFETY: io_uring_setup reads `params` (zeroed = defaults) and returns a new fd we close.
-    let (fd, errno) = unsafe {
-        let mut params = [0u8; 120]; // struct io_uring_params
-        let fd = libc::syscall(libc::SYS_io_uring_setup, 4u32, params.as_mut_ptr());
-        (fd, *libc::__errno_location())
-    };
-    if fd >= 0 {
-        // SAFETY: `fd` is the descriptor io_uring_setup just returned to us.
-        unsafe { libc::close(fd as i32) };
+    let Err(error) = crate::sys::probe_io_uring() else {
         return Ok(());
-    }
+    };
     let sysctl = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
         .map(|s| s.trim().to_owned())
         .unwrap_or_else(|_| "absent".into());
-    let advice = match errno {
-        libc::ENOSYS => "this kernel has no io_uring (Linux 5.8 or newer is needed)".to_owned(),
-        libc::EPERM | libc::EACCES => format!(
+    let advice = match error.raw_os_error() {
+        Some(libc::ENOSYS) => {
+            "this kernel has no io_uring (Linux 5.8 or newer is needed)".to_owned()
+        }
+        Some(libc::EPERM) | Some(libc::EACCES) => format!(
             "io_uring is forbidden here (kernel.io_uring_disabled = {sysctl}). Set \
              `sysctl -w kernel.io_uring_disabled=0`, or add this user to the group in \
              kernel.io_uring_group when it is 1; in a container, the seccomp profile must \
              allow io_uring_setup, io_uring_enter and io_uring_register"
         ),
-        libc::ENOMEM => "io_uring_setup ran out of locked memory: raise `ulimit -l`".to_owned(),
-        other => format!("io_uring_setup failed with errno {other}"),
+        Some(libc::ENOMEM) => {
+            "io_uring_setup ran out of locked memory: raise `ulimit -l`".to_owned()
+        }
+        _ => format!("io_uring_setup failed: {error}"),
     };
     Err(PreflightError(format!("io_uring is not usable: {advice}")))
 }

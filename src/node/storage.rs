@@ -3,7 +3,6 @@
 //! a directory id if an older format left none, and it is locked against a second process.
 
 use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
 
 use tracing::info;
 
@@ -71,9 +70,7 @@ fn lock_dir(config: &ServerConfig) -> Result<File, NodeError> {
         .write(true)
         .open(&path)
         .map_err(|e| NodeError(format!("cannot open {}: {e}", path.display())))?;
-    // SAFETY: flock on a descriptor we own; it only changes the lock state.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc != 0 {
+    if crate::sys::try_lock_exclusive(&file).is_err() {
         return Err(NodeError(format!(
             "{} is locked by another process: is another node running on this directory?",
             path.display()

@@ -1,0 +1,76 @@
+//! Every `unsafe` call in ringraft lives here: thin, checked wrappers over the few libc calls
+//! that std and glommio do not offer. Each returns a plain Rust value or an `io::Error`.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+
+/// The CPUs this process may run on (its affinity mask), sorted; `[0]` if it cannot be read.
+pub fn online_cpus() -> Vec<usize> {
+    // SAFETY: `set` is a plain bitmask that sched_getaffinity fills and CPU_ISSET only reads;
+    // the size passed is the size of the value.
+    let cpus: Vec<usize> = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return vec![0];
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&cpu| libc::CPU_ISSET(cpu, &set))
+            .collect()
+    };
+    if cpus.is_empty() {
+        vec![0]
+    } else {
+        cpus
+    }
+}
+
+/// The locked-memory limit, (soft, hard) in bytes; `None` means unlimited.
+pub fn memlock_limit() -> io::Result<(Option<u64>, Option<u64>)> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes only the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let finite = |v: libc::rlim_t| (v != libc::RLIM_INFINITY).then_some(v);
+    Ok((finite(limit.rlim_cur), finite(limit.rlim_max)))
+}
+
+/// Raises the soft locked-memory limit to `bytes`, keeping the hard limit.
+pub fn raise_memlock_soft(bytes: u64) -> io::Result<()> {
+    let (_, hard) = memlock_limit()?;
+    let limit = libc::rlimit {
+        rlim_cur: bytes,
+        rlim_max: hard.unwrap_or(libc::RLIM_INFINITY),
+    };
+    // SAFETY: setrlimit reads only the struct we pass.
+    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &limit) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Creates and closes a 4-entry io_uring: `Ok` when this process may use io_uring.
+pub fn probe_io_uring() -> io::Result<()> {
+    let mut params = [0u8; 120]; // struct io_uring_params, zeroed = defaults
+                                 // SAFETY: io_uring_setup reads and fills `params`, whose size matches the kernel struct.
+    let fd = unsafe { libc::syscall(libc::SYS_io_uring_setup, 4u32, params.as_mut_ptr()) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is the descriptor io_uring_setup just returned; nothing else holds it.
+    unsafe { libc::close(fd as i32) };
+    Ok(())
+}
+
+/// Takes an exclusive, non-blocking `flock` on `file`; fails if another process holds it.
+pub fn try_lock_exclusive(file: &File) -> io::Result<()> {
+    // SAFETY: flock on a descriptor owned by `file`, which outlives the call.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
