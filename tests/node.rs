@@ -40,9 +40,13 @@ fn parse(bytes: &[u8], version: i16) -> (i32, ApiVersionsResponse) {
 }
 
 fn formatted_node(name: &str) -> (TempDir, Node) {
+    formatted_node_with(name, "")
+}
+
+fn formatted_node_with(name: &str, extra_config: &str) -> (TempDir, Node) {
     let dir = TempDir::new(name);
     let port = free_port();
-    let config = write_config(dir.path(), port, "");
+    let config = write_config(dir.path(), port, extra_config);
     let config = config.to_str().unwrap();
     let out = run(
         &[
@@ -230,23 +234,8 @@ fn too_small_memlock_limit_is_explained_not_a_crash() {
 
 #[test]
 fn idle_connections_are_closed_after_connections_max_idle_ms() {
-    let dir = TempDir::new("idle-timeout");
-    let port = free_port();
-    let config = write_config(dir.path(), port, "connections.max.idle.ms=300\n");
-    let config = config.to_str().unwrap();
-    let out = run(
-        &[
-            "storage",
-            "format",
-            "-t",
-            "MkU3OEVBNTcwNTJENDM2Qg",
-            "-c",
-            config,
-        ],
-        dir.path(),
-    );
-    assert!(out.status.success());
-    let mut node = Node::start(&["start", "-c", config], dir.path(), port);
+    let (_dir, mut node) = formatted_node_with("idle-timeout", "connections.max.idle.ms=300\n");
+    let port = node.port;
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
     send_frame(&mut stream, &api_versions_frame(4, 1));
     assert!(read_frame(&mut stream).is_some(), "answered while active");

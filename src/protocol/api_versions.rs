@@ -343,9 +343,9 @@ mod tests {
             client_software_name: "x".into(),
             client_software_version: "1".into(),
         };
-        let v3 = answer(&req, 3, apis::SERVED, FeatureState::default());
+        let v3 = answer_v(&req, 3);
         assert!(v3.supported_features.is_empty());
-        let v4 = answer(&req, 4, apis::SERVED, FeatureState::default());
+        let v4 = answer_v(&req, 4);
         assert_eq!(v4.supported_features.len(), 1);
         assert_eq!(v4.supported_features[0].name, "kraft.version");
         assert!(
@@ -360,9 +360,9 @@ mod tests {
             client_software_name: "bad name".into(),
             client_software_version: "1".into(),
         };
-        let answer = answer(&req, 3, apis::SERVED, FeatureState::default());
-        assert_eq!(answer.error_code, ErrorCode::INVALID_REQUEST);
-        assert!(answer.api_keys.is_empty());
+        let refused = answer_v(&req, 3);
+        assert_eq!(refused.error_code, ErrorCode::INVALID_REQUEST);
+        assert!(refused.api_keys.is_empty());
         // Versions 0-2 carry no software fields, so nothing to refuse there.
         assert_eq!(answer_v(&req, 2).error_code, ErrorCode::NONE);
     }

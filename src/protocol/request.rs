@@ -115,13 +115,10 @@ pub fn encode_response_frame(
     encode: impl FnOnce(&mut Writer),
 ) -> Vec<u8> {
     let mut w = Writer::with_capacity(256);
-    w.i32(0); // size, patched below
+    w.i32(0); // size, patched by finish_frame
     encode_response_header(&mut w, correlation_id, response_header_version);
     encode(&mut w);
-    let mut frame = w.into_vec();
-    let size = i32::try_from(frame.len() - 4).expect("response larger than 2 GiB");
-    frame[..4].copy_from_slice(&size.to_be_bytes());
-    frame
+    finish_frame(w)
 }
 
 /// Builds a whole request frame (used by ringraft's own clients and by tests).
@@ -131,11 +128,17 @@ pub fn encode_request_frame(
     encode: impl FnOnce(&mut Writer),
 ) -> Vec<u8> {
     let mut w = Writer::with_capacity(128);
-    w.i32(0);
+    w.i32(0); // size, patched by finish_frame
     header.encode(&mut w, spec.request_header_version(header.api_version));
     encode(&mut w);
+    finish_frame(w)
+}
+
+/// Writes the int32 size of everything after the first four bytes into those bytes.
+fn finish_frame(w: Writer) -> Vec<u8> {
     let mut frame = w.into_vec();
-    let size = i32::try_from(frame.len() - 4).expect("request larger than 2 GiB");
+    assert!(frame.len() >= 4, "a frame starts with its size");
+    let size = i32::try_from(frame.len() - 4).expect("frame larger than 2 GiB");
     frame[..4].copy_from_slice(&size.to_be_bytes());
     frame
 }
