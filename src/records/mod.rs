@@ -1,2 +1,11 @@
-//! RecordBatch v2 and KRaft control records (spec/records.md). Filled by the storage-engine
-//! issue: a zerocopy header view, CRC32C validation, a checked record iterator, a builder.
+//! RecordBatch v2 and KRaft control records (spec/records.md): a zerocopy header view with
+//! CRC32C validation and a checked record iterator (`batch`), a builder (`builder`), and the
+//! control records KRaft writes (`control`). Pure values: no I/O, no state.
+
+pub mod batch;
+pub mod builder;
+pub mod control;
+
+pub use batch::{assign_in_place, batch_size, Batch, BatchError, BatchHeader, Record};
+pub use builder::BatchBuilder;
+pub use control::{ControlRecord, ControlType, LeaderChangeMessage, VotersRecord};
