@@ -74,3 +74,12 @@ pub fn try_lock_exclusive(file: &File) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Maps a file read-only. The map must not change under us: ringraft maps only sealed segments
+/// and snapshots, which it never writes again, in a directory it holds the lock on.
+pub fn map_read_only(file: &File) -> io::Result<memmap2::Mmap> {
+    // SAFETY: memmap2 marks mapping unsafe because another process could modify or truncate the
+    // file while it is mapped; ringraft's directory lock and the immutability of sealed files
+    // rule that out for the files it maps.
+    unsafe { memmap2::Mmap::map(file) }
+}

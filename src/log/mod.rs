@@ -1,8 +1,17 @@
-//! Durable state on disk: the metadata log directory (spec/storage.md). So far: atomic small
-//! files and `meta.properties`. Segments, indexes, the batch cache, snapshots, quorum-state and
-//! recovery arrive with the storage-engine issue, on glommio's DMA files.
+//! Durable state on disk: the metadata log directory (spec/storage.md) — `meta.properties`,
+//! `quorum-state`, the leader-epoch checkpoint, and the `__cluster_metadata-0` log itself
+//! (segments on glommio DMA files, recovery, reads, truncation).
 
 pub mod durable;
+pub mod epoch_cache;
+pub mod failpoint;
+pub mod layout;
 pub mod meta_properties;
+pub mod metadata_log;
+pub mod quorum_state;
+pub mod scan;
+pub mod segment;
 
 pub use meta_properties::MetaProperties;
+pub use metadata_log::{AppendInfo, LogConfig, LogError, MetadataLog, RecoveryReport};
+pub use quorum_state::QuorumStateData;

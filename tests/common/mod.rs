@@ -16,7 +16,8 @@ pub struct TempDir(pub PathBuf);
 
 impl TempDir {
     pub fn new(name: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!(
+        // On the build's disk, not /tmp: /tmp may be tmpfs, which has no O_DIRECT.
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
             "ringraft-test-{name}-{}-{}",
             std::process::id(),
             nanos()
@@ -167,3 +168,5 @@ pub fn read_frame(stream: &mut TcpStream) -> Option<Vec<u8>> {
     stream.read_exact(&mut body).ok()?;
     Some(body)
 }
+
+pub mod glommio_rt;

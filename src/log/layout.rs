@@ -1,0 +1,90 @@
+//! Names and small fixed files of the metadata log directory (spec/storage.md §1, §4, §8, §10):
+//! `__cluster_metadata-0/`, 20-digit segment names, `<offset>-<epoch>.checkpoint` snapshots,
+//! and `partition.metadata`. Pure string work plus one atomic write.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+pub const PARTITION_DIR: &str = "__cluster_metadata-0";
+pub const QUORUM_STATE_FILE: &str = "quorum-state";
+pub const LEADER_EPOCH_CHECKPOINT_FILE: &str = "leader-epoch-checkpoint";
+pub const PARTITION_METADATA_FILE: &str = "partition.metadata";
+/// The metadata topic's id: `AAAAAAAAAAAAAAAAAAAAAQ`.
+pub const METADATA_TOPIC_ID: &str = "AAAAAAAAAAAAAAAAAAAAAQ";
+
+pub fn partition_dir(metadata_dir: &Path) -> PathBuf {
+    metadata_dir.join(PARTITION_DIR)
+}
+
+pub fn segment_file(dir: &Path, base_offset: i64) -> PathBuf {
+    dir.join(format!("{base_offset:020}.log"))
+}
+
+pub fn index_file(dir: &Path, base_offset: i64) -> PathBuf {
+    dir.join(format!("{base_offset:020}.index"))
+}
+
+pub fn time_index_file(dir: &Path, base_offset: i64) -> PathBuf {
+    dir.join(format!("{base_offset:020}.timeindex"))
+}
+
+/// `<20-digit end offset>-<10-digit epoch>.checkpoint`.
+pub fn snapshot_file(dir: &Path, end_offset: i64, epoch: i32) -> PathBuf {
+    dir.join(format!("{end_offset:020}-{epoch:010}.checkpoint"))
+}
+
+/// The base offset in a segment file name (`00000000000000000042.log` → 42).
+pub fn parse_segment_name(name: &str) -> Option<i64> {
+    let digits = name.strip_suffix(".log")?;
+    (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
+}
+
+/// (end offset, epoch) from a complete snapshot file name.
+pub fn parse_snapshot_name(name: &str) -> Option<(i64, i32)> {
+    let stem = name.strip_suffix(".checkpoint")?;
+    let (offset, epoch) = stem.split_once('-')?;
+    let digits = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(offset, 20) || !digits(epoch, 10) {
+        return None;
+    }
+    Some((offset.parse().ok()?, epoch.parse().ok()?))
+}
+
+/// Writes `partition.metadata` if it is missing (Kafka writes it once, at log creation).
+pub fn ensure_partition_metadata(dir: &Path) -> io::Result<()> {
+    let path = dir.join(PARTITION_METADATA_FILE);
+    if path.exists() {
+        return Ok(());
+    }
+    let text = format!("version: 0\ntopic_id: {METADATA_TOPIC_ID}");
+    super::durable::replace_file(&path, text.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        let dir = Path::new("/d");
+        let seg = segment_file(dir, 4096);
+        assert_eq!(seg, Path::new("/d/00000000000000004096.log"));
+        assert_eq!(parse_segment_name("00000000000000004096.log"), Some(4096));
+        assert_eq!(parse_segment_name("4096.log"), None);
+        let snap = snapshot_file(dir, 12345, 7);
+        assert_eq!(
+            snap,
+            Path::new("/d/00000000000000012345-0000000007.checkpoint")
+        );
+        assert_eq!(
+            parse_snapshot_name("00000000000000012345-0000000007.checkpoint"),
+            Some((12345, 7))
+        );
+        assert_eq!(
+            parse_snapshot_name("00000000000000012345-0000000007.checkpoint.part"),
+            None
+        );
+    }
+}

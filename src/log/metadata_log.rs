@@ -1,0 +1,754 @@
+//! `MetadataLog`: the `__cluster_metadata-0` log, owned by one shard.
+//!
+//! Durability contract:
+//! - `append_as_leader` / `append_as_follower` return the offsets at once; the bytes are in
+//!   memory (readable, not durable).
+//! - `flush(up_to)` returns once every offset below `up_to` is durable (`flushed_offset()`).
+//!   Flushes are group commits: one task writes and fdatasyncs everything appended so far while
+//!   the others wait, and usually find their data already covered.
+//! - An I/O error from `flush`, `truncate_to` or `delete_before` (`LogError::Io`) means durable
+//!   state is unknown: the caller must stop the process (DESIGN.md §3 rule 4).
+//! - `open` recovers: it validates every batch, truncates a torn tail (reported), and refuses a
+//!   log with corruption in the middle (`LogError::Corrupt`, naming file and byte).
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use glommio::sync::Semaphore;
+
+use super::epoch_cache::EpochCache;
+use super::layout;
+use super::scan::{scan_segment, ScanEnd};
+use super::segment::{ActiveSegment, OffsetIndex, SealedSegment};
+use crate::records::{assign_in_place, Batch};
+
+/// Sizes that shape the log. `segment_bytes` comes from `metadata.log.segment.bytes`.
+#[derive(Debug, Clone, Copy)]
+pub struct LogConfig {
+    pub segment_bytes: usize,
+    /// Space zeroed ahead of the write position at a time.
+    pub zero_chunk_bytes: usize,
+    /// Flushed batches kept in memory for reads of recent data.
+    pub cache_bytes: usize,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes: 1 << 30,
+            zero_chunk_bytes: 4 << 20,
+            cache_bytes: 32 << 20,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub enum LogError {
+    /// Storage failed: stop the process.
+    Io(io::Error),
+    /// The log on disk is corrupt in a way recovery must not repair.
+    Corrupt {
+        path: PathBuf,
+        position: usize,
+        reason: String,
+    },
+    /// Bytes handed to append are not acceptable batches here.
+    InvalidAppend(String),
+    /// A read or truncation outside the log, or below the caller's floor.
+    OutOfRange(String),
+}
+
+impl fmt::Display for LogError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LogError::Io(e) => write!(f, "log I/O failed: {e}"),
+            LogError::Corrupt {
+                path,
+                position,
+                reason,
+            } => {
+                write!(
+                    f,
+                    "{} is corrupt at byte {position}: {reason}",
+                    path.display()
+                )
+            }
+            LogError::InvalidAppend(why) => write!(f, "invalid append: {why}"),
+            LogError::OutOfRange(why) => write!(f, "out of range: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for LogError {}
+
+impl From<io::Error> for LogError {
+    fn from(e: io::Error) -> Self {
+        LogError::Io(e)
+    }
+}
+
+/// Offsets given to an append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub base_offset: i64,
+    pub last_offset: i64,
+}
+
+/// What `open` found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    pub segments: usize,
+    pub batches: usize,
+    /// (segment, position, reason) of a torn tail that was cut.
+    pub torn_tail: Option<(PathBuf, usize, String)>,
+}
+
+/// Appended batches waiting for the flusher; `roll` starts a new segment before them.
+struct Pending {
+    roll: bool,
+    segment_base: i64,
+    bytes: Vec<u8>,
+}
+
+struct State {
+    sealed: Vec<SealedSegment>,
+    /// Taken by the flusher while it writes.
+    active: Option<ActiveSegment>,
+    active_base: i64,
+    /// Length the active segment will have once pending bytes are written.
+    active_len: usize,
+    indexes: BTreeMap<i64, OffsetIndex>,
+    pending: VecDeque<Pending>,
+    epochs: EpochCache,
+    epochs_dirty: bool,
+    start_offset: i64,
+    end_offset: i64,
+    flushed_offset: i64,
+    /// (base offset, last offset, bytes) of the newest batches, unflushed ones included.
+    cache: VecDeque<(i64, i64, Bytes)>,
+    cache_bytes: usize,
+}
+
+pub struct MetadataLog {
+    dir: PathBuf,
+    config: LogConfig,
+    state: RefCell<State>,
+    flush_lock: Semaphore,
+}
+
+impl MetadataLog {
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn start_offset(&self) -> i64 {
+        self.state.borrow().start_offset
+    }
+
+    /// The log end offset: the next offset to be written.
+    pub fn end_offset(&self) -> i64 {
+        self.state.borrow().end_offset
+    }
+
+    /// Every offset below this is durable.
+    pub fn flushed_offset(&self) -> i64 {
+        self.state.borrow().flushed_offset
+    }
+
+    pub fn epochs(&self) -> EpochCache {
+        self.state.borrow().epochs.clone()
+    }
+
+    /// Epoch of the last batch, or −1 for an empty log.
+    pub fn last_epoch(&self) -> i32 {
+        self.state.borrow().epochs.latest_epoch().unwrap_or(-1)
+    }
+
+    /// Opens `<partition dir>`, recovering what is there. See the module doc.
+    pub async fn open(
+        partition_dir: &Path,
+        config: LogConfig,
+    ) -> Result<(MetadataLog, RecoveryReport), LogError> {
+        std::fs::create_dir_all(partition_dir)?;
+        layout::ensure_partition_metadata(partition_dir)?;
+        remove_transient_files(partition_dir)?;
+        let bases = segment_bases(partition_dir)?;
+        let mut report = RecoveryReport {
+            segments: bases.len().max(1),
+            ..Default::default()
+        };
+        let mut epochs = EpochCache::default();
+        let mut sealed = Vec::new();
+        let mut indexes = BTreeMap::new();
+        let mut expected: Option<i64> = None;
+        let mut last: Option<(i64, usize)> = None;
+        for (i, &base) in bases.iter().enumerate() {
+            let path = layout::segment_file(partition_dir, base);
+            if let Some(expected) = expected.filter(|e| *e != base) {
+                let reason =
+                    format!("segment starts at {base}, the previous one ends at {expected}");
+                return Err(LogError::Corrupt {
+                    path,
+                    position: 0,
+                    reason,
+                });
+            }
+            let file = std::fs::File::open(&path)?;
+            let map = if file.metadata()?.len() == 0 {
+                None
+            } else {
+                Some(crate::sys::map_read_only(&file)?)
+            };
+            let bytes: &[u8] = map.as_deref().unwrap_or(&[]);
+            let scan =
+                scan_segment(bytes, base, epochs.latest_epoch().unwrap_or(-1)).map_err(|c| {
+                    LogError::Corrupt {
+                        path: path.clone(),
+                        position: c.position,
+                        reason: c.reason,
+                    }
+                })?;
+            let is_last = i + 1 == bases.len();
+            if let ScanEnd::TornTail { position, reason } = &scan.end {
+                if !is_last {
+                    let reason = format!("{reason}, and later segments follow");
+                    return Err(LogError::Corrupt {
+                        path,
+                        position: *position,
+                        reason,
+                    });
+                }
+                report.torn_tail = Some((path.clone(), *position, reason.clone()));
+            }
+            let mut index = OffsetIndex::default();
+            for b in &scan.batches {
+                epochs.assign(b.epoch, b.base_offset);
+                index.note(b.base_offset, b.last_offset, b.position, b.size);
+            }
+            report.batches += scan.batches.len();
+            let next = scan.next_offset(base);
+            drop(map);
+            if is_last {
+                last = Some((base, scan.valid_bytes));
+            } else {
+                if file.metadata()?.len() as usize != scan.valid_bytes {
+                    file.set_len(scan.valid_bytes as u64)?; // trim a zeroed tail left by a crash
+                }
+                sealed.push(SealedSegment::open(&path, base, next, index.clone())?);
+            }
+            indexes.insert(base, index);
+            expected = Some(next);
+        }
+        let (active_base, active_len) = last.unwrap_or((0, 0));
+        let end_offset = expected.unwrap_or(0);
+        let index = indexes.get(&active_base).cloned().unwrap_or_default();
+        indexes.insert(active_base, index);
+        let active = ActiveSegment::open(
+            partition_dir,
+            active_base,
+            active_len,
+            config.zero_chunk_bytes,
+        )
+        .await?;
+        epochs.write(partition_dir)?;
+        let start_offset = sealed.first().map_or(active_base, |s| s.base_offset);
+        let state = State {
+            sealed,
+            active: Some(active),
+            active_base,
+            active_len,
+            indexes,
+            pending: VecDeque::new(),
+            epochs,
+            epochs_dirty: false,
+            start_offset,
+            end_offset,
+            flushed_offset: end_offset,
+            cache: VecDeque::new(),
+            cache_bytes: 0,
+        };
+        let log = MetadataLog {
+            dir: partition_dir.to_owned(),
+            config,
+            state: RefCell::new(state),
+            flush_lock: Semaphore::new(1),
+        };
+        Ok((log, report))
+    }
+
+    /// Appends batches built by this leader: each gets the next offsets and `epoch`, written
+    /// into the bytes in place (outside the CRC, so nothing is re-encoded).
+    pub fn append_as_leader(&self, mut bytes: Vec<u8>, epoch: i32) -> Result<AppendInfo, LogError> {
+        let mut next = self.end_offset();
+        let mut position = 0;
+        while position < bytes.len() {
+            let (batch, _) = Batch::parse(&bytes[position..])
+                .map_err(|e| LogError::InvalidAppend(format!("batch at byte {position}: {e}")))?;
+            let (len, count) = (batch.len(), batch.last_offset() - batch.base_offset() + 1);
+            assign_in_place(&mut bytes[position..position + len], next, epoch);
+            next += count;
+            position += len;
+        }
+        self.append_checked(Bytes::from(bytes))
+    }
+
+    /// Appends a leader's batches as received: offsets must continue this log and epochs must
+    /// not fall below its last epoch.
+    pub fn append_as_follower(&self, bytes: Bytes) -> Result<AppendInfo, LogError> {
+        self.append_checked(bytes)
+    }
+
+    fn append_checked(&self, bytes: Bytes) -> Result<AppendInfo, LogError> {
+        if bytes.is_empty() {
+            return Err(LogError::InvalidAppend("no batches".into()));
+        }
+        let mut batches = Vec::new();
+        let (mut expected, mut epoch) = (self.end_offset(), self.last_epoch());
+        let mut rest: &[u8] = &bytes;
+        while !rest.is_empty() {
+            let at = bytes.len() - rest.len();
+            let (batch, after) = Batch::parse(rest)
+                .map_err(|e| LogError::InvalidAppend(format!("batch at byte {at}: {e}")))?;
+            if batch.base_offset() != expected {
+                let why = format!(
+                    "batch starts at {}, the log ends at {expected}",
+                    batch.base_offset()
+                );
+                return Err(LogError::InvalidAppend(why));
+            }
+            if batch.partition_leader_epoch() < epoch {
+                let why = format!(
+                    "epoch {} below the log's {epoch}",
+                    batch.partition_leader_epoch()
+                );
+                return Err(LogError::InvalidAppend(why));
+            }
+            if batch.len() > self.config.segment_bytes {
+                return Err(LogError::InvalidAppend(
+                    "batch larger than a segment".into(),
+                ));
+            }
+            epoch = batch.partition_leader_epoch();
+            expected = batch.next_offset();
+            batches.push((
+                at,
+                batch.len(),
+                batch.base_offset(),
+                batch.last_offset(),
+                epoch,
+            ));
+            rest = after;
+        }
+        let mut state = self.state.borrow_mut();
+        let base_offset = state.end_offset;
+        for (at, len, base, last, epoch) in batches {
+            self.enqueue(&mut state, bytes.slice(at..at + len), base, last, epoch);
+        }
+        Ok(AppendInfo {
+            base_offset,
+            last_offset: expected - 1,
+        })
+    }
+
+    fn enqueue(&self, state: &mut State, batch: Bytes, base: i64, last: i64, epoch: i32) {
+        let roll =
+            state.active_len > 0 && state.active_len + batch.len() > self.config.segment_bytes;
+        if roll || state.pending.is_empty() {
+            if roll {
+                state.active_base = base;
+                state.active_len = 0;
+                state.indexes.insert(base, OffsetIndex::default());
+            }
+            let segment_base = state.active_base;
+            state.pending.push_back(Pending {
+                roll,
+                segment_base,
+                bytes: Vec::new(),
+            });
+        }
+        let position = state.active_len;
+        let active_base = state.active_base;
+        state
+            .indexes
+            .get_mut(&active_base)
+            .expect("active index")
+            .note(base, last, position, batch.len());
+        state
+            .pending
+            .back_mut()
+            .expect("pending chunk")
+            .bytes
+            .extend_from_slice(&batch);
+        state.active_len += batch.len();
+        if state
+            .epochs
+            .latest_epoch()
+            .is_none_or(|latest| epoch > latest)
+        {
+            state.epochs.assign(epoch, base);
+            state.epochs_dirty = true;
+        }
+        state.cache_bytes += batch.len();
+        state.cache.push_back((base, last, batch));
+        state.end_offset = last + 1;
+    }
+
+    /// Makes every offset below `up_to` durable (group commit). Returns the flushed offset.
+    pub async fn flush(&self, up_to: i64) -> Result<i64, LogError> {
+        if self.flushed_offset() >= up_to {
+            return Ok(self.flushed_offset());
+        }
+        let _permit = self
+            .flush_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        if self.flushed_offset() >= up_to {
+            return Ok(self.flushed_offset());
+        }
+        self.flush_locked().await
+    }
+
+    /// Writes and syncs everything pending. Call with the flush lock held.
+    async fn flush_locked(&self) -> Result<i64, LogError> {
+        let (pending, target, mut active, dirty_epochs) = {
+            let mut state = self.state.borrow_mut();
+            let pending: Vec<Pending> = state.pending.drain(..).collect();
+            let dirty = std::mem::take(&mut state.epochs_dirty).then(|| state.epochs.clone());
+            (
+                pending,
+                state.end_offset,
+                state.active.take().expect("active segment"),
+                dirty,
+            )
+        };
+        for chunk in pending {
+            if chunk.roll {
+                active = self.roll(active, chunk.segment_base).await?;
+            }
+            active.append(&chunk.bytes);
+        }
+        active.flush().await?;
+        if let Some(epochs) = dirty_epochs {
+            epochs.write(&self.dir)?;
+        }
+        let mut state = self.state.borrow_mut();
+        state.active = Some(active);
+        state.flushed_offset = state.flushed_offset.max(target);
+        self.evict_cache(&mut state);
+        Ok(state.flushed_offset)
+    }
+
+    async fn roll(&self, active: ActiveSegment, new_base: i64) -> Result<ActiveSegment, LogError> {
+        let base = active.base_offset;
+        let index = self
+            .state
+            .borrow()
+            .indexes
+            .get(&base)
+            .cloned()
+            .unwrap_or_default();
+        let path = active.seal(&index).await?;
+        let sealed = SealedSegment::open(&path, base, new_base, index)?;
+        self.state.borrow_mut().sealed.push(sealed);
+        Ok(ActiveSegment::open(&self.dir, new_base, 0, self.config.zero_chunk_bytes).await?)
+    }
+
+    fn evict_cache(&self, state: &mut State) {
+        while state.cache_bytes > self.config.cache_bytes {
+            match state.cache.front() {
+                Some((_, last, bytes)) if *last < state.flushed_offset => {
+                    state.cache_bytes -= bytes.len();
+                    state.cache.pop_front();
+                }
+                _ => break,
+            }
+        }
+    }
+
+    /// Whole batches from the one containing `offset`, up to `max_bytes` (at least one batch).
+    /// Recent batches come from memory, older ones from mapped segments; record bytes are not
+    /// copied except for older data of the active segment, read with pread.
+    pub fn read(&self, offset: i64, max_bytes: usize) -> Result<Vec<Bytes>, LogError> {
+        let state = self.state.borrow();
+        if offset < state.start_offset || offset > state.end_offset {
+            let why = format!(
+                "offset {offset} outside [{}, {}]",
+                state.start_offset, state.end_offset
+            );
+            return Err(LogError::OutOfRange(why));
+        }
+        if offset == state.end_offset {
+            return Ok(Vec::new());
+        }
+        if let Some(&(first, _, _)) = state.cache.front() {
+            if offset >= first {
+                return Ok(take_batches(
+                    state
+                        .cache
+                        .iter()
+                        .map(|(b, l, bytes)| (*b, *l, bytes.clone())),
+                    offset,
+                    max_bytes,
+                ));
+            }
+        }
+        let sealed = state.sealed.iter().rfind(|s| s.base_offset <= offset);
+        let bytes = match sealed.filter(|s| offset < s.next_offset) {
+            Some(segment) => segment.map.slice(segment.index.lookup(offset)..),
+            None => {
+                let index = &state.indexes[&state.active_base];
+                let from = index.lookup(offset);
+                let flushed_len = state
+                    .active
+                    .as_ref()
+                    .map_or(0, |a| a.flushed_len)
+                    .min(state.active_len);
+                let to = flushed_len.min(from + max_bytes.max(8 << 20));
+                let file = std::fs::File::open(layout::segment_file(&self.dir, state.active_base))?;
+                let mut buf = vec![0u8; to.saturating_sub(from)];
+                file.read_exact_at(&mut buf, from as u64)?;
+                Bytes::from(buf)
+            }
+        };
+        let mut batches = Vec::new();
+        let mut rest = bytes.clone();
+        while !rest.is_empty() {
+            let Ok((batch, _)) = Batch::parse(&rest) else {
+                break;
+            };
+            let len = batch.len();
+            batches.push((batch.base_offset(), batch.last_offset(), rest.slice(..len)));
+            rest = rest.slice(len..);
+        }
+        Ok(take_batches(batches.into_iter(), offset, max_bytes))
+    }
+
+    /// Removes every batch at or after `offset` (a batch boundary), which must not be below
+    /// `floor` (the high watermark: committed data is never truncated). Durable on return.
+    pub async fn truncate_to(&self, offset: i64, floor: i64) -> Result<(), LogError> {
+        if offset < floor {
+            return Err(LogError::OutOfRange(format!(
+                "truncation to {offset} below the floor {floor}"
+            )));
+        }
+        let _permit = self
+            .flush_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        self.flush_locked().await?;
+        let (start, end) = (self.start_offset(), self.end_offset());
+        if offset >= end {
+            return Ok(());
+        }
+        if offset < start {
+            return Err(LogError::OutOfRange(format!(
+                "truncation to {offset} below the log start {start}"
+            )));
+        }
+        let (segment_base, position) = self.batch_position(offset)?;
+        let mut active = self
+            .state
+            .borrow_mut()
+            .active
+            .take()
+            .expect("active segment");
+        if segment_base == active.base_offset {
+            active.truncate(position).await?;
+        } else {
+            let dir = self.dir.clone();
+            active.remove().await?;
+            {
+                let mut state = self.state.borrow_mut();
+                while state
+                    .sealed
+                    .last()
+                    .is_some_and(|s| s.base_offset > segment_base)
+                {
+                    let gone = state.sealed.pop().expect("checked");
+                    remove_segment_files(&dir, gone.base_offset)?;
+                }
+                // Unmap the segment that becomes active again before reopening it for writes.
+                state.sealed.pop().expect("segment holding the offset");
+            }
+            active =
+                ActiveSegment::open(&dir, segment_base, position, self.config.zero_chunk_bytes)
+                    .await?;
+        }
+        let mut state = self.state.borrow_mut();
+        state.active = Some(active);
+        state.active_base = segment_base;
+        state.active_len = position;
+        state.indexes.retain(|base, _| *base <= segment_base);
+        state
+            .indexes
+            .get_mut(&segment_base)
+            .expect("index")
+            .truncate(position);
+        state.epochs.truncate_from_end(offset);
+        state.epochs.write(&self.dir)?;
+        while state
+            .cache
+            .back()
+            .is_some_and(|(base, _, _)| *base >= offset)
+        {
+            let (_, _, bytes) = state.cache.pop_back().expect("checked");
+            state.cache_bytes -= bytes.len();
+        }
+        state.end_offset = offset;
+        state.flushed_offset = offset;
+        Ok(())
+    }
+
+    /// (segment base, byte position) of the batch starting at `offset`.
+    fn batch_position(&self, offset: i64) -> Result<(i64, usize), LogError> {
+        let state = self.state.borrow();
+        let base = *state
+            .indexes
+            .range(..=offset)
+            .next_back()
+            .map(|(b, _)| b)
+            .expect("a segment");
+        let from = state.indexes[&base].lookup(offset);
+        let path = layout::segment_file(&self.dir, base);
+        let bytes = std::fs::read(&path)?;
+        let mut position = from;
+        while position < bytes.len() {
+            let Ok((batch, _)) = Batch::parse(&bytes[position..]) else {
+                break;
+            };
+            if batch.base_offset() == offset {
+                return Ok((base, position));
+            }
+            if batch.base_offset() > offset {
+                break;
+            }
+            position += batch.len();
+        }
+        Err(LogError::OutOfRange(format!(
+            "offset {offset} is not the start of a batch"
+        )))
+    }
+
+    /// Advances the log start to `offset` (a snapshot's end offset) and deletes the sealed
+    /// segments wholly before it. Durable on return.
+    pub async fn delete_before(&self, offset: i64) -> Result<(), LogError> {
+        let _permit = self
+            .flush_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        let mut state = self.state.borrow_mut();
+        if offset <= state.start_offset {
+            return Ok(());
+        }
+        if offset > state.flushed_offset {
+            return Err(LogError::OutOfRange(format!(
+                "log start {offset} beyond the flushed end"
+            )));
+        }
+        while state
+            .sealed
+            .first()
+            .is_some_and(|s| s.next_offset <= offset)
+        {
+            let gone = state.sealed.remove(0);
+            state.indexes.remove(&gone.base_offset);
+            remove_segment_files(&self.dir, gone.base_offset)?;
+        }
+        state.start_offset = offset;
+        state.epochs.truncate_from_start(offset);
+        state.epochs.write(&self.dir)?;
+        Ok(())
+    }
+
+    /// Flushes, trims the active segment and closes it: the directory is then readable by
+    /// Kafka's tools.
+    pub async fn close(self) -> Result<(), LogError> {
+        let _permit = self
+            .flush_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        self.flush_locked().await?;
+        let (active, index) = {
+            let mut state = self.state.borrow_mut();
+            let active = state.active.take().expect("active segment");
+            let index = state
+                .indexes
+                .get(&active.base_offset)
+                .cloned()
+                .unwrap_or_default();
+            (active, index)
+        };
+        active.seal(&index).await?;
+        Ok(())
+    }
+}
+
+fn take_batches(
+    batches: impl Iterator<Item = (i64, i64, Bytes)>,
+    offset: i64,
+    max_bytes: usize,
+) -> Vec<Bytes> {
+    let mut out = Vec::new();
+    let mut total = 0;
+    for (_, last, bytes) in batches.skip_while(|(_, last, _)| *last < offset) {
+        if !out.is_empty() && total + bytes.len() > max_bytes {
+            break;
+        }
+        let _ = last;
+        total += bytes.len();
+        out.push(bytes);
+    }
+    out
+}
+
+fn segment_bases(dir: &Path) -> io::Result<Vec<i64>> {
+    let mut bases: Vec<i64> = std::fs::read_dir(dir)?
+        .filter_map(|e| {
+            e.ok()?
+                .file_name()
+                .to_str()
+                .and_then(layout::parse_segment_name)
+        })
+        .collect();
+    bases.sort_unstable();
+    Ok(bases)
+}
+
+/// Deletes files a crash can leave behind (spec/storage.md §11 steps 3 and 6).
+fn remove_transient_files(dir: &Path) -> io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let transient = [".deleted", ".cleaned", ".swap", ".checkpoint.part", ".tmp"]
+            .iter()
+            .any(|suffix| name.ends_with(suffix));
+        if transient {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
+}
+
+fn remove_segment_files(dir: &Path, base: i64) -> io::Result<()> {
+    for path in [
+        layout::segment_file(dir, base),
+        layout::index_file(dir, base),
+        layout::time_index_file(dir, base),
+    ] {
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,176 @@
+//! `quorum-state` (spec/storage.md §9): the epoch, leader and vote that must survive a crash.
+//! One line of JSON, replaced atomically (temp, fsync, rename, fsync dir): when `write` returns
+//! Ok the new state is durable, which is what lets a vote be sent (DESIGN.md §3 rule 1).
+
+use std::fmt;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::durable;
+use crate::ids::{parse_kafka_uuid, uuid_to_kafka_string};
+
+/// The persisted election state. `data_version` 0 (kraft.version 0) has no voted directory id;
+/// 1 has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuorumStateData {
+    pub leader_id: i32,
+    pub leader_epoch: i32,
+    pub voted_id: i32,
+    pub voted_directory_id: Uuid,
+    pub data_version: i16,
+    /// Static voter ids, written in v0 for downgrade compatibility (never read for decisions).
+    pub current_voters: Option<Vec<i32>>,
+}
+
+impl Default for QuorumStateData {
+    /// A missing file: epoch 0, no leader, no vote.
+    fn default() -> Self {
+        QuorumStateData {
+            leader_id: -1,
+            leader_epoch: 0,
+            voted_id: -1,
+            voted_directory_id: Uuid::nil(),
+            data_version: 0,
+            current_voters: None,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub enum QuorumStateError {
+    Io(PathBuf, io::Error),
+    Invalid(PathBuf, String),
+}
+
+impl fmt::Display for QuorumStateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            QuorumStateError::Io(p, e) => write!(f, "{}: {e}", p.display()),
+            QuorumStateError::Invalid(p, why) => write!(f, "{}: {why}", p.display()),
+        }
+    }
+}
+
+impl std::error::Error for QuorumStateError {}
+
+impl QuorumStateData {
+    /// The JSON line Kafka writes for this data version.
+    pub fn to_json(&self) -> String {
+        let value = match self.data_version {
+            0 => json!({
+                "clusterId": "",
+                "leaderId": self.leader_id,
+                "leaderEpoch": self.leader_epoch,
+                "votedId": self.voted_id,
+                "appliedOffset": 0,
+                "currentVoters": self.current_voters.as_ref().map(|ids| {
+                    ids.iter().map(|id| json!({"voterId": id})).collect::<Vec<_>>()
+                }),
+                "data_version": 0,
+            }),
+            _ => json!({
+                "leaderId": self.leader_id,
+                "leaderEpoch": self.leader_epoch,
+                "votedId": self.voted_id,
+                "votedDirectoryId": uuid_to_kafka_string(&self.voted_directory_id),
+                "data_version": 1,
+            }),
+        };
+        value.to_string()
+    }
+
+    /// Parses the first line of the file.
+    pub fn from_json(text: &str) -> Result<QuorumStateData, String> {
+        let line = text.lines().next().ok_or("empty file")?;
+        let value: Value = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
+        let int = |key: &str| -> Result<i64, String> {
+            value
+                .get(key)
+                .and_then(Value::as_i64)
+                .ok_or_else(|| format!("missing integer {key}"))
+        };
+        let i32_of = |key: &str| -> Result<i32, String> {
+            i32::try_from(int(key)?).map_err(|_| format!("{key} out of range"))
+        };
+        let data_version = int("data_version")?;
+        if !(0..=1).contains(&data_version) {
+            return Err(format!("unknown data_version {data_version}"));
+        }
+        let voted_directory_id = match value.get("votedDirectoryId").and_then(Value::as_str) {
+            Some(text) => parse_kafka_uuid(text)?,
+            None => Uuid::nil(),
+        };
+        let current_voters = value
+            .get("currentVoters")
+            .and_then(Value::as_array)
+            .map(|voters| {
+                voters
+                    .iter()
+                    .filter_map(|v| v.get("voterId")?.as_i64()?.try_into().ok())
+                    .collect()
+            });
+        Ok(QuorumStateData {
+            leader_id: i32_of("leaderId")?,
+            leader_epoch: i32_of("leaderEpoch")?,
+            voted_id: i32_of("votedId")?,
+            voted_directory_id,
+            data_version: data_version as i16,
+            current_voters,
+        })
+    }
+
+    /// Reads `<partition dir>/quorum-state`; a missing file is the default state.
+    pub fn read(partition_dir: &Path) -> Result<QuorumStateData, QuorumStateError> {
+        let path = partition_dir.join(super::layout::QUORUM_STATE_FILE);
+        match fs::read_to_string(&path) {
+            Ok(text) => Self::from_json(&text).map_err(|why| QuorumStateError::Invalid(path, why)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(QuorumStateData::default()),
+            Err(e) => Err(QuorumStateError::Io(path, e)),
+        }
+    }
+
+    /// Replaces the file durably.
+    pub fn write(&self, partition_dir: &Path) -> io::Result<()> {
+        let path = partition_dir.join(super::layout::QUORUM_STATE_FILE);
+        durable::replace_file(&path, self.to_json().as_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_spec_examples() {
+        let v0 = r#"{"clusterId":"","leaderId":1,"leaderEpoch":2,"votedId":-1,"appliedOffset":0,"currentVoters":[{"voterId":1},{"voterId":2},{"voterId":3}],"data_version":0}"#;
+        let state = QuorumStateData::from_json(v0).unwrap();
+        assert_eq!(
+            (state.leader_id, state.leader_epoch, state.voted_id),
+            (1, 2, -1)
+        );
+        assert_eq!(state.current_voters, Some(vec![1, 2, 3]));
+        assert_eq!(state.to_json(), v0, "writes what Kafka writes");
+        let v1 = r#"{"leaderId":-1,"leaderEpoch":2,"votedId":1,"votedDirectoryId":"J8aAPcfLQt2bqs1JT_rMgQ","data_version":1}"#;
+        let state = QuorumStateData::from_json(v1).unwrap();
+        assert_eq!(
+            state.voted_directory_id,
+            parse_kafka_uuid("J8aAPcfLQt2bqs1JT_rMgQ").unwrap()
+        );
+        assert_eq!(state.to_json(), v1);
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_trust() {
+        assert!(QuorumStateData::from_json("").is_err());
+        assert!(QuorumStateData::from_json("{").is_err());
+        assert!(QuorumStateData::from_json(r#"{"leaderId":1,"data_version":2}"#).is_err());
+        assert!(
+            QuorumStateData::from_json(r#"{"leaderEpoch":1,"votedId":1,"data_version":0}"#)
+                .is_err()
+        );
+    }
+}
