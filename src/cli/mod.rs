@@ -1,6 +1,7 @@
 //! The `ringraft` command line (clap). Each subcommand parses its arguments and calls into the
 //! library; nothing here holds state. Errors end the process with a message and exit code 1.
 
+pub mod debug;
 pub mod storage;
 
 use std::fmt;
@@ -32,6 +33,9 @@ pub enum Command {
     Storage(storage::StorageCommand),
     /// Print the version.
     Version,
+    /// Tools for tests and investigations.
+    #[command(subcommand, hide = true)]
+    Debug(debug::DebugCommand),
 }
 
 #[derive(Debug, Default, clap::Args)]
@@ -98,6 +102,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command.unwrap_or(Command::Start(StartArgs::default())) {
         Command::Start(args) => start(&args),
         Command::Storage(command) => storage::run(command),
+        Command::Debug(command) => debug::run(command),
         Command::Version => {
             println!("ringraft {}", env!("CARGO_PKG_VERSION"));
             Ok(())

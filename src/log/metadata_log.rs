@@ -132,6 +132,9 @@ struct State {
     /// (base offset, last offset, bytes) of the newest batches, unflushed ones included.
     cache: VecDeque<(i64, i64, Bytes)>,
     cache_bytes: usize,
+    /// Set by the first storage error: every later call fails with it (the log's on-disk state
+    /// is unknown, and the caller must stop anyway).
+    failed: Option<String>,
 }
 
 pub struct MetadataLog {
@@ -271,6 +274,7 @@ impl MetadataLog {
             flushed_offset: end_offset,
             cache: VecDeque::new(),
             cache_bytes: 0,
+            failed: None,
         };
         let log = MetadataLog {
             dir: partition_dir.to_owned(),
@@ -303,7 +307,18 @@ impl MetadataLog {
         self.append_checked(bytes)
     }
 
+    /// The first storage error, if any: the log refuses all work after it.
+    fn check_failed(&self) -> Result<(), LogError> {
+        match &self.state.borrow().failed {
+            Some(why) => Err(LogError::Io(io::Error::other(format!(
+                "log failed earlier: {why}"
+            )))),
+            None => Ok(()),
+        }
+    }
+
     fn append_checked(&self, bytes: Bytes) -> Result<AppendInfo, LogError> {
+        self.check_failed()?;
         if bytes.is_empty() {
             return Err(LogError::InvalidAppend("no batches".into()));
         }
@@ -414,8 +429,18 @@ impl MetadataLog {
         self.flush_locked().await
     }
 
-    /// Writes and syncs everything pending. Call with the flush lock held.
+    /// Writes and syncs everything pending. Call with the flush lock held. A failure poisons
+    /// the log (see `State::failed`).
     async fn flush_locked(&self) -> Result<i64, LogError> {
+        self.check_failed()?;
+        let result = self.write_pending().await;
+        if let Err(e) = &result {
+            self.state.borrow_mut().failed = Some(e.to_string());
+        }
+        result
+    }
+
+    async fn write_pending(&self) -> Result<i64, LogError> {
         let (pending, target, mut active, dirty_epochs) = {
             let mut state = self.state.borrow_mut();
             let pending: Vec<Pending> = state.pending.drain(..).collect();
@@ -543,6 +568,22 @@ impl MetadataLog {
             .await
             .map_err(|e| io::Error::other(e.to_string()))?;
         self.flush_locked().await?;
+        let result = self.truncate_locked(offset).await;
+        self.poison_on_io_error(&result);
+        result
+    }
+
+    /// Marks the log failed if `result` is a storage error.
+    fn poison_on_io_error<T>(&self, result: &Result<T, LogError>) {
+        if let Err(LogError::Io(e)) = result {
+            self.state
+                .borrow_mut()
+                .failed
+                .get_or_insert_with(|| e.to_string());
+        }
+    }
+
+    async fn truncate_locked(&self, offset: i64) -> Result<(), LogError> {
         let (start, end) = (self.start_offset(), self.end_offset());
         if offset >= end {
             return Ok(());
@@ -644,6 +685,13 @@ impl MetadataLog {
             .acquire_permit(1)
             .await
             .map_err(|e| io::Error::other(e.to_string()))?;
+        self.check_failed()?;
+        let result = self.delete_before_locked(offset);
+        self.poison_on_io_error(&result);
+        result
+    }
+
+    fn delete_before_locked(&self, offset: i64) -> Result<(), LogError> {
         let mut state = self.state.borrow_mut();
         if offset <= state.start_offset {
             return Ok(());
