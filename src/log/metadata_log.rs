@@ -527,18 +527,13 @@ impl MetadataLog {
         let bytes = match sealed.filter(|s| offset < s.next_offset) {
             Some(segment) => segment.map.slice(segment.index.lookup(offset)..),
             None => {
-                let index = &state.indexes[&state.active_base];
+                // A segment not (yet) sealed: the active one, or the one a queued roll will seal.
+                // Everything older than the cache is flushed, so the file holds it; read from
+                // the indexed position and let the batch parser stop at the data's end.
+                let (base, index) = state.indexes.range(..=offset).next_back().expect("segment");
                 let from = index.lookup(offset);
-                let flushed_len = state
-                    .active
-                    .as_ref()
-                    .map_or(0, |a| a.flushed_len)
-                    .min(state.active_len);
-                let to = flushed_len.min(from + max_bytes.max(8 << 20));
-                let file = std::fs::File::open(layout::segment_file(&self.dir, state.active_base))?;
-                let mut buf = vec![0u8; to.saturating_sub(from)];
-                file.read_exact_at(&mut buf, from as u64)?;
-                Bytes::from(buf)
+                let file = std::fs::File::open(layout::segment_file(&self.dir, *base))?;
+                Bytes::from(read_up_to(&file, from as u64, max_bytes.max(1 << 20))?)
             }
         };
         let mut batches = Vec::new();
@@ -756,6 +751,20 @@ fn take_batches(
         out.push(bytes);
     }
     out
+}
+
+/// Up to `len` bytes at `position`; fewer at the end of the file.
+fn read_up_to(file: &std::fs::File, position: u64, len: usize) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; len];
+    let mut filled = 0;
+    while filled < len {
+        match file.read_at(&mut buf[filled..], position + filled as u64)? {
+            0 => break,
+            n => filled += n,
+        }
+    }
+    buf.truncate(filled);
+    Ok(buf)
 }
 
 fn segment_bases(dir: &Path) -> io::Result<Vec<i64>> {
