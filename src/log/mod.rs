@@ -11,6 +11,7 @@ pub mod metadata_log;
 pub mod quorum_state;
 pub mod scan;
 pub mod segment;
+pub mod snapshot;
 
 pub use meta_properties::MetaProperties;
 pub use metadata_log::{AppendInfo, LogConfig, LogError, MetadataLog, RecoveryReport};

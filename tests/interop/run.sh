@@ -59,7 +59,7 @@ for v in $KAFKA_VERSIONS; do
   if [ ! -f "$jars/.complete" ]; then
     say "resolving Apache Kafka $v jars from Maven Central"
     rm -rf "$jars"
-    mvn -q -B -f "$HERE/pom.xml" -Dkafka.version="$v" dependency:copy-dependencies \
+    mvn -q -B -Dstyle.color=never -f "$HERE/pom.xml" -Dkafka.version="$v" dependency:copy-dependencies \
       -DoutputDirectory="$jars" || die "mvn could not resolve org.apache.kafka $v"
     touch "$jars/.complete"
   fi
@@ -237,6 +237,60 @@ PY
 for v in $KAFKA_VERSIONS; do
   check "kafka-storage $v info reads a directory ringraft formatted" kafka_reads_ringraft "$v"
   check "ringraft reads and runs on a directory kafka-storage $v formatted" ringraft_reads_kafka "$v"
+done
+
+# ---- the metadata log both ways with Kafka's DumpLogSegments and a real Kafka controller ------
+dump_log() { # dump_log VERSION FILES...: Kafka's DumpLogSegments (its class moved in 4.4)
+  local v=$1; shift
+  local class=kafka.tools.DumpLogSegments
+  unzip -l "$WORK/kafka-$v/kafka-tools-$v.jar" 2>/dev/null | grep -q 'org/apache/kafka/tools/DumpLogSegments.class' \
+    && class=org.apache.kafka.tools.DumpLogSegments
+  local files
+  files=$(IFS=,; echo "$*")
+  java -cp "$WORK/kafka-$v/*" "$class" --deep-iteration --cluster-metadata-decoder --files "$files" 2>&1 \
+    | grep -v '^SLF4J'
+}
+
+kafka_reads_ringraft_log() {
+  local v=$1 dir="$RUN/ml-$1/__cluster_metadata-0"
+  "$RINGRAFT" debug make-log --dir "$dir" > "$RUN/ml-$v.ours" || return 1
+  local snap
+  snap=$(sed -n 's/^snapshot \([0-9]*\) \([0-9]*\)$/\1 \2/p' "$RUN/ml-$v.ours")
+  [ -n "$snap" ] || { echo "make-log wrote no snapshot"; return 1; }
+  set -- $snap
+  local segments
+  segments=$(cd "$dir" && ls ./*.log | wc -l)
+  [ "$segments" -ge 3 ] || { echo "expected several segments, got $segments"; return 1; }
+  dump_log "$v" "$dir"/*.log "$(printf '%s/%020d-%010d.checkpoint' "$dir" "$1" "$2")" > "$RUN/ml-$v.kafka"
+  python3 "$HERE/compare_dump.py" "$RUN/ml-$v.kafka" "$RUN/ml-$v.ours" --snapshot "$1" "$2"
+}
+
+ringraft_reads_kafka_log() {
+  local v=$1 dir="$RUN/kc-$1" cfg="$RUN/kc-$1.properties" port
+  port=$(free_port)
+  storage_config "$dir" "$port" > "$cfg"
+  kafka_storage "$v" format -t "$("$RINGRAFT" storage random-uuid)" -c "$cfg" >/dev/null
+  java -Xmx512m -cp "$WORK/kafka-$v/*" kafka.Kafka "$cfg" > "$RUN/kc-$v.out" 2>&1 &
+  local pid=$!
+  # Let it elect itself and write its epoch-start batch and some NoOp records (every 500 ms).
+  local batches=0
+  for _ in $(seq 60); do
+    sleep 0.5
+    batches=$(dump_log "$v" "$dir"/__cluster_metadata-0/*.log 2>/dev/null | grep -c 'baseOffset:' || true)
+    [ "$batches" -ge 12 ] && break
+  done
+  kill -TERM "$pid"; wait "$pid" || true
+  [ "$batches" -ge 12 ] || { echo "the Kafka controller wrote $batches batches"; tail -20 "$RUN/kc-$v.out"; return 1; }
+  dump_log "$v" "$dir"/__cluster_metadata-0/*.log > "$RUN/kc-$v.kafka"
+  cp -r "$dir/__cluster_metadata-0" "$RUN/kc-$v-copy"
+  "$RINGRAFT" debug read-log --dir "$RUN/kc-$v-copy" > "$RUN/kc-$v.ours" || return 1
+  grep -q "LeaderChange" "$RUN/kc-$v.ours" || { echo "no LeaderChange read"; return 1; }
+  python3 "$HERE/compare_dump.py" "$RUN/kc-$v.kafka" "$RUN/kc-$v.ours"
+}
+
+for v in $KAFKA_VERSIONS; do
+  check "kafka-dump-log $v reads ringraft's segments and snapshot" kafka_reads_ringraft_log "$v"
+  check "ringraft reads the metadata log of a real Kafka $v controller" ringraft_reads_kafka_log "$v"
 done
 
 # ---- the node stops cleanly ------------------------------------------------------------------

@@ -1,0 +1,174 @@
+//! KRaft snapshot files (spec/storage.md §10, spec/records.md §5): `<end offset>-<epoch>
+//! .checkpoint`, a sequence of batches that starts with a control batch holding the
+//! SnapshotHeader (and KRaftVersion/Voters when kraft.version ≥ 1) and ends with a control
+//! batch holding the SnapshotFooter.
+//!
+//! Durability: `SnapshotWriter::finish` returns once the file is complete and durable — written
+//! as `.checkpoint.part`, fsynced, made read-only, renamed, directory fsynced. A crash before
+//! that leaves only a `.part` file, which recovery deletes. A finished snapshot never changes.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+
+use super::layout;
+use crate::records::control::{control_batch, decode_control_batch, ControlRecord, VotersRecord};
+use crate::records::{Batch, BatchBuilder};
+
+/// Identifies a snapshot: everything below `end_offset`, taken in `epoch`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SnapshotId {
+    pub end_offset: i64,
+    pub epoch: i32,
+}
+
+/// Streams a snapshot to disk.
+pub struct SnapshotWriter {
+    id: SnapshotId,
+    part: PathBuf,
+    file: File,
+    /// Offsets given to batches inside the snapshot (they start at 0).
+    next_offset: i64,
+}
+
+impl SnapshotWriter {
+    /// Starts `<dir>/<id>.checkpoint.part` with the header batch.
+    pub fn create(
+        dir: &Path,
+        id: SnapshotId,
+        timestamp_ms: i64,
+        kraft_version: i16,
+        voters: Option<&VotersRecord>,
+    ) -> io::Result<SnapshotWriter> {
+        let final_path = layout::snapshot_file(dir, id.end_offset, id.epoch);
+        let mut part = final_path.into_os_string();
+        part.push(".part");
+        let part = PathBuf::from(part);
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&part)?;
+        let mut writer = SnapshotWriter {
+            id,
+            part,
+            file,
+            next_offset: 0,
+        };
+        let mut header = vec![ControlRecord::SnapshotHeader {
+            last_contained_log_timestamp: timestamp_ms,
+        }];
+        if kraft_version >= 1 {
+            header.push(ControlRecord::KRaftVersion { kraft_version });
+            if let Some(voters) = voters {
+                header.push(ControlRecord::Voters(voters.clone()));
+            }
+        }
+        writer.write_control(&header, timestamp_ms)?;
+        Ok(writer)
+    }
+
+    fn write_control(&mut self, records: &[ControlRecord], timestamp_ms: i64) -> io::Result<()> {
+        let batch = control_batch(self.next_offset, self.id.epoch, timestamp_ms, records);
+        self.next_offset += records.len() as i64;
+        self.file.write_all(&batch)
+    }
+
+    /// Appends a data batch of `values` (one record each).
+    pub fn append(&mut self, values: &[&[u8]], timestamp_ms: i64) -> io::Result<()> {
+        assert!(!values.is_empty(), "an empty batch");
+        let mut builder = BatchBuilder::new(self.next_offset, self.id.epoch, timestamp_ms, false);
+        for value in values {
+            builder.append(None, Some(value));
+        }
+        self.next_offset += values.len() as i64;
+        self.file.write_all(&builder.finish())
+    }
+
+    /// Writes the footer and makes the snapshot durable and visible. Returns its path.
+    pub fn finish(mut self, timestamp_ms: i64) -> io::Result<PathBuf> {
+        self.write_control(&[ControlRecord::SnapshotFooter], timestamp_ms)?;
+        self.file.sync_all()?;
+        fs::set_permissions(&self.part, fs::Permissions::from_mode(0o400))?;
+        let final_path = layout::snapshot_file(
+            self.part.parent().expect("snapshot in a dir"),
+            self.id.end_offset,
+            self.id.epoch,
+        );
+        fs::rename(&self.part, &final_path)?;
+        File::open(final_path.parent().expect("snapshot in a dir"))?.sync_all()?;
+        Ok(final_path)
+    }
+}
+
+/// A complete snapshot, mapped read-only, served in chunks (FetchSnapshot).
+pub struct SnapshotReader {
+    pub id: SnapshotId,
+    bytes: Bytes,
+}
+
+impl SnapshotReader {
+    pub fn open(dir: &Path, id: SnapshotId) -> io::Result<SnapshotReader> {
+        let file = File::open(layout::snapshot_file(dir, id.end_offset, id.epoch))?;
+        let bytes = if file.metadata()?.len() == 0 {
+            Bytes::new()
+        } else {
+            Bytes::from_owner(crate::sys::map_read_only(&file)?)
+        };
+        Ok(SnapshotReader { id, bytes })
+    }
+
+    pub fn size(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+
+    /// Up to `max_bytes` from `position`, without copying; `None` when `position` is past the
+    /// end (FetchSnapshot's POSITION_OUT_OF_RANGE).
+    pub fn read_chunk(&self, position: u64, max_bytes: usize) -> Option<Bytes> {
+        let start = usize::try_from(position)
+            .ok()
+            .filter(|p| *p < self.bytes.len())?;
+        let end = start.saturating_add(max_bytes).min(self.bytes.len());
+        Some(self.bytes.slice(start..end))
+    }
+
+    /// Checks the structure: valid batches, a header first and a footer last. Returns the
+    /// control records of the first batch.
+    pub fn validate(&self) -> Result<Vec<ControlRecord>, String> {
+        let mut rest: &[u8] = &self.bytes;
+        let mut batches = Vec::new();
+        while !rest.is_empty() {
+            let (batch, after) = Batch::parse(rest).map_err(|e| e.to_string())?;
+            batches.push(batch);
+            rest = after;
+        }
+        let (first, last) = match (batches.first(), batches.last()) {
+            (Some(f), Some(l)) if batches.len() >= 2 => (f, l),
+            _ => return Err("a snapshot needs a header batch and a footer batch".into()),
+        };
+        let header = decode_control_batch(first).map_err(|e| e.to_string())?;
+        if !matches!(header.first(), Some(ControlRecord::SnapshotHeader { .. })) {
+            return Err("the first record is not a SnapshotHeader".into());
+        }
+        let footer = decode_control_batch(last).map_err(|e| e.to_string())?;
+        if footer != [ControlRecord::SnapshotFooter] {
+            return Err("the last batch is not a lone SnapshotFooter".into());
+        }
+        Ok(header)
+    }
+}
+
+/// Complete snapshots in `dir`, oldest first.
+pub fn list(dir: &Path) -> io::Result<Vec<SnapshotId>> {
+    let mut ids: Vec<SnapshotId> = fs::read_dir(dir)?
+        .filter_map(|e| {
+            let (end_offset, epoch) = layout::parse_snapshot_name(e.ok()?.file_name().to_str()?)?;
+            Some(SnapshotId { end_offset, epoch })
+        })
+        .collect();
+    ids.sort();
+    Ok(ids)
+}
