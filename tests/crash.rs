@@ -70,7 +70,7 @@ fn verify(dir: &Path, acked: &[Acked]) -> i64 {
     run(async move {
         let config = LogConfig {
             segment_bytes: 65536,
-            zero_chunk_bytes: 256 * 1024,
+            preallocate_bytes: 256 * 1024,
             cache_bytes: 1 << 20,
         };
         let (log, _) = MetadataLog::open(&dir, config)

@@ -22,7 +22,7 @@ fn batch(n: usize, tag: u8) -> Vec<u8> {
 fn small() -> LogConfig {
     LogConfig {
         segment_bytes: 16 * 1024,
-        zero_chunk_bytes: 64 * 1024,
+        preallocate_bytes: 64 * 1024,
         cache_bytes: 8 * 1024,
     }
 }
@@ -116,9 +116,11 @@ fn concurrent_appends_share_flushes_and_all_become_durable() {
             .map(|i| {
                 let log = log.clone();
                 glommio::spawn_local(async move {
-                    let info = log.append_as_leader(batch(1 + i % 3, i as u8), 1).unwrap();
-                    log.flush(info.last_offset + 1).await.unwrap();
-                    assert!(log.flushed_offset() > info.last_offset);
+                    for _ in 0..20 {
+                        let info = log.append_as_leader(batch(1 + i % 3, i as u8), 1).unwrap();
+                        log.flush(info.last_offset + 1).await.unwrap();
+                        assert!(log.flushed_offset() > info.last_offset);
+                    }
                 })
             })
             .collect();
@@ -126,6 +128,10 @@ fn concurrent_appends_share_flushes_and_all_become_durable() {
             t.await;
         }
         assert_eq!(log.flushed_offset(), log.end_offset());
+        // Group commit: 64 looping writers must share flushes (a convoy gives ~1 per flush).
+        let stats = log.stats();
+        assert_eq!(stats.appends, 64 * 20);
+        assert!(stats.flushes * 8 <= stats.appends, "no grouping: {stats:?}");
     });
 }
 

@@ -54,7 +54,7 @@ impl Model {
 fn config() -> LogConfig {
     LogConfig {
         segment_bytes: 16 * 1024,
-        zero_chunk_bytes: 64 * 1024,
+        preallocate_bytes: 64 * 1024,
         cache_bytes: 6 * 1024,
     }
 }

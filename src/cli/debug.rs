@@ -58,7 +58,7 @@ pub fn run(command: DebugCommand) -> Result<(), CliError> {
         DebugCommand::MakeLog { dir, segment_bytes } => {
             let config = LogConfig {
                 segment_bytes,
-                zero_chunk_bytes: 256 * 1024,
+                preallocate_bytes: 256 * 1024,
                 cache_bytes: 1 << 20,
             };
             executor()?.run(make_log(dir, config))
@@ -72,7 +72,7 @@ pub fn run(command: DebugCommand) -> Result<(), CliError> {
         } => {
             let config = LogConfig {
                 segment_bytes,
-                zero_chunk_bytes: 256 * 1024,
+                preallocate_bytes: 256 * 1024,
                 cache_bytes: 1 << 20,
             };
             glommio::LocalExecutorBuilder::default()

@@ -1,6 +1,7 @@
 //! The `ringraft` command line (clap). Each subcommand parses its arguments and calls into the
 //! library; nothing here holds state. Errors end the process with a message and exit code 1.
 
+pub mod bench;
 pub mod debug;
 pub mod storage;
 
@@ -31,6 +32,9 @@ pub enum Command {
     /// Prepare or inspect log directories (like kafka-storage).
     #[command(subcommand)]
     Storage(storage::StorageCommand),
+    /// Benchmarks that print ratios against baselines measured in the same run.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
     /// Print the version.
     Version,
     /// Tools for tests and investigations.
@@ -103,6 +107,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Start(args) => start(&args),
         Command::Storage(command) => storage::run(command),
         Command::Debug(command) => debug::run(command),
+        Command::Bench(command) => bench::run(command),
         Command::Version => {
             println!("ringraft {}", env!("CARGO_PKG_VERSION"));
             Ok(())

@@ -31,8 +31,8 @@ use crate::records::{assign_in_place, Batch};
 #[derive(Debug, Clone, Copy)]
 pub struct LogConfig {
     pub segment_bytes: usize,
-    /// Space zeroed ahead of the write position at a time.
-    pub zero_chunk_bytes: usize,
+    /// Space pre-allocated ahead of the write position at a time.
+    pub preallocate_bytes: usize,
     /// Flushed batches kept in memory for reads of recent data.
     pub cache_bytes: usize,
 }
@@ -41,7 +41,7 @@ impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
             segment_bytes: 1 << 30,
-            zero_chunk_bytes: 4 << 20,
+            preallocate_bytes: 4 << 20,
             cache_bytes: 32 << 20,
         }
     }
@@ -99,6 +99,14 @@ pub struct AppendInfo {
     pub last_offset: i64,
 }
 
+/// Counters for the write path (a "probe": cheap, always on).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogStats {
+    pub appends: u64,
+    pub flushes: u64,
+    pub flushed_bytes: u64,
+}
+
 /// What `open` found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecoveryReport {
@@ -132,6 +140,7 @@ struct State {
     /// (base offset, last offset, bytes) of the newest batches, unflushed ones included.
     cache: VecDeque<(i64, i64, Bytes)>,
     cache_bytes: usize,
+    stats: LogStats,
     /// Set by the first storage error: every later call fails with it (the log's on-disk state
     /// is unknown, and the caller must stop anyway).
     failed: Option<String>,
@@ -141,7 +150,42 @@ pub struct MetadataLog {
     dir: PathBuf,
     config: LogConfig,
     state: RefCell<State>,
+    /// Excludes flushes, truncation and prefix deletion from each other.
     flush_lock: Semaphore,
+    /// Tasks waiting for a flush in progress to finish (see `flush`).
+    flush_waiters: FlushWaiters,
+}
+
+/// Wakes every waiter when a flush ends. Waiting on this instead of on `flush_lock` avoids the
+/// group-commit convoy: all waiters wake together, append their next batches, and share the
+/// next flush, instead of each taking the lock in turn to flush one batch.
+#[derive(Default)]
+struct FlushWaiters {
+    flushing: std::cell::Cell<bool>,
+    generation: std::cell::Cell<u64>,
+    wakers: RefCell<Vec<std::task::Waker>>,
+}
+
+impl FlushWaiters {
+    fn finished(&self) {
+        self.flushing.set(false);
+        self.generation.set(self.generation.get() + 1);
+        for waker in self.wakers.borrow_mut().drain(..) {
+            waker.wake();
+        }
+    }
+
+    async fn wait_for_next(&self) {
+        let seen = self.generation.get();
+        std::future::poll_fn(|cx| {
+            if self.generation.get() != seen {
+                return std::task::Poll::Ready(());
+            }
+            self.wakers.borrow_mut().push(cx.waker().clone());
+            std::task::Poll::Pending
+        })
+        .await
+    }
 }
 
 impl MetadataLog {
@@ -161,6 +205,10 @@ impl MetadataLog {
     /// Every offset below this is durable.
     pub fn flushed_offset(&self) -> i64 {
         self.state.borrow().flushed_offset
+    }
+
+    pub fn stats(&self) -> LogStats {
+        self.state.borrow().stats
     }
 
     pub fn epochs(&self) -> EpochCache {
@@ -255,7 +303,7 @@ impl MetadataLog {
             partition_dir,
             active_base,
             active_len,
-            config.zero_chunk_bytes,
+            config.preallocate_bytes,
         )
         .await?;
         epochs.write(partition_dir)?;
@@ -274,6 +322,7 @@ impl MetadataLog {
             flushed_offset: end_offset,
             cache: VecDeque::new(),
             cache_bytes: 0,
+            stats: LogStats::default(),
             failed: None,
         };
         let log = MetadataLog {
@@ -281,6 +330,7 @@ impl MetadataLog {
             config,
             state: RefCell::new(state),
             flush_lock: Semaphore::new(1),
+            flush_waiters: FlushWaiters::default(),
         };
         Ok((log, report))
     }
@@ -409,24 +459,43 @@ impl MetadataLog {
             state.epochs_dirty = true;
         }
         state.cache_bytes += batch.len();
+        state.stats.appends += 1;
         state.cache.push_back((base, last, batch));
         state.end_offset = last + 1;
     }
 
     /// Makes every offset below `up_to` durable (group commit). Returns the flushed offset.
     pub async fn flush(&self, up_to: i64) -> Result<i64, LogError> {
-        if self.flushed_offset() >= up_to {
-            return Ok(self.flushed_offset());
+        let waiters = &self.flush_waiters;
+        loop {
+            self.check_failed()?;
+            if self.flushed_offset() >= up_to {
+                return Ok(self.flushed_offset());
+            }
+            if waiters.flushing.get() {
+                waiters.wait_for_next().await;
+                continue;
+            }
+            // Let tasks that are ready to append (often just woken by the last flush) do so
+            // first, so that this flush carries their batches too.
+            futures_lite::future::yield_now().await;
+            if waiters.flushing.get() || self.flushed_offset() >= up_to {
+                continue;
+            }
+            waiters.flushing.set(true);
+            let result = async {
+                let _permit = self.acquire_flush_lock().await?;
+                self.flush_locked().await
+            }
+            .await;
+            waiters.finished();
+            result?;
         }
-        let _permit = self
-            .flush_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|e| io::Error::other(e.to_string()))?;
-        if self.flushed_offset() >= up_to {
-            return Ok(self.flushed_offset());
-        }
-        self.flush_locked().await
+    }
+
+    async fn acquire_flush_lock(&self) -> Result<glommio::sync::Permit<'_>, LogError> {
+        let permit = self.flush_lock.acquire_permit(1).await;
+        permit.map_err(|e| LogError::Io(io::Error::other(e.to_string())))
     }
 
     /// Writes and syncs everything pending. Call with the flush lock held. A failure poisons
@@ -452,6 +521,7 @@ impl MetadataLog {
                 dirty,
             )
         };
+        let written: usize = pending.iter().map(|p| p.bytes.len()).sum();
         for chunk in pending {
             if chunk.roll {
                 active = self.roll(active, chunk.segment_base).await?;
@@ -464,6 +534,8 @@ impl MetadataLog {
         }
         let mut state = self.state.borrow_mut();
         state.active = Some(active);
+        state.stats.flushes += 1;
+        state.stats.flushed_bytes += written as u64;
         state.flushed_offset = state.flushed_offset.max(target);
         self.evict_cache(&mut state);
         Ok(state.flushed_offset)
@@ -481,7 +553,7 @@ impl MetadataLog {
         let path = active.seal(&index).await?;
         let sealed = SealedSegment::open(&path, base, new_base, index)?;
         self.state.borrow_mut().sealed.push(sealed);
-        Ok(ActiveSegment::open(&self.dir, new_base, 0, self.config.zero_chunk_bytes).await?)
+        Ok(ActiveSegment::open(&self.dir, new_base, 0, self.config.preallocate_bytes).await?)
     }
 
     fn evict_cache(&self, state: &mut State) {
@@ -614,7 +686,7 @@ impl MetadataLog {
                 state.sealed.pop().expect("segment holding the offset");
             }
             active =
-                ActiveSegment::open(&dir, segment_base, position, self.config.zero_chunk_bytes)
+                ActiveSegment::open(&dir, segment_base, position, self.config.preallocate_bytes)
                     .await?;
         }
         let mut state = self.state.borrow_mut();

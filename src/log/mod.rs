@@ -14,5 +14,5 @@ pub mod segment;
 pub mod snapshot;
 
 pub use meta_properties::MetaProperties;
-pub use metadata_log::{AppendInfo, LogConfig, LogError, MetadataLog, RecoveryReport};
+pub use metadata_log::{AppendInfo, LogConfig, LogError, LogStats, MetadataLog, RecoveryReport};
 pub use quorum_state::QuorumStateData;

@@ -1,0 +1,246 @@
+//! `ringraft bench log`: the log's write path against the disk's own floor, measured in one run
+//! on the same filesystem (DESIGN.md §5). Absolute times move 10–20× on a shared machine; the
+//! ratios are what to read.
+//!
+//! Floors: (a) blocking O_DIRECT|O_DSYNC 4 KiB appends to a growing file (latency), (b) raw
+//! sequential O_DIRECT 1 MiB writes at queue depth 8, then one fdatasync (bandwidth).
+//! ringraft: (c) one 256-byte record per append, closed loop, durable before the next;
+//! (d) many concurrent writers appending batches of 256-byte records, each durable.
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use clap::{Args, Subcommand};
+
+use super::CliError;
+use crate::log::{LogConfig, MetadataLog};
+use crate::records::BatchBuilder;
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Durable append latency and throughput against the raw disk, with ratios.
+    Log(LogBenchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct LogBenchArgs {
+    /// Scratch directory on the filesystem to measure (created, then removed).
+    #[arg(long, default_value = "./bench-data")]
+    pub dir: PathBuf,
+    /// Appends in each latency run.
+    #[arg(long, default_value_t = 2000)]
+    pub appends: usize,
+    /// MiB written in each throughput run.
+    #[arg(long, default_value_t = 256)]
+    pub mib: usize,
+    /// Concurrent writers in the batched run.
+    #[arg(long, default_value_t = 64)]
+    pub writers: usize,
+    /// Records of 256 bytes per batch in the batched run.
+    #[arg(long, default_value_t = 64)]
+    pub records_per_batch: usize,
+}
+
+pub fn run(command: BenchCommand) -> Result<(), CliError> {
+    let BenchCommand::Log(args) = command;
+    std::fs::create_dir_all(&args.dir)
+        .map_err(|e| CliError::new(format!("cannot create {}: {e}", args.dir.display())))?;
+    let result = glommio::LocalExecutorBuilder::new(glommio::Placement::Fixed(0))
+        .io_memory(512 * 1024)
+        .make()
+        .map_err(|e| CliError::new(format!("cannot start glommio: {e}")))?
+        .run(bench_log(args.dir.clone(), args));
+    result.map_err(|e| CliError::new(format!("bench failed: {e}")))
+}
+
+/// Latency percentiles of a sample, in microseconds.
+struct Latency {
+    p50: f64,
+    p99: f64,
+}
+
+fn latency(mut samples: Vec<Duration>) -> Latency {
+    samples.sort();
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q) as usize].as_secs_f64() * 1e6;
+    Latency {
+        p50: at(0.50),
+        p99: at(0.99),
+    }
+}
+
+async fn bench_log(dir: PathBuf, args: LogBenchArgs) -> std::io::Result<()> {
+    let floor = blocking_dsync_appends(&dir.join("floor-dsync"), args.appends)?;
+    println!(
+        "(a) floor: O_DIRECT|O_DSYNC 4 KiB appends       p50 {:8.1} µs  p99 {:8.1} µs",
+        floor.p50, floor.p99
+    );
+    let raw_mbps = raw_sequential_qd8(&dir.join("floor-qd8"), args.mib).await?;
+    println!("(b) floor: sequential O_DIRECT 1 MiB, QD8      {raw_mbps:8.1} MB/s");
+    let single = single_appends(&dir.join("single"), args.appends).await?;
+    println!(
+        "(c) ringraft: 256-B record, durable, closed loop p50 {:8.1} µs  p99 {:8.1} µs",
+        single.p50, single.p99
+    );
+    let (batched_mbps, batched) = batched_appends(
+        &dir.join("batched"),
+        args.mib,
+        args.writers,
+        args.records_per_batch,
+    )
+    .await?;
+    println!(
+        "(d) ringraft: {} writers × {}×256-B batches      {batched_mbps:8.1} MB/s  p50 {:8.1} µs  p99 {:8.1} µs",
+        args.writers, args.records_per_batch, batched.p50, batched.p99
+    );
+    println!();
+    println!(
+        "single durable append p50 / floor p50       = {:.2}  (goal ≤ 1.00)",
+        single.p50 / floor.p50
+    );
+    println!(
+        "single durable append p99 / floor p99       = {:.2}",
+        single.p99 / floor.p99
+    );
+    println!(
+        "batched durable throughput / raw QD8         = {:.2}  (goal ≥ 0.80)",
+        batched_mbps / raw_mbps
+    );
+    std::fs::remove_dir_all(&dir)?;
+    Ok(())
+}
+
+/// A 4 KiB buffer aligned to 4 KiB, carved from a larger vector (no unsafe needed).
+fn aligned_page(fill: u8) -> (Vec<u8>, usize) {
+    let buf = vec![fill; 8192];
+    let offset = (4096 - buf.as_ptr() as usize % 4096) % 4096;
+    (buf, offset)
+}
+
+fn blocking_dsync_appends(path: &Path, appends: usize) -> std::io::Result<Latency> {
+    let file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_DIRECT | libc::O_DSYNC)
+        .open(path)?;
+    let (buf, offset) = aligned_page(0xab);
+    let page = &buf[offset..offset + 4096];
+    let mut samples = Vec::with_capacity(appends);
+    for i in 0..appends {
+        let start = Instant::now();
+        file.write_all_at(page, (i * 4096) as u64)?;
+        samples.push(start.elapsed());
+    }
+    Ok(latency(samples))
+}
+
+async fn raw_sequential_qd8(path: &Path, mib: usize) -> std::io::Result<f64> {
+    use crate::log::segment::glommio_io;
+    let file = Rc::new(
+        glommio::io::DmaFile::create(path)
+            .await
+            .map_err(glommio_io)?,
+    );
+    let start = Instant::now();
+    let chunk = 1 << 20;
+    for group in (0..mib).collect::<Vec<_>>().chunks(8) {
+        let tasks: Vec<_> = group
+            .iter()
+            .map(|&i| {
+                let file = file.clone();
+                glommio::spawn_local(async move {
+                    let mut buf = file.alloc_dma_buffer(chunk);
+                    buf.as_bytes_mut().fill(0xcd);
+                    file.write_at(buf, (i * chunk) as u64)
+                        .await
+                        .map_err(glommio_io)
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await?;
+        }
+    }
+    file.fdatasync().await.map_err(glommio_io)?;
+    let seconds = start.elapsed().as_secs_f64();
+    Ok((mib * chunk) as f64 / seconds / 1e6)
+}
+
+fn record_batch(records: usize) -> Vec<u8> {
+    let mut builder = BatchBuilder::new(0, 0, 0, false);
+    for i in 0..records {
+        builder.append(None, Some(&[i as u8; 256]));
+    }
+    builder.finish()
+}
+
+async fn single_appends(dir: &Path, appends: usize) -> std::io::Result<Latency> {
+    let (log, _) = MetadataLog::open(dir, LogConfig::default())
+        .await
+        .map_err(to_io)?;
+    let batch = record_batch(1);
+    let mut samples = Vec::with_capacity(appends);
+    for _ in 0..appends {
+        let start = Instant::now();
+        let info = log.append_as_leader(batch.clone(), 1).map_err(to_io)?;
+        log.flush(info.last_offset + 1).await.map_err(to_io)?;
+        samples.push(start.elapsed());
+    }
+    log.close().await.map_err(to_io)?;
+    Ok(latency(samples))
+}
+
+async fn batched_appends(
+    dir: &Path,
+    mib: usize,
+    writers: usize,
+    records: usize,
+) -> std::io::Result<(f64, Latency)> {
+    let (log, _) = MetadataLog::open(dir, LogConfig::default())
+        .await
+        .map_err(to_io)?;
+    let log = Rc::new(log);
+    let batch = Rc::new(record_batch(records));
+    let per_writer = (mib << 20) / batch.len() / writers + 1;
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..writers)
+        .map(|_| {
+            let (log, batch) = (log.clone(), batch.clone());
+            glommio::spawn_local(async move {
+                let mut samples = Vec::with_capacity(per_writer);
+                for _ in 0..per_writer {
+                    let t = Instant::now();
+                    let info = log.append_as_leader(batch.to_vec(), 1).map_err(to_io)?;
+                    log.flush(info.last_offset + 1).await.map_err(to_io)?;
+                    samples.push(t.elapsed());
+                }
+                Ok::<_, std::io::Error>(samples)
+            })
+        })
+        .collect();
+    let mut samples = Vec::new();
+    for task in tasks {
+        samples.extend(task.await?);
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let bytes = (writers * per_writer * batch.len()) as f64;
+    let stats = log.stats();
+    println!(
+        "    group commit: {} appends in {} flushes ({:.1} appends, {:.0} KiB per flush)",
+        stats.appends,
+        stats.flushes,
+        stats.appends as f64 / stats.flushes.max(1) as f64,
+        stats.flushed_bytes as f64 / stats.flushes.max(1) as f64 / 1024.0
+    );
+    if let Ok(log) = Rc::try_unwrap(log) {
+        log.close().await.map_err(to_io)?;
+    }
+    Ok((bytes / seconds / 1e6, latency(samples)))
+}
+
+fn to_io(e: crate::log::LogError) -> std::io::Error {
+    std::io::Error::other(e.to_string())
+}
