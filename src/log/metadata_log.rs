@@ -15,7 +15,6 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
@@ -141,6 +140,9 @@ struct State {
     cache: VecDeque<(i64, i64, Bytes)>,
     cache_bytes: usize,
     stats: LogStats,
+    /// A read-only map of a segment that is not sealed yet, for reads older than the cache:
+    /// (segment base, map). Remapped when the file has grown, dropped on truncation.
+    unsealed_map: Option<(i64, Bytes)>,
     /// Set by the first storage error: every later call fails with it (the log's on-disk state
     /// is unknown, and the caller must stop anyway).
     failed: Option<String>,
@@ -279,7 +281,13 @@ impl MetadataLog {
             let mut index = OffsetIndex::default();
             for b in &scan.batches {
                 epochs.assign(b.epoch, b.base_offset);
-                index.note(b.base_offset, b.last_offset, b.position, b.size);
+                index.note(
+                    b.base_offset,
+                    b.last_offset,
+                    b.position,
+                    b.size,
+                    b.max_timestamp,
+                );
             }
             report.batches += scan.batches.len();
             let next = scan.next_offset(base);
@@ -323,6 +331,7 @@ impl MetadataLog {
             cache: VecDeque::new(),
             cache_bytes: 0,
             stats: LogStats::default(),
+            unsealed_map: None,
             failed: None,
         };
         let log = MetadataLog {
@@ -400,19 +409,19 @@ impl MetadataLog {
             }
             epoch = batch.partition_leader_epoch();
             expected = batch.next_offset();
-            batches.push((
-                at,
-                batch.len(),
+            let meta = (
                 batch.base_offset(),
                 batch.last_offset(),
                 epoch,
-            ));
+                batch.max_timestamp(),
+            );
+            batches.push((at, batch.len(), meta));
             rest = after;
         }
         let mut state = self.state.borrow_mut();
         let base_offset = state.end_offset;
-        for (at, len, base, last, epoch) in batches {
-            self.enqueue(&mut state, bytes.slice(at..at + len), base, last, epoch);
+        for (at, len, meta) in batches {
+            self.enqueue(&mut state, bytes.slice(at..at + len), meta);
         }
         Ok(AppendInfo {
             base_offset,
@@ -420,7 +429,9 @@ impl MetadataLog {
         })
     }
 
-    fn enqueue(&self, state: &mut State, batch: Bytes, base: i64, last: i64, epoch: i32) {
+    /// Queues one validated batch: (base offset, last offset, epoch, max timestamp).
+    fn enqueue(&self, state: &mut State, batch: Bytes, meta: (i64, i64, i32, i64)) {
+        let (base, last, epoch, max_timestamp) = meta;
         let roll =
             state.active_len > 0 && state.active_len + batch.len() > self.config.segment_bytes;
         if roll || state.pending.is_empty() {
@@ -442,7 +453,7 @@ impl MetadataLog {
             .indexes
             .get_mut(&active_base)
             .expect("active index")
-            .note(base, last, position, batch.len());
+            .note(base, last, position, batch.len(), max_timestamp);
         state
             .pending
             .back_mut()
@@ -600,12 +611,18 @@ impl MetadataLog {
             Some(segment) => segment.map.slice(segment.index.lookup(offset)..),
             None => {
                 // A segment not (yet) sealed: the active one, or the one a queued roll will seal.
-                // Everything older than the cache is flushed, so the file holds it; read from
-                // the indexed position and let the batch parser stop at the data's end.
-                let (base, index) = state.indexes.range(..=offset).next_back().expect("segment");
-                let from = index.lookup(offset);
-                let file = std::fs::File::open(layout::segment_file(&self.dir, *base))?;
-                Bytes::from(read_up_to(&file, from as u64, max_bytes.max(1 << 20))?)
+                // Everything older than the cache is flushed, so the file holds it; the batch
+                // parser stops at the data's end.
+                let base = *state
+                    .indexes
+                    .range(..=offset)
+                    .next_back()
+                    .expect("segment")
+                    .0;
+                let from = state.indexes[&base].lookup(offset);
+                drop(state);
+                let map = self.unsealed_map(base, from)?;
+                map.slice(from.min(map.len())..)
             }
         };
         let mut batches = Vec::new();
@@ -619,6 +636,27 @@ impl MetadataLog {
             rest = rest.slice(len..);
         }
         Ok(take_batches(batches.into_iter(), offset, max_bytes))
+    }
+
+    /// A map of the unsealed segment at `base` covering `position`, reused while it does.
+    /// Flushed bytes never change in place (the rewritten tail page keeps its prefix), so a
+    /// map made earlier still shows them correctly.
+    fn unsealed_map(&self, base: i64, position: usize) -> io::Result<Bytes> {
+        let path = layout::segment_file(&self.dir, base);
+        let len = std::fs::metadata(&path)?.len() as usize;
+        if let Some((mapped_base, map)) = &self.state.borrow().unsealed_map {
+            if *mapped_base == base && map.len() == len && position <= len {
+                return Ok(map.clone());
+            }
+        }
+        let file = std::fs::File::open(&path)?;
+        let map = if file.metadata()?.len() == 0 {
+            Bytes::new()
+        } else {
+            Bytes::from_owner(crate::sys::map_read_only(&file)?)
+        };
+        self.state.borrow_mut().unsealed_map = Some((base, map.clone()));
+        Ok(map)
     }
 
     /// Removes every batch at or after `offset` (a batch boundary), which must not be below
@@ -651,6 +689,7 @@ impl MetadataLog {
     }
 
     async fn truncate_locked(&self, offset: i64) -> Result<(), LogError> {
+        self.state.borrow_mut().unsealed_map = None;
         let (start, end) = (self.start_offset(), self.end_offset());
         if offset >= end {
             return Ok(());
@@ -823,20 +862,6 @@ fn take_batches(
         out.push(bytes);
     }
     out
-}
-
-/// Up to `len` bytes at `position`; fewer at the end of the file.
-fn read_up_to(file: &std::fs::File, position: u64, len: usize) -> io::Result<Vec<u8>> {
-    let mut buf = vec![0u8; len];
-    let mut filled = 0;
-    while filled < len {
-        match file.read_at(&mut buf[filled..], position + filled as u64)? {
-            0 => break,
-            n => filled += n,
-        }
-    }
-    buf.truncate(filled);
-    Ok(buf)
 }
 
 fn segment_bases(dir: &Path) -> io::Result<Vec<i64>> {

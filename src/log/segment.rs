@@ -28,45 +28,69 @@ pub const WRITE_QUEUE_DEPTH: usize = 8;
 /// `index.interval.bytes`).
 pub const INDEX_INTERVAL_BYTES: usize = 4096;
 
-/// Sparse offset index of one segment: (offset, position) of batch starts, ascending.
+/// Sparse offset and time index of one segment, kept in memory (rebuilt by every recovery
+/// scan, as Kafka rebuilds its own) and written as Kafka's `.index` / `.timeindex` files when
+/// the segment is sealed.
 #[derive(Debug, Clone, Default)]
 pub struct OffsetIndex {
-    entries: Vec<(i64, usize)>,
+    /// (base offset, last offset, position, max timestamp so far) of indexed batches.
+    entries: Vec<(i64, i64, usize, i64)>,
     bytes_since_entry: usize,
+    max_timestamp: i64,
 }
 
 impl OffsetIndex {
     /// Notes a batch appended at `position`; keeps one entry per `INDEX_INTERVAL_BYTES`.
-    pub fn note(&mut self, base_offset: i64, last_offset: i64, position: usize, size: usize) {
+    pub fn note(
+        &mut self,
+        base_offset: i64,
+        last_offset: i64,
+        position: usize,
+        size: usize,
+        max_timestamp: i64,
+    ) {
+        self.max_timestamp = self.max_timestamp.max(max_timestamp);
         if self.entries.is_empty() || self.bytes_since_entry >= INDEX_INTERVAL_BYTES {
-            self.entries.push((base_offset, position));
+            self.entries
+                .push((base_offset, last_offset, position, self.max_timestamp));
             self.bytes_since_entry = 0;
         }
-        let _ = last_offset;
         self.bytes_since_entry += size;
     }
 
     /// The position of the last indexed batch starting at or before `offset`.
     pub fn lookup(&self, offset: i64) -> usize {
-        match self.entries.partition_point(|(o, _)| *o <= offset) {
+        match self.entries.partition_point(|(base, ..)| *base <= offset) {
             0 => 0,
-            i => self.entries[i - 1].1,
+            i => self.entries[i - 1].2,
         }
     }
 
     /// Drops entries at or after `position` (the segment was truncated there).
     pub fn truncate(&mut self, position: usize) {
-        self.entries.retain(|(_, p)| *p < position);
+        self.entries.retain(|(_, _, p, _)| *p < position);
+        self.max_timestamp = self.entries.last().map_or(0, |e| e.3);
         self.bytes_since_entry = INDEX_INTERVAL_BYTES;
     }
 
-    /// Kafka's `.index` bytes: (int32 offset − base, int32 position) per entry. Kafka's entry
-    /// names a batch's last offset; ringraft indexes batch starts, which lookups treat the same.
+    /// Kafka's `.index`: (int32 last offset − segment base, int32 position) per entry — an
+    /// entry names the last offset of the batch that starts at the position.
     pub fn render(&self, base_offset: i64) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.entries.len() * 8);
-        for (offset, position) in &self.entries {
-            out.extend_from_slice(&((offset - base_offset) as i32).to_be_bytes());
+        for (_, last, position, _) in &self.entries {
+            out.extend_from_slice(&((last - base_offset) as i32).to_be_bytes());
             out.extend_from_slice(&(*position as i32).to_be_bytes());
+        }
+        out
+    }
+
+    /// Kafka's `.timeindex`: (int64 max timestamp so far, int32 last offset − base) per entry,
+    /// timestamps non-decreasing.
+    pub fn render_time(&self, base_offset: i64) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.entries.len() * 12);
+        for (_, last, _, max_timestamp) in &self.entries {
+            out.extend_from_slice(&max_timestamp.to_be_bytes());
+            out.extend_from_slice(&((last - base_offset) as i32).to_be_bytes());
         }
         out
     }
@@ -277,7 +301,11 @@ impl ActiveSegment {
         let dir = self.path.parent().expect("segment in a dir").to_owned();
         let index_bytes = index.render(self.base_offset);
         super::durable::replace_file(&layout::index_file(&dir, self.base_offset), &index_bytes)?;
-        super::durable::replace_file(&layout::time_index_file(&dir, self.base_offset), &[])?;
+        let time_bytes = index.render_time(self.base_offset);
+        super::durable::replace_file(
+            &layout::time_index_file(&dir, self.base_offset),
+            &time_bytes,
+        )?;
         self.file.close().await.map_err(glommio_io)?;
         Ok(self.path)
     }
