@@ -249,3 +249,39 @@ fn idle_connections_are_closed_after_connections_max_idle_ms() {
     node.signal(SIGTERM);
     assert_eq!(node.wait_exit(Duration::from_secs(10)), Some(0));
 }
+
+#[test]
+fn the_raft_shard_opens_the_log_and_a_corrupt_log_stops_the_node_clearly() {
+    let (dir, mut node) = formatted_node("log-open");
+    let partition = dir.path().join("data/__cluster_metadata-0");
+    assert!(
+        partition.join("partition.metadata").exists(),
+        "the log was created"
+    );
+    node.signal(SIGTERM);
+    assert_eq!(node.wait_exit(Duration::from_secs(10)), Some(0));
+    let segment = partition.join("00000000000000000000.log");
+    assert_eq!(
+        std::fs::metadata(&segment).unwrap().len(),
+        0,
+        "closed: trimmed to its data"
+    );
+    // Two valid batches with the first one damaged: corruption in the middle.
+    let mut bytes = Vec::new();
+    for base in [0i64, 1] {
+        let mut b = ringraft::records::BatchBuilder::new(base, 1, 0, false);
+        b.append(None, Some(b"value"));
+        bytes.extend(b.finish());
+    }
+    bytes[70] ^= 0xff;
+    std::fs::write(&segment, &bytes).unwrap();
+    let config = dir.path().join("server.properties");
+    let out = run(&["start", "-c", config.to_str().unwrap()], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("00000000000000000000.log") && err.contains("corrupt at byte 0"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}

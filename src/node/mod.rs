@@ -49,6 +49,9 @@ pub enum ShardMessage {
 /// What every shard gets at start.
 #[derive(Clone)]
 struct ShardContext {
+    /// `<metadata.log.dir>/__cluster_metadata-0`, opened by the raft shard.
+    partition_dir: std::path::PathBuf,
+    log_config: crate::log::LogConfig,
     index: usize,
     coordinator: usize,
     roles: Vec<Role>,
@@ -130,6 +133,8 @@ fn register_signals() -> Result<Arc<AtomicBool>, NodeError> {
     Ok(flag)
 }
 
+const STOPPED_EARLY: &str = "stopped before every shard started";
+
 type ShardHandle = glommio::ExecutorJoinHandle<Result<(), String>>;
 
 fn spawn_shards(
@@ -141,6 +146,11 @@ fn spawn_shards(
     let n = tuning.shards.len();
     let (started_tx, started_rx) = mpsc::channel();
     let base = ShardContext {
+        partition_dir: crate::log::layout::partition_dir(&config.metadata_dir()),
+        log_config: crate::log::LogConfig {
+            segment_bytes: config.metadata_log_segment_bytes as usize,
+            ..Default::default()
+        },
         index: 0,
         coordinator: tuning.raft_shard(),
         roles: Vec::new(),
@@ -206,6 +216,10 @@ fn join_shards(handles: Vec<ShardHandle>) -> Result<(), NodeError> {
             Err(e) => errors.push(format!("shard failed: {e}")),
         }
     }
+    // Shards that stopped because another failed say so; the failure itself is what matters.
+    if errors.iter().any(|e| e != STOPPED_EARLY) {
+        errors.retain(|e| e != STOPPED_EARLY);
+    }
     if errors.is_empty() {
         Ok(())
     } else {
@@ -223,6 +237,20 @@ async fn shard_body(ctx: ShardContext) -> Result<(), String> {
     // glommio 0.9's first timer can fire 30–80 ms late; take that hit before any real timer.
     glommio::timer::sleep(Duration::from_millis(1)).await;
     let stop = StopSignal::default();
+    // The raft shard recovers the log before joining the mesh, and no shard serves before
+    // every shard has joined: a node that listens has an open, recovered log.
+    let log = if ctx.roles.contains(&Role::Raft) {
+        match open_log(&ctx).await {
+            Ok(log) => Some(log),
+            Err(e) => {
+                error!("{e}");
+                ctx.stop_flag.store(true, Ordering::SeqCst);
+                return Err(e);
+            }
+        }
+    } else {
+        None
+    };
     let (senders, receivers) = join_mesh(&ctx).await?;
     if ctx.index == ctx.coordinator {
         let watcher = coordinate_stop(ctx.stop_flag.clone(), stop.clone(), senders);
@@ -256,8 +284,37 @@ async fn shard_body(ctx: ShardContext) -> Result<(), String> {
     for task in serving {
         task.await;
     }
+    if let Some(log) = log {
+        if let Err(e) = log.close().await {
+            error!(error = %e, "closing the metadata log failed");
+            result = result.and(Err(format!("closing the metadata log failed: {e}")));
+        }
+    }
     info!("shard stopped");
     result
+}
+
+/// Opens the metadata log (recovering it) and reads quorum-state, on the raft shard.
+async fn open_log(ctx: &ShardContext) -> Result<crate::log::MetadataLog, String> {
+    let dir = &ctx.partition_dir;
+    let (log, report) = crate::log::MetadataLog::open(dir, ctx.log_config)
+        .await
+        .map_err(|e| format!("cannot open the metadata log: {e}"))?;
+    if let Some((file, position, reason)) = &report.torn_tail {
+        warn!(file = %file.display(), position, reason = %reason, "cut a torn tail after a crash");
+    }
+    let quorum = crate::log::QuorumStateData::read(dir)
+        .map_err(|e| format!("cannot read quorum-state: {e}"))?;
+    info!(
+        start = log.start_offset(),
+        end = log.end_offset(),
+        last_epoch = log.last_epoch(),
+        batches = report.batches,
+        segments = report.segments,
+        epoch = quorum.leader_epoch,
+        "metadata log open"
+    );
+    Ok(log)
 }
 
 /// Joins the mesh, giving up if the node is told to stop first (a shard failed to start).
@@ -275,7 +332,7 @@ async fn join_mesh(
     match joined {
         Some(Ok(pair)) => Ok(pair),
         Some(Err(e)) => Err(format!("cannot join the shard mesh: {e}")),
-        None => Err("stopped before every shard started".into()),
+        None => Err(STOPPED_EARLY.into()),
     }
 }
 
