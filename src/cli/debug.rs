@@ -257,14 +257,14 @@ async fn write(log: Rc<MetadataLog>, writer: u64, batches: u64) -> Result<(), Cl
         let bytes = builder.finish();
         let (batch, _) = Batch::parse(&bytes).expect("built batch");
         let crc = values_crc(&batch);
-        let info = log
-            .append_as_leader(bytes, epoch)
-            .map_err(|e| CliError::new(e.to_string()))?;
-        if let Err(e) = log.flush(info.last_offset + 1).await {
-            return Err(CliError::new(format!(
-                "{e}: stopping (an fsync error is never retried)"
-            )));
-        }
+        // Printed only after the append's future said the batch is durable.
+        let info = match log.append_durable(bytes, epoch).await {
+            Ok(info) => info,
+            Err(e) => {
+                let why = format!("{e}: stopping (an fsync error is never retried)");
+                return Err(CliError::new(why));
+            }
+        };
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "acked {} {} {crc}", info.base_offset, info.last_offset);
         let _ = out.flush();

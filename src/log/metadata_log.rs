@@ -1,8 +1,9 @@
 //! `MetadataLog`: the `__cluster_metadata-0` log, owned by one shard.
 //!
 //! Durability contract:
+//! - `append_durable` resolves with the offsets only when the batches are durable.
 //! - `append_as_leader` / `append_as_follower` return the offsets at once; the bytes are in
-//!   memory (readable, not durable).
+//!   memory (readable, not durable) until a `flush` covers them.
 //! - `flush(up_to)` returns once every offset below `up_to` is durable (`flushed_offset()`).
 //!   Flushes are group commits: one task writes and fdatasyncs everything appended so far while
 //!   the others wait, and usually find their data already covered.
@@ -19,6 +20,7 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use glommio::sync::Semaphore;
+use zerocopy::FromBytes;
 
 use super::epoch_cache::EpochCache;
 use super::layout;
@@ -360,6 +362,14 @@ impl MetadataLog {
         self.append_checked(Bytes::from(bytes))
     }
 
+    /// Appends batches built by this leader and resolves with their offsets only once they are
+    /// durable (`append_as_leader` followed by a group-committed `flush`).
+    pub async fn append_durable(&self, bytes: Vec<u8>, epoch: i32) -> Result<AppendInfo, LogError> {
+        let info = self.append_as_leader(bytes, epoch)?;
+        self.flush(info.last_offset + 1).await?;
+        Ok(info)
+    }
+
     /// Appends a leader's batches as received: offsets must continue this log and epochs must
     /// not fall below its last epoch.
     pub fn append_as_follower(&self, bytes: Bytes) -> Result<AppendInfo, LogError> {
@@ -625,14 +635,18 @@ impl MetadataLog {
                 map.slice(from.min(map.len())..)
             }
         };
+        // Batches on disk were validated when appended or recovered: walk them by their
+        // length fields without checking CRCs again (the data ends where a length does not fit).
         let mut batches = Vec::new();
         let mut rest = bytes.clone();
-        while !rest.is_empty() {
-            let Ok((batch, _)) = Batch::parse(&rest) else {
-                break;
-            };
-            let len = batch.len();
-            batches.push((batch.base_offset(), batch.last_offset(), rest.slice(..len)));
+        while let Ok(len) = crate::records::batch_size(&rest) {
+            let (header, _) = crate::records::BatchHeader::ref_from_prefix(&rest).expect("sized");
+            let base = header.base_offset.get();
+            let last = base + i64::from(header.last_offset_delta.get());
+            if base < 0 || header.magic != 2 {
+                break; // pre-allocated zeros or a batch not yet written
+            }
+            batches.push((base, last, rest.slice(..len)));
             rest = rest.slice(len..);
         }
         Ok(take_batches(batches.into_iter(), offset, max_bytes))
