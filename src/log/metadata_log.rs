@@ -106,6 +106,9 @@ pub struct LogStats {
     pub appends: u64,
     pub flushes: u64,
     pub flushed_bytes: u64,
+    /// Of the active segment: time writing data pages, and in fdatasync.
+    pub write_nanos: u64,
+    pub sync_nanos: u64,
 }
 
 /// What `open` found.
@@ -212,7 +215,13 @@ impl MetadataLog {
     }
 
     pub fn stats(&self) -> LogStats {
-        self.state.borrow().stats
+        let state = self.state.borrow();
+        let mut stats = state.stats;
+        if let Some(active) = &state.active {
+            stats.write_nanos = active.write_nanos;
+            stats.sync_nanos = active.sync_nanos;
+        }
+        stats
     }
 
     pub fn epochs(&self) -> EpochCache {

@@ -150,6 +150,9 @@ pub struct ActiveSegment {
     /// The file is allocated, reading as zeros beyond the data, durably up to here.
     allocated_to: usize,
     preallocate_bytes: usize,
+    /// Time spent writing data pages and in fdatasync (the log's probe reads them).
+    pub write_nanos: u64,
+    pub sync_nanos: u64,
 }
 
 impl ActiveSegment {
@@ -189,6 +192,8 @@ impl ActiveSegment {
             flushed_len: len,
             allocated_to: len,
             preallocate_bytes,
+            write_nanos: 0,
+            sync_nanos: 0,
         };
         segment.allocate_ahead(len + 1).await?;
         Ok(segment)
@@ -213,6 +218,7 @@ impl ActiveSegment {
         self.allocate_ahead(target).await?;
         // Big flushes go out as up to WRITE_QUEUE_DEPTH concurrent writes of WRITE_CHUNK_BYTES:
         // bandwidth comes from I/O in flight (DESIGN.md §4: QD1 0.5 GB/s, QD8 1.0 GB/s).
+        let writing = std::time::Instant::now();
         let padded = self.tail.len().div_ceil(PAGE_BYTES) * PAGE_BYTES;
         let chunks: Vec<(usize, usize)> = (0..padded)
             .step_by(WRITE_CHUNK_BYTES)
@@ -241,8 +247,11 @@ impl ActiveSegment {
                 }
             }
         }
+        self.write_nanos += writing.elapsed().as_nanos() as u64;
         crate::log::failpoint::check("fdatasync")?;
+        let synced = std::time::Instant::now();
         self.file.fdatasync().await.map_err(glommio_io)?;
+        self.sync_nanos += synced.elapsed().as_nanos() as u64;
         // Keep only the partial last page for the next write.
         let full_pages = self.tail.len() / PAGE_BYTES * PAGE_BYTES;
         self.tail.drain(..full_pages);
