@@ -9,6 +9,9 @@ use ringraft::net::dispatch::{handle_frame, Action, ServerState};
 use ringraft::net::frame::read_frame;
 use ringraft::protocol::decode_request;
 
+mod common;
+use common::Rng;
+
 struct Counting;
 
 thread_local! {
@@ -55,20 +58,9 @@ fn measured<T>(f: impl FnOnce() -> T) -> (T, usize, usize) {
     (out, LARGEST.with(Cell::get), TOTAL.with(Cell::get))
 }
 
-/// SplitMix64: a seeded, replayable generator.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
+/// The shared seeded generator, with the index helper this test uses.
+fn below(rng: &mut Rng, n: usize) -> usize {
+    rng.below(n as u64) as usize
 }
 
 fn hex(s: &str) -> Vec<u8> {
@@ -107,32 +99,32 @@ fn seeds() -> Vec<Vec<u8>> {
 
 fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
     let mut frame = seed.to_vec();
-    for _ in 0..1 + rng.below(4) {
-        match rng.below(7) {
+    for _ in 0..1 + below(rng, 4) {
+        match below(rng, 7) {
             0 if !frame.is_empty() => {
-                let i = rng.below(frame.len());
-                frame[i] ^= 1 << rng.below(8);
+                let i = below(rng, frame.len());
+                frame[i] ^= 1 << below(rng, 8);
             }
             1 if !frame.is_empty() => {
                 // Hostile lengths: 0x7f / 0xff runs where counts and lengths live.
-                let i = rng.below(frame.len());
-                let fill = [0x7f, 0xff, 0x80, 0x00][rng.below(4)];
-                for b in frame.iter_mut().skip(i).take(1 + rng.below(4)) {
+                let i = below(rng, frame.len());
+                let fill = [0x7f, 0xff, 0x80, 0x00][below(rng, 4)];
+                for b in frame.iter_mut().skip(i).take(1 + below(rng, 4)) {
                     *b = fill;
                 }
             }
-            2 => frame.truncate(rng.below(frame.len() + 1)),
-            3 => frame.extend((0..rng.below(16)).map(|_| rng.next() as u8)),
+            2 => frame.truncate(below(rng, frame.len() + 1)),
+            3 => frame.extend((0..below(rng, 16)).map(|_| rng.next() as u8)),
             4 if frame.len() >= 4 => {
                 // Any api key and version.
                 frame[0..2].copy_from_slice(&(rng.next() as i16 % 100).to_be_bytes());
                 frame[2..4].copy_from_slice(&(rng.next() as i16 % 20).to_be_bytes());
             }
             5 if !frame.is_empty() => {
-                let i = rng.below(frame.len());
+                let i = below(rng, frame.len());
                 frame.insert(i, rng.next() as u8);
             }
-            _ => frame = (0..rng.below(64)).map(|_| rng.next() as u8).collect(),
+            _ => frame = (0..below(rng, 64)).map(|_| rng.next() as u8).collect(),
         }
     }
     frame
@@ -152,7 +144,7 @@ fn hostile_frames_never_panic_or_overallocate() {
     let state = ServerState::default();
     let (mut answered, mut closed) = (0usize, 0usize);
     for i in 0..FRAMES {
-        let pick = rng.below(seeds.len());
+        let pick = below(&mut rng, seeds.len());
         let frame = mutate(&mut rng, &seeds[pick]);
         let (decoded, largest, total) = measured(|| decode_request(&frame));
         assert!(
@@ -185,13 +177,13 @@ fn hostile_frames_never_panic_or_overallocate() {
 fn frame_reader_trusts_no_announced_size() {
     let mut rng = Rng(7);
     for i in 0..20_000 {
-        let announced: i32 = match rng.below(4) {
+        let announced: i32 = match below(&mut rng, 4) {
             0 => rng.next() as i32,
             1 => i32::MAX,
             2 => (MAX_REQUEST + 1) as i32,
-            _ => rng.below(MAX_REQUEST + 1) as i32,
+            _ => below(&mut rng, MAX_REQUEST + 1) as i32,
         };
-        let sent = rng.below(256);
+        let sent = below(&mut rng, 256);
         let mut stream = announced.to_be_bytes().to_vec();
         stream.extend((0..sent).map(|_| rng.next() as u8));
         let mut input: &[u8] = &stream;

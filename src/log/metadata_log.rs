@@ -690,11 +690,7 @@ impl MetadataLog {
                 "truncation to {offset} below the floor {floor}"
             )));
         }
-        let _permit = self
-            .flush_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|e| io::Error::other(e.to_string()))?;
+        let _permit = self.acquire_flush_lock().await?;
         self.flush_locked().await?;
         let result = self.truncate_locked(offset).await;
         self.poison_on_io_error(&result);
@@ -809,11 +805,7 @@ impl MetadataLog {
     /// Advances the log start to `offset` (a snapshot's end offset) and deletes the sealed
     /// segments wholly before it. Durable on return.
     pub async fn delete_before(&self, offset: i64) -> Result<(), LogError> {
-        let _permit = self
-            .flush_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|e| io::Error::other(e.to_string()))?;
+        let _permit = self.acquire_flush_lock().await?;
         self.check_failed()?;
         let result = self.delete_before_locked(offset);
         self.poison_on_io_error(&result);
@@ -848,11 +840,7 @@ impl MetadataLog {
     /// Flushes, trims the active segment and closes it: the directory is then readable by
     /// Kafka's tools.
     pub async fn close(self) -> Result<(), LogError> {
-        let _permit = self
-            .flush_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|e| io::Error::other(e.to_string()))?;
+        let _permit = self.acquire_flush_lock().await?;
         self.flush_locked().await?;
         let (active, index) = {
             let mut state = self.state.borrow_mut();
