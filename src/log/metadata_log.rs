@@ -756,7 +756,7 @@ impl MetadataLog {
             .indexes
             .get_mut(&segment_base)
             .expect("index")
-            .truncate(position);
+            .truncate(position, offset);
         state.epochs.truncate_from_end(offset);
         state.epochs.write(&self.dir)?;
         while state

@@ -33,10 +33,13 @@ pub const INDEX_INTERVAL_BYTES: usize = 4096;
 /// the segment is sealed.
 #[derive(Debug, Clone, Default)]
 pub struct OffsetIndex {
-    /// (base offset, last offset, position, max timestamp so far) of indexed batches.
-    entries: Vec<(i64, i64, usize, i64)>,
+    /// (base offset, last offset, position) of indexed batches.
+    entries: Vec<(i64, i64, usize)>,
+    /// (max timestamp so far, last offset of the batch that set it); timestamps ascend.
+    time_entries: Vec<(i64, i64)>,
     bytes_since_entry: usize,
-    max_timestamp: i64,
+    /// The largest batch timestamp so far and the last offset of the batch that carried it.
+    max_timestamp: Option<(i64, i64)>,
 }
 
 impl OffsetIndex {
@@ -49,10 +52,20 @@ impl OffsetIndex {
         size: usize,
         max_timestamp: i64,
     ) {
-        self.max_timestamp = self.max_timestamp.max(max_timestamp);
+        if self.max_timestamp.is_none_or(|(ts, _)| max_timestamp > ts) {
+            self.max_timestamp = Some((max_timestamp, last_offset));
+        }
         if self.entries.is_empty() || self.bytes_since_entry >= INDEX_INTERVAL_BYTES {
-            self.entries
-                .push((base_offset, last_offset, position, self.max_timestamp));
+            self.entries.push((base_offset, last_offset, position));
+            // Like Kafka's timeIndex.maybeAppend: only when the max has grown.
+            let (ts, offset) = self.max_timestamp.expect("set above");
+            if self
+                .time_entries
+                .last()
+                .is_none_or(|(last_ts, _)| ts > *last_ts)
+            {
+                self.time_entries.push((ts, offset));
+            }
             self.bytes_since_entry = 0;
         }
         self.bytes_since_entry += size;
@@ -66,10 +79,11 @@ impl OffsetIndex {
         }
     }
 
-    /// Drops entries at or after `position` (the segment was truncated there).
-    pub fn truncate(&mut self, position: usize) {
-        self.entries.retain(|(_, _, p, _)| *p < position);
-        self.max_timestamp = self.entries.last().map_or(0, |e| e.3);
+    /// Drops what is at or after `position` / `offset` (the segment was truncated there).
+    pub fn truncate(&mut self, position: usize, offset: i64) {
+        self.entries.retain(|(_, _, p)| *p < position);
+        self.time_entries.retain(|(_, o)| *o < offset);
+        self.max_timestamp = self.time_entries.last().copied();
         self.bytes_since_entry = INDEX_INTERVAL_BYTES;
     }
 
@@ -77,20 +91,19 @@ impl OffsetIndex {
     /// entry names the last offset of the batch that starts at the position.
     pub fn render(&self, base_offset: i64) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.entries.len() * 8);
-        for (_, last, position, _) in &self.entries {
+        for (_, last, position) in &self.entries {
             out.extend_from_slice(&((last - base_offset) as i32).to_be_bytes());
             out.extend_from_slice(&(*position as i32).to_be_bytes());
         }
         out
     }
 
-    /// Kafka's `.timeindex`: (int64 max timestamp so far, int32 last offset − base) per entry,
-    /// timestamps non-decreasing.
+    /// Kafka's `.timeindex`: (int64 timestamp, int32 offset − base) per entry.
     pub fn render_time(&self, base_offset: i64) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.entries.len() * 12);
-        for (_, last, _, max_timestamp) in &self.entries {
-            out.extend_from_slice(&max_timestamp.to_be_bytes());
-            out.extend_from_slice(&((last - base_offset) as i32).to_be_bytes());
+        let mut out = Vec::with_capacity(self.time_entries.len() * 12);
+        for (timestamp, offset) in &self.time_entries {
+            out.extend_from_slice(&timestamp.to_be_bytes());
+            out.extend_from_slice(&((offset - base_offset) as i32).to_be_bytes());
         }
         out
     }
@@ -368,5 +381,40 @@ pub fn glommio_io(e: glommio::GlommioError<()>) -> io::Error {
     match e {
         glommio::GlommioError::IoError(io) => io,
         other => io::Error::other(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_index_follows_kafkas_rule() {
+        // Batches of 5000 bytes (one index entry each) with a timestamp that falls back.
+        let mut index = OffsetIndex::default();
+        for (i, ts) in [100, 300, 200, 300, 400].iter().enumerate() {
+            let base = i as i64 * 10;
+            index.note(base, base + 9, i * 5000, 5000, *ts);
+        }
+        let time = index.render_time(0);
+        let entries: Vec<(i64, i32)> = time
+            .chunks(12)
+            .map(|e| {
+                (
+                    i64::from_be_bytes(e[..8].try_into().unwrap()),
+                    i32::from_be_bytes(e[8..].try_into().unwrap()),
+                )
+            })
+            .collect();
+        // An entry only when the max grows, naming the batch that set it.
+        assert_eq!(entries, [(100, 9), (300, 19), (400, 49)]);
+        assert_eq!(
+            index.render(0).len(),
+            5 * 8,
+            "one offset entry per batch here"
+        );
+        index.truncate(15000, 30);
+        assert_eq!(index.render_time(0).len(), 2 * 12);
+        assert_eq!(index.lookup(35), 10000);
     }
 }
