@@ -6,10 +6,10 @@ use libfuzzer_sys::fuzz_target;
 use ringraft::log::scan::scan_segment;
 
 fuzz_target!(|data: &[u8]| {
-    let (base, epoch) = match data.first() {
-        Some(b) => (i64::from(*b % 4) * 10, i32::from(*b / 64) - 1),
-        None => (0, -1),
-    };
+    // Expect the segment to start where its first batch says (as a real segment file does),
+    // after a previous epoch taken from the last byte.
+    let base = data.get(..8).map_or(0, |b| i64::from_be_bytes(b.try_into().unwrap()));
+    let epoch = data.last().map_or(-1, |b| i32::from(*b % 8) - 1);
     if let Ok(scan) = scan_segment(data, base, epoch) {
         assert!(scan.valid_bytes <= data.len());
         let mut expected = base;

@@ -47,6 +47,19 @@ def main():
         sys.exit(f"batches differ at #{first}: kafka {theirs[first:first+2]} ringraft {ours[first:first+2]}"
                  f" (kafka {len(theirs)} batches, ringraft {len(ours)})")
     print(f"{len(ours)} batches identical in Kafka's and ringraft's reading")
+    # The same control records, type by type: Kafka prints "LeaderChange: {...}",
+    # "KRaftVersion {...}", "KRaftVoters {...}"; ringraft prints "  LeaderChange(...)" etc.
+    log_text = kafka_text.split("Dumping ")
+    log_text = "".join(part for part in log_text if part.split("\n", 1)[0].endswith(".log"))
+    ours_text = open(sys.argv[2]).read()
+    pairs = [("LeaderChange", "  LeaderChange("), ("KRaftVersion", "  KRaftVersion"),
+             ("KRaftVoters", "  Voters(")]
+    for kafka_name, ours_prefix in pairs:
+        theirs_n = len(re.findall(r"\| offset: \d+ .* " + kafka_name + r"[ :]", log_text))
+        ours_n = sum(1 for line in ours_text.splitlines() if line.startswith(ours_prefix))
+        if theirs_n != ours_n:
+            sys.exit(f"{kafka_name} records: kafka {theirs_n}, ringraft {ours_n}")
+        print(f"{kafka_name}: {ours_n} in both")
     if "--snapshot" in sys.argv:
         end, epoch = sys.argv[sys.argv.index("--snapshot") + 1:][:2]
         if f"Snapshot end offset: {end}, epoch: {epoch}" not in kafka_text:
