@@ -471,3 +471,32 @@ fn snapshots_are_written_atomically_and_served_in_chunks() {
         .ends_with(".part")));
     assert_eq!(snapshot::list(&path).unwrap(), [id]);
 }
+
+#[test]
+fn missing_or_wrong_index_files_of_sealed_segments_are_rebuilt() {
+    let (_dir, path, all) = written_log("log-index");
+    let sealed = first_segment(&path);
+    let index = sealed.with_extension("index");
+    let time_index = sealed.with_extension("timeindex");
+    let (good_index, good_time) = (
+        std::fs::read(&index).unwrap(),
+        std::fs::read(&time_index).unwrap(),
+    );
+    assert!(!good_index.is_empty() && !good_time.is_empty());
+    std::fs::remove_file(&index).unwrap();
+    std::fs::write(&time_index, b"garbage").unwrap();
+    let read = run({
+        let path = path.clone();
+        async move {
+            let (log, _) = MetadataLog::open(&path, small()).await.unwrap();
+            read_all(&log, 0)
+        }
+    });
+    assert_eq!(read, all);
+    assert_eq!(std::fs::read(&index).unwrap(), good_index, ".index rebuilt");
+    assert_eq!(
+        std::fs::read(&time_index).unwrap(),
+        good_time,
+        ".timeindex rebuilt"
+    );
+}

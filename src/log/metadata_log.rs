@@ -309,6 +309,7 @@ impl MetadataLog {
                 if file.metadata()?.len() as usize != scan.valid_bytes {
                     file.set_len(scan.valid_bytes as u64)?; // trim a zeroed tail left by a crash
                 }
+                restore_index_files(partition_dir, base, &index)?;
                 sealed.push(SealedSegment::open(&path, base, next, index.clone())?);
             }
             indexes.insert(base, index);
@@ -899,6 +900,21 @@ fn remove_transient_files(dir: &Path) -> io::Result<()> {
             .any(|suffix| name.ends_with(suffix));
         if transient {
             std::fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
+}
+
+/// Rewrites a sealed segment's `.index` / `.timeindex` when missing or different from what
+/// its batches say (a crash during a seal, or damage): Kafka's tools read these files.
+fn restore_index_files(dir: &Path, base: i64, index: &OffsetIndex) -> io::Result<()> {
+    let files = [
+        (layout::index_file(dir, base), index.render(base)),
+        (layout::time_index_file(dir, base), index.render_time(base)),
+    ];
+    for (path, want) in files {
+        if std::fs::read(&path).ok().as_deref() != Some(want.as_slice()) {
+            super::durable::replace_file(&path, &want)?;
         }
     }
     Ok(())
