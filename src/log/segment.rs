@@ -292,12 +292,6 @@ impl ActiveSegment {
         Ok(())
     }
 
-    /// Bytes appended but not yet durable, for reads of the newest data.
-    pub fn unflushed_from(&self, position: usize) -> &[u8] {
-        assert!(position >= self.tail_position && position <= self.len);
-        &self.tail[position - self.tail_position..]
-    }
-
     /// Cuts the segment to `len` bytes (a batch boundary), dropping buffered bytes beyond it.
     /// Durable on return.
     pub async fn truncate(&mut self, len: usize) -> io::Result<()> {

@@ -304,10 +304,6 @@ impl Writer {
         self.buf
     }
 
-    pub fn as_mut_vec(&mut self) -> &mut Vec<u8> {
-        &mut self.buf
-    }
-
     pub fn bytes(&mut self, bytes: &[u8]) {
         self.buf.extend_from_slice(bytes);
     }
