@@ -103,7 +103,12 @@ impl Node {
             if let Some(status) = self.child.try_wait().unwrap() {
                 panic!("node exited early ({status}):\n{}", self.log_text());
             }
-            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            // The node's own "listening" line comes first: a listener of a node that just
+            // exited can outlive its process for a moment (the kernel tears down its io_uring,
+            // which holds the socket, asynchronously), so a bare connect can reach a ghost.
+            if self.log_text().contains("listening addr=")
+                && TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+            {
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
