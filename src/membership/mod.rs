@@ -1,2 +1,7 @@
 //! KIP-853 dynamic membership: the voter set and the voter-change flows, pure like `raft/`.
-//! Filled by the membership issue.
+//! Today it holds the voter set the Raft core counts with; voter changes arrive with the
+//! membership issue.
+
+pub mod voter_set;
+
+pub use voter_set::{Voter, VoterSet};

@@ -17,7 +17,11 @@ impl ErrorCode {
     pub const INVALID_REQUEST: ErrorCode = ErrorCode(42);
     pub const FENCED_LEADER_EPOCH: ErrorCode = ErrorCode(74);
     pub const UNKNOWN_LEADER_EPOCH: ErrorCode = ErrorCode(75);
+    pub const INCONSISTENT_VOTER_SET: ErrorCode = ErrorCode(94);
+    pub const SNAPSHOT_NOT_FOUND: ErrorCode = ErrorCode(98);
+    pub const POSITION_OUT_OF_RANGE: ErrorCode = ErrorCode(99);
     pub const INCONSISTENT_CLUSTER_ID: ErrorCode = ErrorCode(104);
+    pub const INVALID_VOTER_KEY: ErrorCode = ErrorCode(125);
 
     pub fn name(self) -> &'static str {
         match self.0 {
@@ -31,7 +35,11 @@ impl ErrorCode {
             42 => "INVALID_REQUEST",
             74 => "FENCED_LEADER_EPOCH",
             75 => "UNKNOWN_LEADER_EPOCH",
+            94 => "INCONSISTENT_VOTER_SET",
+            98 => "SNAPSHOT_NOT_FOUND",
+            99 => "POSITION_OUT_OF_RANGE",
             104 => "INCONSISTENT_CLUSTER_ID",
+            125 => "INVALID_VOTER_KEY",
             _ => "UNKNOWN",
         }
     }

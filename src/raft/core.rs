@@ -1,0 +1,1023 @@
+//! The `Raft` struct: its configuration, inputs, the `Ready` of effects, the epoch states and
+//! the transitions between them, timers, and the per-destination request manager. The RPC
+//! handlers live beside it (`election.rs`, `replication.rs`); they change state only through
+//! the `become_*` functions here, so every durable transition passes one place.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use bytes::Bytes;
+
+use super::log_view::{LogInfo, LogView};
+use super::message::{Outbound, Request, RequestId, Response, Token};
+use super::types::{ElectionState, LeaderAndEpoch, OffsetAndEpoch, Prng, ReplicaKey};
+use crate::membership::VoterSet;
+use crate::records::control::{control_batch, ControlRecord, LeaderChangeMessage};
+
+/// Kafka's hard-coded long-poll wait for raft fetches (raft.md §4).
+pub const FETCH_MAX_WAIT_MS: i32 = 500;
+/// Kafka's maximum batch and fetch size for the metadata log (raft.md §4).
+pub const FETCH_MAX_BYTES: i32 = 8 * 1024 * 1024;
+
+/// Timers and identity (raft.md §4). Defaults are Kafka's.
+#[derive(Debug, Clone)]
+pub struct RaftConfig {
+    pub local: ReplicaKey,
+    pub cluster_id: String,
+    pub election_timeout_ms: u64,
+    pub fetch_timeout_ms: u64,
+    pub election_backoff_max_ms: u64,
+    pub request_timeout_ms: u64,
+    pub retry_backoff_ms: u64,
+    pub fetch_max_bytes: i32,
+    /// Seeds the core's PRNG (election jitter).
+    pub seed: u64,
+    /// Deliberate bugs, for proving the simulator's checkers can fail. Never set in production.
+    #[doc(hidden)]
+    pub mutations: Mutations,
+}
+
+impl RaftConfig {
+    pub fn new(local: ReplicaKey, cluster_id: String, seed: u64) -> Self {
+        RaftConfig {
+            local,
+            cluster_id,
+            election_timeout_ms: 1000,
+            fetch_timeout_ms: 2000,
+            election_backoff_max_ms: 1000,
+            request_timeout_ms: 2000,
+            retry_backoff_ms: 20,
+            fetch_max_bytes: FETCH_MAX_BYTES,
+            seed,
+            mutations: Mutations::default(),
+        }
+    }
+}
+
+/// Broken behaviours the simulator must catch (issue: "prove the checkers can fail").
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Mutations {
+    /// Grant standard votes without making them durable.
+    pub vote_not_persisted: bool,
+    /// Count the leader's own log end offset twice in the high-watermark sort.
+    pub leader_counted_twice: bool,
+    /// Take the high watermark from the single most advanced voter.
+    pub high_watermark_from_minority: bool,
+}
+
+/// What can be fed into `step`.
+#[derive(Debug, Clone)]
+pub enum Input {
+    /// Nothing arrived; timers may have expired.
+    Tick,
+    Request {
+        token: Token,
+        request: Request,
+    },
+    Response {
+        id: RequestId,
+        response: Response,
+    },
+    Failure {
+        id: RequestId,
+        failure: super::message::Failure,
+    },
+    /// Graceful shutdown: a leader resigns and tells the voters (raft.md §14).
+    Shutdown,
+    /// The state machine gives up leadership of `epoch` (`resign(epoch)`).
+    Resign {
+        epoch: i32,
+    },
+    /// The runtime wrote snapshot `id` (`size` bytes) at an id `snapshot_id_for` gave.
+    SnapshotCreated {
+        id: OffsetAndEpoch,
+        size: u64,
+    },
+    /// Drop the log below snapshot offset `offset` (raft.md §11.5).
+    DeleteBefore {
+        offset: i64,
+    },
+}
+
+/// A change to the local log, executed by the runtime in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogOp {
+    /// Drop everything from `offset` on.
+    Truncate(i64),
+    /// Whole batches whose offsets and epochs are final; they start at the log end.
+    Append(Bytes),
+    /// Part of a snapshot download: `bytes` at `position` of snapshot `id`'s `.part` file.
+    SnapshotChunk {
+        id: OffsetAndEpoch,
+        position: u64,
+        bytes: Bytes,
+    },
+    /// The download of `id` is complete: fsync, rename, and replace the log with it (empty,
+    /// starting at `id.offset`).
+    SnapshotComplete { id: OffsetAndEpoch },
+    /// Delete log segments wholly below `offset` and snapshots older than the one there.
+    DeleteBefore(i64),
+}
+
+/// Everything the runtime must do after a step, in this order:
+/// 1. persist `election_state` (write, fsync, rename) if present;
+/// 2. execute `log_ops` in order;
+/// 3. send `early_messages` (leader Fetch responses: their records need not be durable);
+/// 4. make the log durable (`must_sync`);
+/// 5. only then send `messages`;
+/// 6. call `Raft::persisted(id)`;
+/// 7. deliver committed batches below `high_watermark`, `load_snapshot` and `leader_change`.
+///
+/// Sending a vote or a Fetch (whose offset the leader counts) before steps 1–4 are durable
+/// breaks Raft safety.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ready {
+    pub id: u64,
+    pub election_state: Option<ElectionState>,
+    pub log_ops: Vec<LogOp>,
+    pub must_sync: bool,
+    pub early_messages: Vec<Outbound>,
+    pub messages: Vec<Outbound>,
+    pub high_watermark: Option<i64>,
+    pub leader_change: Option<LeaderAndEpoch>,
+    pub load_snapshot: Option<OffsetAndEpoch>,
+}
+
+/// A condition after which the replica must stop: continuing could lose committed data.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("raft: {0}")]
+pub struct FatalError(pub String);
+
+/// Why a leader append was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AppendError {
+    #[error("not the leader (epoch {epoch}, leader {leader:?})")]
+    NotLeader { epoch: i32, leader: Option<i32> },
+    #[error("invalid batch: {0}")]
+    InvalidBatch(String),
+}
+
+/// One state per epoch (raft.md §3). The epoch itself lives in `Raft::epoch`.
+#[derive(Debug)]
+pub(super) enum Role {
+    Unattached(Unattached),
+    Prospective(Election),
+    Candidate(Election),
+    Leader(Box<LeaderState>),
+    Follower(FollowerState),
+    Resigned(ResignedState),
+}
+
+#[derive(Debug)]
+pub(super) struct Unattached {
+    pub leader_id: Option<i32>,
+    pub voted: Option<ReplicaKey>,
+    pub election_deadline: u64,
+}
+
+/// Prospective (pre-vote) and Candidate (standard vote) share this shape.
+#[derive(Debug)]
+pub(super) struct Election {
+    /// Prospective only: the last leader known in this epoch and the vote granted in it.
+    pub leader_id: Option<i32>,
+    pub voted: Option<ReplicaKey>,
+    pub granted: BTreeSet<i32>,
+    pub rejected: BTreeSet<i32>,
+    pub election_deadline: u64,
+}
+
+#[derive(Debug)]
+pub(super) struct FollowerState {
+    pub leader_id: i32,
+    pub voted: Option<ReplicaKey>,
+    pub fetch_deadline: u64,
+    /// A successful Fetch from this leader in this epoch (pre-votes are refused after it).
+    pub has_fetched: bool,
+    pub download: Option<Download>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Download {
+    pub id: OffsetAndEpoch,
+    pub written: u64,
+}
+
+#[derive(Debug, Default, Clone)]
+pub(super) struct ReplicaProgress {
+    pub end_offset: Option<i64>,
+    pub last_fetch_ms: Option<u64>,
+    pub last_caught_up_ms: Option<u64>,
+}
+
+#[derive(Debug)]
+pub(super) struct Parked {
+    pub token: Token,
+    pub request: super::message::FetchRequest,
+    pub deadline: u64,
+}
+
+#[derive(Debug)]
+pub(super) struct LeaderState {
+    pub epoch_start_offset: i64,
+    pub high_watermark: Option<i64>,
+    pub replicas: BTreeMap<i32, ReplicaProgress>,
+    pub check_quorum_deadline: u64,
+    pub fetched_voters: BTreeSet<i32>,
+    pub begin_deadline: u64,
+    pub begin_acked: BTreeSet<i32>,
+    pub parked: Vec<Parked>,
+}
+
+#[derive(Debug)]
+pub(super) struct ResignedState {
+    pub election_deadline: u64,
+    pub preferred: Vec<ReplicaKey>,
+    pub unacked: BTreeSet<i32>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(super) struct InFlight {
+    pub id: RequestId,
+    pub deadline: u64,
+    pub epoch: i32,
+}
+
+/// The Raft core for one replica. See `mod.rs` for the transition table and the contract.
+#[derive(Debug)]
+pub struct Raft {
+    pub(super) config: RaftConfig,
+    pub(super) voters: VoterSet,
+    pub(super) epoch: i32,
+    pub(super) role: Role,
+    pub(super) log: LogView,
+    /// The committed bound this replica knows (followers: from the leader; never decreases).
+    pub(super) high_watermark: Option<i64>,
+    pub(super) rng: Prng,
+    pub(super) now_ms: u64,
+    pub(super) next_request_id: RequestId,
+    pub(super) inflight: BTreeMap<i32, InFlight>,
+    pub(super) backoff_until: BTreeMap<i32, u64>,
+    pub(super) shutting_down: bool,
+    // Effects not yet handed out.
+    pub(super) pending_election: Option<ElectionState>,
+    pub(super) log_ops: Vec<LogOp>,
+    pub(super) early: Vec<Outbound>,
+    pub(super) outbox: Vec<Outbound>,
+    pub(super) leader_change: Option<LeaderAndEpoch>,
+    pub(super) load_snapshot: Option<OffsetAndEpoch>,
+    pub(super) reported_high_watermark: i64,
+    pub(super) next_ready_id: u64,
+    pub(super) unpersisted: VecDeque<(u64, i64)>,
+    pub(super) last_leader: LeaderAndEpoch,
+}
+
+impl Raft {
+    /// A core over a recovered log and the election state read from `quorum-state` (`None`
+    /// when the file does not exist). Startup follows raft.md §3's table.
+    pub fn new(
+        config: RaftConfig,
+        voters: VoterSet,
+        stored: Option<ElectionState>,
+        log: &LogInfo,
+        now_ms: u64,
+    ) -> Raft {
+        let log = LogView::new(log);
+        let rng = Prng::new(config.seed);
+        let mut raft = Raft {
+            config,
+            voters,
+            epoch: 0,
+            role: Role::Unattached(Unattached {
+                leader_id: None,
+                voted: None,
+                election_deadline: 0,
+            }),
+            log,
+            high_watermark: None,
+            rng,
+            now_ms,
+            next_request_id: 1,
+            inflight: BTreeMap::new(),
+            backoff_until: BTreeMap::new(),
+            shutting_down: false,
+            pending_election: None,
+            log_ops: Vec::new(),
+            early: Vec::new(),
+            outbox: Vec::new(),
+            leader_change: None,
+            load_snapshot: None,
+            reported_high_watermark: -1,
+            next_ready_id: 1,
+            unpersisted: VecDeque::new(),
+            last_leader: LeaderAndEpoch {
+                leader_id: None,
+                epoch: 0,
+            },
+        };
+        raft.initialize(stored.unwrap_or(ElectionState::unattached(0)));
+        raft
+    }
+
+    fn initialize(&mut self, stored: ElectionState) {
+        let now = self.now_ms;
+        let local = self.config.local;
+        let log_epoch = self.log.last_fetched_epoch();
+        self.epoch = stored.epoch;
+        let deadline = self.random_election_deadline(now);
+        if stored.epoch < log_epoch {
+            self.epoch = log_epoch;
+            self.set_role(Role::Unattached(Unattached {
+                leader_id: None,
+                voted: None,
+                election_deadline: deadline,
+            }));
+            self.persist_election_state();
+        } else if stored.leader_id == Some(local.id) {
+            // Never lead or vote again in the epoch we led: our unflushed suffix may be gone.
+            let preferred = self.preferred_successors();
+            let unacked = preferred.iter().map(|k| k.id).collect();
+            self.set_role(Role::Resigned(ResignedState {
+                election_deadline: deadline,
+                preferred,
+                unacked,
+            }));
+        } else if stored.voted_key.is_some_and(|k| k.matches(&local)) && self.is_voter() {
+            self.set_role(Role::Candidate(Election {
+                leader_id: None,
+                voted: Some(local),
+                granted: BTreeSet::from([local.id]),
+                rejected: BTreeSet::new(),
+                election_deadline: deadline,
+            }));
+        } else if let Some(leader) = stored.leader_id.filter(|l| self.voters.contains_id(*l)) {
+            self.set_role(Role::Follower(FollowerState {
+                leader_id: leader,
+                voted: stored.voted_key,
+                fetch_deadline: now + self.config.fetch_timeout_ms,
+                has_fetched: false,
+                download: None,
+            }));
+        } else {
+            self.set_role(Role::Unattached(Unattached {
+                leader_id: stored.leader_id,
+                voted: stored.voted_key,
+                election_deadline: deadline,
+            }));
+        }
+        if self.voters.is_only_voter(&local) && !matches!(self.role, Role::Leader(_)) {
+            self.become_candidate();
+        }
+        self.poll();
+    }
+
+    // ---- Public surface -------------------------------------------------------------------
+
+    /// Feeds one input at time `now_ms` (monotonic milliseconds; a clock that goes backwards
+    /// is treated as standing still).
+    pub fn step(&mut self, now_ms: u64, input: Input) -> Result<(), FatalError> {
+        self.now_ms = self.now_ms.max(now_ms);
+        match input {
+            Input::Tick => {}
+            Input::Request { token, request } => self.handle_request(token, request)?,
+            Input::Response { id, response } => self.handle_response(id, response)?,
+            Input::Failure { id, failure } => self.handle_failure(id, failure),
+            Input::Shutdown => self.begin_shutdown(),
+            Input::Resign { epoch } => {
+                if epoch == self.epoch && matches!(self.role, Role::Leader(_)) {
+                    self.become_resigned();
+                }
+            }
+            Input::SnapshotCreated { id, size } => self.log.snapshot_added(id, size),
+            Input::DeleteBefore { offset } => self.delete_before(offset),
+        }
+        self.poll();
+        Ok(())
+    }
+
+    /// The effects accumulated since the last call, or `None` when there are none.
+    pub fn ready(&mut self) -> Option<Ready> {
+        if self.pending_election.is_some() {
+            // A new election state must be durable before anything is sent.
+            let early = std::mem::take(&mut self.early);
+            self.outbox.splice(0..0, early);
+        }
+        let hwm = self.high_watermark.filter(|h| *h > self.reported_high_watermark);
+        let nothing = self.pending_election.is_none()
+            && self.log_ops.is_empty()
+            && self.early.is_empty()
+            && self.outbox.is_empty()
+            && hwm.is_none()
+            && self.leader_change.is_none()
+            && self.load_snapshot.is_none();
+        if nothing {
+            return None;
+        }
+        let id = self.next_ready_id;
+        self.next_ready_id += 1;
+        if let Some(h) = hwm {
+            self.reported_high_watermark = h;
+        }
+        let must_sync = !self.log_ops.is_empty();
+        if must_sync {
+            self.unpersisted.push_back((id, self.log.end_offset()));
+        }
+        Some(Ready {
+            id,
+            election_state: self.pending_election.take(),
+            log_ops: std::mem::take(&mut self.log_ops),
+            must_sync,
+            early_messages: std::mem::take(&mut self.early),
+            messages: std::mem::take(&mut self.outbox),
+            high_watermark: hwm,
+            leader_change: self.leader_change.take(),
+            load_snapshot: self.load_snapshot.take(),
+        })
+    }
+
+    /// The runtime made `Ready` `id` durable (its log operations are fsynced).
+    pub fn persisted(&mut self, id: u64) {
+        while let Some(&(ready, end)) = self.unpersisted.front() {
+            if ready > id {
+                break;
+            }
+            self.unpersisted.pop_front();
+            self.log.flushed_to(end);
+        }
+        if matches!(self.role, Role::Leader(_)) {
+            self.update_leader_high_watermark();
+            self.poll();
+        }
+    }
+
+    /// When the core next needs a `Tick`, in the caller's milliseconds.
+    pub fn deadline_ms(&self) -> u64 {
+        let mut next = match &self.role {
+            Role::Unattached(s) => s.election_deadline,
+            Role::Prospective(s) | Role::Candidate(s) => s.election_deadline,
+            Role::Follower(s) => s.fetch_deadline,
+            Role::Resigned(s) => s.election_deadline,
+            Role::Leader(s) => {
+                let parked = s.parked.iter().map(|p| p.deadline).min();
+                let timers = s.check_quorum_deadline.min(s.begin_deadline);
+                parked.map_or(timers, |p| p.min(timers))
+            }
+        };
+        for f in self.inflight.values() {
+            next = next.min(f.deadline);
+        }
+        for until in self.backoff_until.values() {
+            if *until > self.now_ms {
+                next = next.min(*until);
+            }
+        }
+        next.max(self.now_ms)
+    }
+
+    /// Appends `batches` (whole v2 batches, offsets to be assigned) as leader. Returns the
+    /// first and last offsets; they are committed once `high_watermark` passes the last.
+    pub fn append(&mut self, mut batches: Vec<u8>) -> Result<(i64, i64), AppendError> {
+        if !matches!(self.role, Role::Leader(_)) || self.shutting_down {
+            return Err(AppendError::NotLeader {
+                epoch: self.epoch,
+                leader: self.leader_id(),
+            });
+        }
+        let first = self.log.end_offset();
+        let mut next = first;
+        let mut position = 0;
+        while position < batches.len() {
+            let (len, count) = {
+                let (batch, _) = crate::records::batch::Batch::parse(&batches[position..])
+                    .map_err(|e| AppendError::InvalidBatch(e.to_string()))?;
+                (batch.len(), batch.last_offset() - batch.base_offset() + 1)
+            };
+            crate::records::batch::assign_in_place(
+                &mut batches[position..position + len],
+                next,
+                self.epoch,
+            );
+            next += count;
+            position += len;
+        }
+        if next == first {
+            return Err(AppendError::InvalidBatch("no batches".into()));
+        }
+        self.log.appended(first, next, self.epoch);
+        self.log_ops.push(LogOp::Append(Bytes::from(batches)));
+        self.complete_parked_fetches(false);
+        Ok((first, next - 1))
+    }
+
+    /// The id of a snapshot ending at `offset` (exclusive), if one may be written there
+    /// (raft.md §11.3; the runtime checks that `offset` is a batch boundary).
+    pub fn snapshot_id_for(&self, offset: i64) -> Result<OffsetAndEpoch, String> {
+        let hwm = self.high_watermark().unwrap_or(0);
+        if offset > hwm {
+            return Err(format!("offset {offset} is above the high watermark {hwm}"));
+        }
+        if offset <= self.log.start_offset() {
+            return Err(format!("offset {offset} is not past the log start"));
+        }
+        let epoch = self
+            .log
+            .epoch_ending_at(offset)
+            .ok_or_else(|| format!("no epoch covers offset {offset}"))?;
+        let id = OffsetAndEpoch::new(offset, epoch);
+        if self.log.snapshot_size(id).is_some() {
+            return Err(format!("snapshot {offset}-{epoch} exists"));
+        }
+        Ok(id)
+    }
+
+    pub fn epoch(&self) -> i32 {
+        self.epoch
+    }
+
+    pub fn leader_id(&self) -> Option<i32> {
+        match &self.role {
+            Role::Leader(_) | Role::Resigned(_) => Some(self.config.local.id),
+            Role::Follower(s) => Some(s.leader_id),
+            Role::Unattached(s) => s.leader_id,
+            Role::Prospective(s) => s.leader_id,
+            Role::Candidate(_) => None,
+        }
+    }
+
+    /// The committed bound: a leader's own once known, else what the leader told us.
+    pub fn high_watermark(&self) -> Option<i64> {
+        match &self.role {
+            Role::Leader(s) => s.high_watermark,
+            _ => self.high_watermark,
+        }
+    }
+
+    pub fn is_leader(&self) -> bool {
+        matches!(self.role, Role::Leader(_))
+    }
+
+    pub fn state_name(&self) -> &'static str {
+        match &self.role {
+            Role::Unattached(_) => "Unattached",
+            Role::Prospective(_) => "Prospective",
+            Role::Candidate(_) => "Candidate",
+            Role::Leader(_) => "Leader",
+            Role::Follower(_) => "Follower",
+            Role::Resigned(_) => "Resigned",
+        }
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        self.log.start_offset()
+    }
+
+    pub fn log_end_offset(&self) -> i64 {
+        self.log.end_offset()
+    }
+
+    pub fn flushed_offset(&self) -> i64 {
+        self.log.flushed_offset()
+    }
+
+    pub fn local(&self) -> ReplicaKey {
+        self.config.local
+    }
+
+    pub fn voters(&self) -> &VoterSet {
+        &self.voters
+    }
+
+    /// A graceful shutdown may finish: no resignation is still being announced.
+    pub fn shutdown_complete(&self) -> bool {
+        match &self.role {
+            Role::Resigned(s) => s.unacked.is_empty(),
+            Role::Leader(_) => !self.shutting_down,
+            _ => true,
+        }
+    }
+
+    // ---- Transitions (raft.md §3) ---------------------------------------------------------
+
+    pub(super) fn is_voter(&self) -> bool {
+        self.voters.contains_key(&self.config.local)
+    }
+
+    pub(super) fn random_election_deadline(&mut self, now: u64) -> u64 {
+        let t = self.config.election_timeout_ms;
+        now + t + self.rng.below(t)
+    }
+
+    fn set_role(&mut self, role: Role) {
+        if let Role::Leader(old) = &mut self.role {
+            // Parked fetches cannot outlive leadership (raft.md §7.2 step 8).
+            let parked = std::mem::take(&mut old.parked);
+            self.role = role;
+            for p in parked {
+                let response = self.fetch_error(super::message::FetchRequest::clone(&p.request));
+                self.respond(p.token, Response::Fetch(response));
+            }
+        } else {
+            self.role = role;
+        }
+        self.inflight.clear();
+        self.note_leader();
+    }
+
+    fn note_leader(&mut self) {
+        let now = LeaderAndEpoch {
+            leader_id: match &self.role {
+                Role::Leader(_) => Some(self.config.local.id),
+                Role::Follower(s) => Some(s.leader_id),
+                _ => None,
+            },
+            epoch: self.epoch,
+        };
+        if now != self.last_leader {
+            self.last_leader = now;
+            self.leader_change = Some(now);
+        }
+    }
+
+    pub(super) fn persist_election_state(&mut self) {
+        let (leader_id, voted_key) = match &self.role {
+            Role::Unattached(s) => (s.leader_id, s.voted),
+            Role::Prospective(s) => (s.leader_id, s.voted),
+            Role::Candidate(_) => (None, Some(self.config.local)),
+            Role::Leader(_) => (Some(self.config.local.id), None),
+            Role::Follower(s) => (Some(s.leader_id), s.voted),
+            Role::Resigned(_) => return,
+        };
+        self.pending_election = Some(ElectionState {
+            epoch: self.epoch,
+            leader_id,
+            voted_key,
+        });
+    }
+
+    pub(super) fn become_unattached(&mut self, epoch: i32, leader_id: Option<i32>) {
+        assert!(epoch >= self.epoch, "epochs never decrease");
+        let voted = if epoch == self.epoch {
+            self.voted_key()
+        } else {
+            None
+        };
+        self.epoch = epoch;
+        let election_deadline = self.random_election_deadline(self.now_ms);
+        self.set_role(Role::Unattached(Unattached {
+            leader_id,
+            voted,
+            election_deadline,
+        }));
+        self.persist_election_state();
+    }
+
+    /// Unattached(epoch) with a granted standard vote, durable before the response.
+    pub(super) fn record_vote(&mut self, candidate: ReplicaKey) {
+        let election_deadline = self.random_election_deadline(self.now_ms);
+        match &mut self.role {
+            Role::Prospective(s) => s.voted = Some(candidate),
+            _ => {
+                let leader_id = self.leader_id();
+                self.set_role(Role::Unattached(Unattached {
+                    leader_id,
+                    voted: Some(candidate),
+                    election_deadline,
+                }));
+            }
+        }
+        if !self.config.mutations.vote_not_persisted {
+            self.persist_election_state();
+        }
+    }
+
+    pub(super) fn become_follower(&mut self, epoch: i32, leader_id: i32) {
+        assert!(epoch >= self.epoch, "epochs never decrease");
+        assert_ne!(leader_id, self.config.local.id, "following ourselves");
+        let voted = if epoch == self.epoch {
+            self.voted_key()
+        } else {
+            None
+        };
+        self.epoch = epoch;
+        self.set_role(Role::Follower(FollowerState {
+            leader_id,
+            voted,
+            fetch_deadline: self.now_ms + self.config.fetch_timeout_ms,
+            has_fetched: false,
+            download: None,
+        }));
+        self.persist_election_state();
+    }
+
+    pub(super) fn become_prospective(&mut self) {
+        debug_assert!(self.is_voter());
+        let (leader_id, voted) = (self.leader_id(), self.voted_key());
+        let election_deadline = self.random_election_deadline(self.now_ms);
+        self.set_role(Role::Prospective(Election {
+            leader_id,
+            voted,
+            granted: BTreeSet::from([self.config.local.id]),
+            rejected: BTreeSet::new(),
+            election_deadline,
+        }));
+        if self.voters.majority() <= 1 {
+            self.become_candidate();
+        }
+    }
+
+    pub(super) fn become_candidate(&mut self) {
+        debug_assert!(self.is_voter());
+        self.epoch += 1;
+        let election_deadline = self.random_election_deadline(self.now_ms);
+        self.set_role(Role::Candidate(Election {
+            leader_id: None,
+            voted: Some(self.config.local),
+            granted: BTreeSet::from([self.config.local.id]),
+            rejected: BTreeSet::new(),
+            election_deadline,
+        }));
+        self.persist_election_state();
+        if self.voters.majority() <= 1 {
+            self.become_leader();
+        }
+    }
+
+    pub(super) fn become_leader(&mut self) {
+        let granting_voters = match &self.role {
+            Role::Candidate(s) => s.granted.iter().copied().collect(),
+            _ => vec![self.config.local.id],
+        };
+        let now = self.now_ms;
+        let epoch_start_offset = self.log.end_offset();
+        let replicas = self
+            .voters
+            .ids()
+            .filter(|id| *id != self.config.local.id)
+            .map(|id| (id, ReplicaProgress::default()))
+            .collect();
+        self.set_role(Role::Leader(Box::new(LeaderState {
+            epoch_start_offset,
+            high_watermark: None,
+            replicas,
+            check_quorum_deadline: now + self.check_quorum_timeout_ms(),
+            fetched_voters: BTreeSet::new(),
+            begin_deadline: now,
+            begin_acked: BTreeSet::new(),
+            parked: Vec::new(),
+        })));
+        self.persist_election_state();
+        let change = ControlRecord::LeaderChange(LeaderChangeMessage {
+            leader_id: self.config.local.id,
+            voters: self.voters.ids().collect(),
+            granting_voters,
+        });
+        let batch = control_batch(epoch_start_offset, self.epoch, now as i64, &[change]);
+        self.log
+            .appended(epoch_start_offset, epoch_start_offset + 1, self.epoch);
+        self.log_ops.push(LogOp::Append(Bytes::from(batch)));
+        self.update_leader_high_watermark();
+    }
+
+    pub(super) fn become_resigned(&mut self) {
+        let preferred = self.preferred_successors();
+        let unacked = preferred.iter().map(|k| k.id).collect();
+        let election_deadline = self.random_election_deadline(self.now_ms);
+        self.set_role(Role::Resigned(ResignedState {
+            election_deadline,
+            preferred,
+            unacked,
+        }));
+    }
+
+    /// Other voters, best replicated first (raft.md §6.4).
+    fn preferred_successors(&self) -> Vec<ReplicaKey> {
+        let progress = |id: i32| match &self.role {
+            Role::Leader(s) => s.replicas.get(&id).and_then(|r| r.end_offset),
+            _ => None,
+        };
+        let mut others: Vec<_> = self
+            .voters
+            .voters()
+            .iter()
+            .filter(|v| v.key.id != self.config.local.id)
+            .map(|v| (progress(v.key.id), v.key))
+            .collect();
+        others.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        others.into_iter().map(|(_, k)| k).collect()
+    }
+
+    pub(super) fn voted_key(&self) -> Option<ReplicaKey> {
+        match &self.role {
+            Role::Unattached(s) => s.voted,
+            Role::Prospective(s) => s.voted,
+            Role::Candidate(_) => Some(self.config.local),
+            Role::Follower(s) => s.voted,
+            Role::Leader(_) | Role::Resigned(_) => None,
+        }
+    }
+
+    pub(super) fn check_quorum_timeout_ms(&self) -> u64 {
+        self.config.fetch_timeout_ms * 3 / 2
+    }
+
+    /// raft.md §9 step 4 / §6.3 step 4: follow what a peer says about leader and epoch.
+    pub(super) fn maybe_transition(&mut self, leader: i32, epoch: i32) -> Result<(), FatalError> {
+        let local = self.config.local.id;
+        if epoch > self.epoch {
+            if leader >= 0 && leader != local && self.voters.contains_id(leader) {
+                self.become_follower(epoch, leader);
+            } else if leader == local {
+                return Err(FatalError(format!(
+                    "a peer names this node leader of epoch {epoch}, above ours {}",
+                    self.epoch
+                )));
+            } else {
+                self.become_unattached(epoch, (leader >= 0).then_some(leader));
+            }
+            return Ok(());
+        }
+        if epoch < self.epoch || leader < 0 {
+            return Ok(());
+        }
+        // A Prospective keeps the leader it followed: hearing of that leader again is no news.
+        match self.leader_id() {
+            Some(known) if known == leader => {
+                let attach = matches!(self.role, Role::Unattached(_));
+                if attach && leader != local && self.voters.contains_id(leader) {
+                    self.become_follower(epoch, leader);
+                }
+                Ok(())
+            }
+            Some(known) => Err(FatalError(format!(
+                "epoch {epoch} has two leaders: {known} and {leader}"
+            ))),
+            None if leader == local => Err(FatalError(format!(
+                "a peer names this node leader of epoch {epoch}, but it is {}",
+                self.state_name()
+            ))),
+            None if self.voters.contains_id(leader) => {
+                self.become_follower(epoch, leader);
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
+    fn begin_shutdown(&mut self) {
+        self.shutting_down = true;
+        if matches!(self.role, Role::Leader(_)) {
+            self.become_resigned();
+        }
+    }
+
+    fn delete_before(&mut self, offset: i64) {
+        let allowed = self.log.start_offset() < offset
+            && self.log.latest_snapshot().is_some_and(|s| offset <= s.offset)
+            && self.log.has_snapshot_at(offset);
+        if allowed && offset <= self.log.end_offset() {
+            self.log.start_moved_to(offset);
+            self.log_ops.push(LogOp::DeleteBefore(offset));
+        }
+    }
+
+    // ---- Outbound requests ----------------------------------------------------------------
+
+    pub(super) fn can_send(&self, to: i32) -> bool {
+        !self.inflight.contains_key(&to)
+            && self
+                .backoff_until
+                .get(&to)
+                .is_none_or(|until| *until <= self.now_ms)
+    }
+
+    pub(super) fn send(&mut self, to: i32, request: Request) {
+        let id = self.next_request_id;
+        self.next_request_id += 1;
+        let deadline = self.now_ms + self.config.request_timeout_ms;
+        self.inflight.insert(
+            to,
+            InFlight {
+                id,
+                deadline,
+                epoch: self.epoch,
+            },
+        );
+        self.outbox.push(Outbound::Request { id, to, request });
+    }
+
+    pub(super) fn respond(&mut self, token: Token, response: Response) {
+        self.outbox.push(Outbound::Response { token, response });
+    }
+
+    pub(super) fn backoff(&mut self, to: i32) {
+        let until = self.now_ms + self.config.retry_backoff_ms;
+        self.backoff_until.insert(to, until);
+    }
+
+    /// Removes and returns the destination of in-flight request `id`, if it is current.
+    pub(super) fn take_inflight(&mut self, id: RequestId) -> Option<(i32, InFlight)> {
+        let (to, f) = self.inflight.iter().find(|(_, f)| f.id == id)?;
+        let (to, f) = (*to, *f);
+        self.inflight.remove(&to);
+        Some((to, f))
+    }
+
+    fn handle_failure(&mut self, id: RequestId, failure: super::message::Failure) {
+        let Some((to, flight)) = self.take_inflight(id) else {
+            return;
+        };
+        let prevote = matches!(self.role, Role::Prospective(_)) && flight.epoch == self.epoch;
+        if prevote && failure == super::message::Failure::UnsupportedVersion {
+            // The peer cannot carry PreVote (no Vote v2): standard Raft (raft.md §5.6).
+            self.become_candidate();
+            return;
+        }
+        self.backoff(to);
+    }
+
+    // ---- Timers ---------------------------------------------------------------------------
+
+    /// Runs expired timers and sends what the current state wants sent.
+    pub(super) fn poll(&mut self) {
+        let now = self.now_ms;
+        let expired: Vec<i32> = self
+            .inflight
+            .iter()
+            .filter(|(_, f)| f.deadline <= now)
+            .map(|(to, _)| *to)
+            .collect();
+        for to in expired {
+            self.inflight.remove(&to);
+            self.backoff(to);
+        }
+        self.backoff_until.retain(|_, until| *until > now);
+        match &self.role {
+            Role::Unattached(s) if s.election_deadline <= now => {
+                if self.is_voter() && !self.shutting_down {
+                    self.become_prospective();
+                } else {
+                    let deadline = self.random_election_deadline(now);
+                    if let Role::Unattached(s) = &mut self.role {
+                        s.election_deadline = deadline;
+                    }
+                }
+            }
+            Role::Prospective(s) if s.election_deadline <= now => self.election_lost(),
+            Role::Candidate(s) if s.election_deadline <= now => self.become_prospective(),
+            Role::Follower(s) if s.fetch_deadline <= now => {
+                if self.is_voter() && !self.shutting_down {
+                    self.become_prospective();
+                } else if let Role::Follower(s) = &mut self.role {
+                    s.fetch_deadline = now + self.config.fetch_timeout_ms;
+                }
+            }
+            Role::Resigned(s) if s.election_deadline <= now => {
+                let epoch = self.epoch + 1;
+                self.become_unattached(epoch, None);
+                if self.is_voter() && !self.shutting_down {
+                    self.become_prospective();
+                }
+            }
+            _ => {}
+        }
+        self.poll_sends();
+    }
+
+    /// A Prospective that lost or timed out (raft.md §3).
+    pub(super) fn election_lost(&mut self) {
+        let (leader, voted) = match &self.role {
+            Role::Prospective(s) => (s.leader_id, s.voted),
+            _ => return,
+        };
+        match leader.filter(|l| self.voters.contains_id(*l)) {
+            Some(l) => {
+                let epoch = self.epoch;
+                self.become_follower(epoch, l);
+            }
+            None => {
+                let election_deadline = self.random_election_deadline(self.now_ms);
+                self.set_role(Role::Unattached(Unattached {
+                    leader_id: leader,
+                    voted,
+                    election_deadline,
+                }));
+            }
+        }
+    }
+
+    fn poll_sends(&mut self) {
+        match &self.role {
+            Role::Prospective(_) | Role::Candidate(_) => self.send_votes(),
+            Role::Follower(_) => self.send_fetch(),
+            Role::Leader(_) => self.poll_leader(),
+            Role::Resigned(_) => self.send_end_quorum_epochs(),
+            Role::Unattached(_) => {}
+        }
+    }
+
+    pub(super) fn leader_mut(&mut self) -> Option<&mut LeaderState> {
+        match &mut self.role {
+            Role::Leader(s) => Some(s),
+            _ => None,
+        }
+    }
+}

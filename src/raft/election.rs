@@ -1,0 +1,452 @@
+//! Elections: Vote (standard and pre-vote), BeginQuorumEpoch and EndQuorumEpoch, both as
+//! receiver and sender, and the response handling every RPC shares (raft.md §5, §6, §9).
+
+use super::core::{FatalError, Raft, Role};
+use super::message::{
+    BeginQuorumEpochRequest, EndQuorumEpochRequest, EpochResponse, Request, RequestId, Response,
+    Token, VoteRequest, VoteResponse,
+};
+use super::types::{OffsetAndEpoch, ReplicaKey};
+use crate::protocol::errors::ErrorCode;
+
+impl Raft {
+    pub(super) fn handle_request(&mut self, token: Token, request: Request) -> Result<(), FatalError> {
+        match request {
+            Request::Vote(r) => self.handle_vote_request(token, r),
+            Request::BeginQuorumEpoch(r) => self.handle_begin_quorum_epoch_request(token, r),
+            Request::EndQuorumEpoch(r) => self.handle_end_quorum_epoch_request(token, r),
+            Request::Fetch(r) => {
+                self.handle_fetch_request(token, r);
+                Ok(())
+            }
+            Request::FetchSnapshot(r) => {
+                self.handle_fetch_snapshot_request(token, r);
+                Ok(())
+            }
+        }
+    }
+
+    /// A present cluster id must equal ours; an empty one is wrong too (raft.md §5.3 step 1).
+    pub(super) fn cluster_id_ok(&self, cluster_id: &Option<String>) -> bool {
+        cluster_id
+            .as_deref()
+            .is_none_or(|id| id == self.config.cluster_id)
+    }
+
+    fn leader_endpoints(&self) -> Vec<super::types::Endpoint> {
+        self.leader_id()
+            .and_then(|id| self.voters.get(id))
+            .map(|v| v.endpoints.clone())
+            .unwrap_or_default()
+    }
+
+    fn vote_response(&self, error: ErrorCode, partition_error: ErrorCode, granted: bool) -> Response {
+        Response::Vote(VoteResponse {
+            error,
+            partition_error,
+            leader_id: self.leader_id().unwrap_or(-1),
+            leader_epoch: self.epoch,
+            vote_granted: granted,
+            leader_endpoints: self.leader_endpoints(),
+        })
+    }
+
+    pub(super) fn epoch_response(&self, error: ErrorCode, partition_error: ErrorCode) -> EpochResponse {
+        EpochResponse {
+            error,
+            partition_error,
+            leader_id: self.leader_id().unwrap_or(-1),
+            leader_epoch: self.epoch,
+            leader_endpoints: self.leader_endpoints(),
+        }
+    }
+
+    /// Whether a request addressed to `voter` reached the right replica (KAFKA-17426).
+    fn addressed_to_us(&self, voter: &ReplicaKey) -> bool {
+        let local = self.config.local;
+        let id_ok = voter.id < 0 || voter.id == local.id;
+        let dir_ok = match (voter.directory_id, local.directory_id) {
+            (Some(theirs), Some(ours)) => theirs == ours,
+            _ => true,
+        };
+        id_ok && dir_ok
+    }
+
+    /// raft.md §5.3: validation order, then the grant rules of §5.4.
+    fn handle_vote_request(&mut self, token: Token, r: VoteRequest) -> Result<(), FatalError> {
+        if !self.cluster_id_ok(&r.cluster_id) {
+            let resp = self.vote_response(ErrorCode::INCONSISTENT_CLUSTER_ID, ErrorCode::NONE, false);
+            self.respond(token, resp);
+            return Ok(());
+        }
+        let bad_epoch = if r.pre_vote {
+            r.last_offset_epoch > r.replica_epoch
+        } else {
+            r.last_offset_epoch >= r.replica_epoch
+        };
+        if r.last_offset < 0 || r.last_offset_epoch < 0 || bad_epoch || r.candidate.id < 0 {
+            let resp = self.vote_response(ErrorCode::NONE, ErrorCode::INVALID_REQUEST, false);
+            self.respond(token, resp);
+            return Ok(());
+        }
+        if r.replica_epoch < self.epoch {
+            let resp = self.vote_response(ErrorCode::NONE, ErrorCode::FENCED_LEADER_EPOCH, false);
+            self.respond(token, resp);
+            return Ok(());
+        }
+        if r.replica_epoch > self.epoch {
+            self.become_unattached(r.replica_epoch, None);
+        }
+        if !self.addressed_to_us(&r.voter) {
+            let resp = self.vote_response(ErrorCode::NONE, ErrorCode::INVALID_VOTER_KEY, false);
+            self.respond(token, resp);
+            return Ok(());
+        }
+        let theirs = OffsetAndEpoch::new(r.last_offset, r.last_offset_epoch);
+        let ours = self.log.last_offset_and_epoch();
+        let up_to_date = (theirs.epoch, theirs.offset) >= (ours.epoch, ours.offset);
+        let granted = self.may_grant(&r, up_to_date);
+        if granted && !r.pre_vote && self.voted_key().is_none() {
+            self.record_vote(r.candidate);
+        }
+        let resp = self.vote_response(ErrorCode::NONE, ErrorCode::NONE, granted);
+        self.respond(token, resp);
+        Ok(())
+    }
+
+    /// raft.md §5.4.
+    fn may_grant(&self, r: &VoteRequest, up_to_date: bool) -> bool {
+        match &self.role {
+            Role::Leader(_) => false,
+            Role::Candidate(_) | Role::Resigned(_) => r.pre_vote && up_to_date,
+            Role::Follower(s) => r.pre_vote && up_to_date && !s.has_fetched,
+            Role::Unattached(_) | Role::Prospective(_) => {
+                if r.pre_vote {
+                    return up_to_date;
+                }
+                match (self.voted_key(), self.leader_id()) {
+                    (Some(voted), _) => {
+                        voted.id == r.candidate.id
+                            && (voted.directory_id.is_none()
+                                || voted.directory_id == r.candidate.directory_id)
+                    }
+                    (None, Some(_)) => false,
+                    (None, None) => up_to_date,
+                }
+            }
+        }
+    }
+
+    /// raft.md §6.3.
+    fn handle_begin_quorum_epoch_request(
+        &mut self,
+        token: Token,
+        r: BeginQuorumEpochRequest,
+    ) -> Result<(), FatalError> {
+        if let Some(error) = self.check_epoch_request(&r.cluster_id, r.leader_id, r.leader_epoch) {
+            let resp = self.epoch_response_with(error);
+            self.respond(token, Response::BeginQuorumEpoch(resp));
+            return Ok(());
+        }
+        self.maybe_transition(r.leader_id, r.leader_epoch)?;
+        let error = if self.addressed_to_us(&r.voter) {
+            ErrorCode::NONE
+        } else {
+            ErrorCode::INVALID_VOTER_KEY
+        };
+        let resp = self.epoch_response(ErrorCode::NONE, error);
+        self.respond(token, Response::BeginQuorumEpoch(resp));
+        Ok(())
+    }
+
+    /// raft.md §6.4, receiver side.
+    fn handle_end_quorum_epoch_request(
+        &mut self,
+        token: Token,
+        r: EndQuorumEpochRequest,
+    ) -> Result<(), FatalError> {
+        if let Some(error) = self.check_epoch_request(&r.cluster_id, r.leader_id, r.leader_epoch) {
+            let resp = self.epoch_response_with(error);
+            self.respond(token, Response::EndQuorumEpoch(resp));
+            return Ok(());
+        }
+        self.maybe_transition(r.leader_id, r.leader_epoch)?;
+        let local = self.config.local;
+        let position = r.preferred_candidates.iter().position(|k| k.matches(&local));
+        let wait = self.end_quorum_backoff_ms(position, r.preferred_candidates.len());
+        let now = self.now_ms;
+        if let Role::Follower(s) = &mut self.role {
+            if s.leader_id == r.leader_id {
+                s.fetch_deadline = s.fetch_deadline.min(now + wait);
+                // The leader is gone: pre-votes for its successor may be granted again
+                // (KAFKA-20895).
+                s.has_fetched = false;
+            }
+        }
+        let resp = self.epoch_response(ErrorCode::NONE, ErrorCode::NONE);
+        self.respond(token, Response::EndQuorumEpoch(resp));
+        Ok(())
+    }
+
+    /// Strict exponential backoff by position in the preferred list (raft.md §4).
+    fn end_quorum_backoff_ms(&self, position: Option<usize>, n: usize) -> u64 {
+        let max = self.config.election_backoff_max_ms;
+        match position {
+            Some(0) => 0,
+            Some(p) if p < n => {
+                let shift = (n - 1).min(63) as u32;
+                max.min((max >> shift) << (p - 1).min(63))
+            }
+            _ => max,
+        }
+    }
+
+    /// Shared checks of BeginQuorumEpoch / EndQuorumEpoch requests: (top, partition) errors.
+    fn check_epoch_request(
+        &self,
+        cluster_id: &Option<String>,
+        leader_id: i32,
+        leader_epoch: i32,
+    ) -> Option<(ErrorCode, ErrorCode)> {
+        if !self.cluster_id_ok(cluster_id) {
+            return Some((ErrorCode::INCONSISTENT_CLUSTER_ID, ErrorCode::NONE));
+        }
+        if leader_epoch < self.epoch {
+            return Some((ErrorCode::NONE, ErrorCode::FENCED_LEADER_EPOCH));
+        }
+        if leader_id < 0 {
+            return Some((ErrorCode::NONE, ErrorCode::INVALID_REQUEST));
+        }
+        None
+    }
+
+    fn epoch_response_with(&self, (error, partition_error): (ErrorCode, ErrorCode)) -> EpochResponse {
+        self.epoch_response(error, partition_error)
+    }
+
+    // ---- Responses ------------------------------------------------------------------------
+
+    pub(super) fn handle_response(&mut self, id: RequestId, response: Response) -> Result<(), FatalError> {
+        let Some((from, flight)) = self.take_inflight(id) else {
+            return Ok(()); // Timed out, or sent in a state we have left.
+        };
+        if !self.handle_response_common(from, &response)? {
+            return Ok(());
+        }
+        match response {
+            Response::Vote(r) => self.handle_vote_response(from, flight.epoch, r),
+            Response::BeginQuorumEpoch(_) => {
+                if let Some(s) = self.leader_mut() {
+                    s.begin_acked.insert(from);
+                }
+            }
+            Response::EndQuorumEpoch(_) => {
+                if let Role::Resigned(s) = &mut self.role {
+                    s.unacked.remove(&from);
+                }
+            }
+            Response::Fetch(r) => self.handle_fetch_response(from, r)?,
+            Response::FetchSnapshot(r) => self.handle_fetch_snapshot_response(from, r)?,
+        }
+        Ok(())
+    }
+
+    /// raft.md §9. Returns whether the body should be processed.
+    fn handle_response_common(&mut self, from: i32, response: &Response) -> Result<bool, FatalError> {
+        let (error, partition_error) = response.errors();
+        if error != ErrorCode::NONE {
+            self.backoff(from);
+            return Ok(false);
+        }
+        let (leader, epoch, _) = response.leader();
+        if epoch < self.epoch || partition_error == ErrorCode::UNKNOWN_LEADER_EPOCH {
+            return Ok(false);
+        }
+        let fenced = partition_error == ErrorCode::FENCED_LEADER_EPOCH
+            || partition_error == ErrorCode::NOT_LEADER_OR_FOLLOWER;
+        if epoch > self.epoch || fenced {
+            self.maybe_transition(leader, epoch)?;
+            if fenced {
+                self.backoff(from);
+            }
+            return Ok(false);
+        }
+        self.maybe_transition(leader, epoch)?;
+        if partition_error != ErrorCode::NONE {
+            self.backoff(from);
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn handle_vote_response(&mut self, from: i32, sent_epoch: i32, r: VoteResponse) {
+        if sent_epoch != self.epoch {
+            return;
+        }
+        let majority = self.voters.majority();
+        let voters = self.voters.len();
+        let outcome = match &mut self.role {
+            Role::Prospective(s) | Role::Candidate(s) => {
+                if r.vote_granted {
+                    s.granted.insert(from);
+                } else {
+                    s.rejected.insert(from);
+                }
+                if s.granted.len() >= majority {
+                    Some(true)
+                } else if s.rejected.len() > voters - majority {
+                    Some(false)
+                } else {
+                    None
+                }
+            }
+            _ => None,
+        };
+        match (outcome, &self.role) {
+            (Some(true), Role::Prospective(_)) => self.become_candidate(),
+            (Some(true), Role::Candidate(_)) => self.become_leader(),
+            (Some(false), Role::Prospective(_)) => self.election_lost(),
+            // A Candidate that lost waits for its timeout, then tries again as Prospective.
+            _ => {}
+        }
+    }
+
+    pub(super) fn send_votes(&mut self) {
+        let (pre_vote, asked): (bool, Vec<i32>) = match &self.role {
+            Role::Prospective(s) => (true, s.granted.union(&s.rejected).copied().collect()),
+            Role::Candidate(s) => (false, s.granted.union(&s.rejected).copied().collect()),
+            _ => return,
+        };
+        let last = self.log.last_offset_and_epoch();
+        let targets: Vec<ReplicaKey> = self
+            .voters
+            .voters()
+            .iter()
+            .map(|v| v.key)
+            .filter(|k| k.id != self.config.local.id && !asked.contains(&k.id))
+            .collect();
+        for voter in targets {
+            if !self.can_send(voter.id) {
+                continue;
+            }
+            let request = Request::Vote(VoteRequest {
+                cluster_id: Some(self.config.cluster_id.clone()),
+                voter,
+                replica_epoch: self.epoch,
+                candidate: self.config.local,
+                last_offset_epoch: last.epoch,
+                last_offset: last.offset,
+                pre_vote,
+            });
+            self.send(voter.id, request);
+        }
+    }
+
+    pub(super) fn send_end_quorum_epochs(&mut self) {
+        let (preferred, unacked) = match &self.role {
+            Role::Resigned(s) => (s.preferred.clone(), s.unacked.clone()),
+            _ => return,
+        };
+        let endpoints = self
+            .voters
+            .get(self.config.local.id)
+            .map(|v| v.endpoints.clone())
+            .unwrap_or_default();
+        for to in unacked {
+            if !self.can_send(to) {
+                continue;
+            }
+            let request = Request::EndQuorumEpoch(EndQuorumEpochRequest {
+                cluster_id: Some(self.config.cluster_id.clone()),
+                leader_id: self.config.local.id,
+                leader_epoch: self.epoch,
+                preferred_candidates: preferred.clone(),
+                leader_endpoints: endpoints.clone(),
+            });
+            self.send(to, request);
+        }
+    }
+
+    pub(super) fn send_begin_quorum_epoch(&mut self, to: ReplicaKey) {
+        let endpoints = self
+            .voters
+            .get(self.config.local.id)
+            .map(|v| v.endpoints.clone())
+            .unwrap_or_default();
+        let request = Request::BeginQuorumEpoch(BeginQuorumEpochRequest {
+            cluster_id: Some(self.config.cluster_id.clone()),
+            voter: to,
+            leader_id: self.config.local.id,
+            leader_epoch: self.epoch,
+            leader_endpoints: endpoints,
+        });
+        self.send(to.id, request);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::core::RaftConfig;
+    use super::super::log_view::LogInfo;
+    use super::*;
+    use crate::membership::{Voter, VoterSet};
+
+    fn core(id: i32, voters: &[i32]) -> Raft {
+        let set = VoterSet::new(
+            voters
+                .iter()
+                .map(|v| Voter {
+                    key: ReplicaKey::new(*v, None),
+                    endpoints: vec![],
+                })
+                .collect(),
+        )
+        .unwrap();
+        let config = RaftConfig::new(ReplicaKey::new(id, None), "c".into(), 1);
+        Raft::new(config, set, None, &LogInfo::default(), 0)
+    }
+
+    #[test]
+    fn end_quorum_backoff_is_strictly_exponential_by_position() {
+        let raft = core(1, &[1, 2, 3]);
+        assert_eq!(raft.end_quorum_backoff_ms(Some(0), 3), 0);
+        assert_eq!(raft.end_quorum_backoff_ms(Some(1), 3), 250);
+        assert_eq!(raft.end_quorum_backoff_ms(Some(2), 3), 500);
+        assert_eq!(raft.end_quorum_backoff_ms(None, 3), 1000);
+    }
+
+    #[test]
+    fn a_standard_vote_is_granted_once_per_epoch_and_made_durable() {
+        let mut raft = core(1, &[1, 2, 3]);
+        let vote = |candidate: i32| {
+            Request::Vote(VoteRequest {
+                cluster_id: Some("c".into()),
+                voter: ReplicaKey::new(1, None),
+                replica_epoch: 1,
+                candidate: ReplicaKey::new(candidate, None),
+                last_offset_epoch: 0,
+                last_offset: 0,
+                pre_vote: false,
+            })
+        };
+        let granted = |raft: &mut Raft| {
+            let ready = raft.ready().unwrap();
+            let state = ready.election_state.clone();
+            let granted = ready.messages.iter().any(|m| {
+                matches!(m, super::super::message::Outbound::Response {
+                    response: Response::Vote(r), ..
+                } if r.vote_granted)
+            });
+            (granted, state)
+        };
+        raft.ready();
+        raft.step(1, super::super::core::Input::Request { token: 1, request: vote(2) })
+            .unwrap();
+        let (ok, state) = granted(&mut raft);
+        assert!(ok);
+        assert_eq!(state.unwrap().voted_key, Some(ReplicaKey::new(2, None)));
+        raft.step(2, super::super::core::Input::Request { token: 2, request: vote(3) })
+            .unwrap();
+        assert!(!granted(&mut raft).0, "a second candidate in the same epoch");
+    }
+}

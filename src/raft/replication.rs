@@ -1,0 +1,512 @@
+//! Replication: the leader's side of Fetch and FetchSnapshot (validation, long-poll, the high
+//! watermark, check-quorum, BeginQuorumEpoch heartbeats) and the follower's side (append,
+//! divergence truncation, snapshot download). raft.md §7, §8, §10.
+
+use bytes::Bytes;
+
+use super::core::{Download, FatalError, LogOp, Parked, Raft, Role, FETCH_MAX_WAIT_MS};
+use super::log_view::Validation;
+use super::message::{
+    FetchRequest, FetchResponse, FetchSnapshotRequest, FetchSnapshotResponse, Records, Request,
+    Response, SnapshotBytes, Token,
+};
+use super::types::{OffsetAndEpoch, ReplicaKey};
+use crate::protocol::errors::ErrorCode;
+use crate::records::batch::Batch;
+
+impl Raft {
+    fn fetch_response(&self, error: ErrorCode, partition_error: ErrorCode) -> FetchResponse {
+        let leader_endpoints = self
+            .leader_id()
+            .and_then(|id| self.voters.get(id))
+            .map(|v| v.endpoints.clone())
+            .unwrap_or_default();
+        FetchResponse {
+            error,
+            partition_error,
+            high_watermark: self.high_watermark().unwrap_or(-1),
+            log_start_offset: self.log.start_offset(),
+            diverging_epoch: None,
+            leader_id: self.leader_id().unwrap_or(-1),
+            leader_epoch: self.epoch,
+            snapshot_id: None,
+            records: Records::None,
+            leader_endpoints,
+        }
+    }
+
+    /// The error a non-leader (or a leader of another epoch) answers a Fetch with.
+    pub(super) fn fetch_error(&self, r: FetchRequest) -> FetchResponse {
+        let error = self.leader_epoch_error(r.current_leader_epoch);
+        self.fetch_response(ErrorCode::NONE, error.unwrap_or(ErrorCode::NOT_LEADER_OR_FOLLOWER))
+    }
+
+    /// raft.md §7.2 step 4: the leader-only epoch checks.
+    fn leader_epoch_error(&self, epoch: i32) -> Option<ErrorCode> {
+        if epoch < self.epoch {
+            Some(ErrorCode::FENCED_LEADER_EPOCH)
+        } else if epoch > self.epoch {
+            Some(ErrorCode::UNKNOWN_LEADER_EPOCH)
+        } else if !self.is_leader() {
+            Some(ErrorCode::NOT_LEADER_OR_FOLLOWER)
+        } else if self.shutting_down {
+            Some(ErrorCode::BROKER_NOT_AVAILABLE)
+        } else {
+            None
+        }
+    }
+
+    /// raft.md §7.2.
+    pub(super) fn handle_fetch_request(&mut self, token: Token, r: FetchRequest) {
+        if !self.cluster_id_ok(&r.cluster_id) {
+            let resp = self.fetch_response(ErrorCode::INCONSISTENT_CLUSTER_ID, ErrorCode::NONE);
+            self.respond(token, Response::Fetch(resp));
+            return;
+        }
+        let invalid = r.max_wait_ms < 0
+            || r.fetch_offset < 0
+            || r.last_fetched_epoch < 0
+            || r.last_fetched_epoch > r.current_leader_epoch;
+        if invalid {
+            let resp = self.fetch_response(ErrorCode::NONE, ErrorCode::INVALID_REQUEST);
+            self.respond(token, Response::Fetch(resp));
+            return;
+        }
+        if let Some(error) = self.leader_epoch_error(r.current_leader_epoch) {
+            let resp = self.fetch_response(ErrorCode::NONE, error);
+            self.respond(token, Response::Fetch(resp));
+            return;
+        }
+        let snapshot_at_zero = r.fetch_offset == 0 && self.log.latest_snapshot().is_some();
+        let validation = match self.log.latest_snapshot() {
+            Some(latest) if snapshot_at_zero => Validation::Snapshot(latest),
+            _ => self
+                .log
+                .validate_offset_and_epoch(r.fetch_offset, r.last_fetched_epoch),
+        };
+        let mut resp = self.fetch_response(ErrorCode::NONE, ErrorCode::NONE);
+        match validation {
+            Validation::Diverging(end) => resp.diverging_epoch = Some(end),
+            Validation::Snapshot(id) => resp.snapshot_id = Some(id),
+            Validation::Valid => {
+                self.note_replica_fetch(r.replica, r.fetch_offset);
+                if r.fetch_offset >= self.log.end_offset() && r.max_wait_ms > 0 {
+                    let deadline = self.now_ms + r.max_wait_ms.min(FETCH_MAX_WAIT_MS) as u64;
+                    if let Some(s) = self.leader_mut() {
+                        s.parked.push(Parked {
+                            token,
+                            request: r,
+                            deadline,
+                        });
+                    }
+                    return;
+                }
+                resp = self.fetch_response(ErrorCode::NONE, ErrorCode::NONE);
+                resp.records = self.records_for(&r);
+            }
+        }
+        // Divergence and snapshot answers are never parked (KAFKA-15100).
+        self.respond_fetch(token, resp);
+    }
+
+    fn records_for(&self, r: &FetchRequest) -> Records {
+        if r.fetch_offset >= self.log.end_offset() {
+            return Records::None;
+        }
+        let max = r.max_bytes.clamp(1, self.config.fetch_max_bytes) as usize;
+        Records::Read {
+            offset: r.fetch_offset,
+            max_bytes: max,
+        }
+    }
+
+    /// A leader's Fetch response may leave before its own log is durable (its records are
+    /// not counted as committed until the leader flushes), so it goes out early.
+    fn respond_fetch(&mut self, token: Token, response: FetchResponse) {
+        self.early.push(super::message::Outbound::Response {
+            token,
+            response: Response::Fetch(response),
+        });
+    }
+
+    /// The leader learns a replica's log end offset from its fetch (raft.md §7.2 step 6).
+    fn note_replica_fetch(&mut self, replica: ReplicaKey, fetch_offset: i64) {
+        let now = self.now_ms;
+        let is_voter = self.voters.contains_key(&replica);
+        let majority = self.voters.majority();
+        let local_is_voter = self.is_voter();
+        let leader_end = self.log.end_offset();
+        let window = self.check_quorum_timeout_ms();
+        let Some(s) = self.leader_mut() else { return };
+        if replica.id < 0 {
+            return;
+        }
+        let progress = s.replicas.entry(replica.id).or_default();
+        if fetch_offset >= leader_end {
+            progress.last_caught_up_ms = Some(now);
+        }
+        progress.end_offset = Some(fetch_offset);
+        progress.last_fetch_ms = Some(now);
+        if is_voter {
+            s.fetched_voters.insert(replica.id);
+            s.begin_acked.insert(replica.id);
+            if s.fetched_voters.len() + usize::from(local_is_voter) >= majority {
+                s.fetched_voters.clear();
+                s.check_quorum_deadline = now + window;
+            }
+        }
+        self.update_leader_high_watermark();
+    }
+
+    /// raft.md §8: the voter at index ⌊n/2⌋ of the end offsets sorted descending, accepted only
+    /// past the epoch start (so the LeaderChange batch is committed) and only upward.
+    pub(super) fn update_leader_high_watermark(&mut self) {
+        let local = self.config.local;
+        let flushed = self.log.flushed_offset();
+        let mutations = self.config.mutations;
+        let voter_ids: Vec<i32> = self.voters.ids().collect();
+        let Some(s) = self.leader_mut() else { return };
+        let mut offsets: Vec<Option<i64>> = voter_ids
+            .iter()
+            .map(|id| {
+                if *id == local.id {
+                    Some(flushed)
+                } else {
+                    s.replicas.get(id).and_then(|r| r.end_offset)
+                }
+            })
+            .collect();
+        if mutations.leader_counted_twice && voter_ids.contains(&local.id) {
+            offsets.push(Some(flushed));
+        }
+        offsets.sort_by(|a, b| b.cmp(a));
+        let index = if mutations.high_watermark_from_minority {
+            0
+        } else {
+            voter_ids.len() / 2
+        };
+        let Some(Some(candidate)) = offsets.get(index).copied() else {
+            return;
+        };
+        let advanced = candidate > s.epoch_start_offset
+            && s.high_watermark.is_none_or(|hwm| candidate > hwm);
+        if advanced {
+            s.high_watermark = Some(candidate);
+            self.high_watermark = Some(self.high_watermark.map_or(candidate, |h| h.max(candidate)));
+            self.complete_parked_fetches(true);
+        }
+    }
+
+    /// Answers parked fetches that now have something to say: records past their offset, a
+    /// higher high watermark (`hwm_moved`), or an expired wait.
+    pub(super) fn complete_parked_fetches(&mut self, hwm_moved: bool) {
+        let now = self.now_ms;
+        let end = self.log.end_offset();
+        let Some(s) = self.leader_mut() else { return };
+        let (ready, waiting): (Vec<Parked>, Vec<Parked>) = std::mem::take(&mut s.parked)
+            .into_iter()
+            .partition(|p| hwm_moved || p.request.fetch_offset < end || p.deadline <= now);
+        s.parked = waiting;
+        for p in ready {
+            let mut resp = self.fetch_response(ErrorCode::NONE, ErrorCode::NONE);
+            resp.records = self.records_for(&p.request);
+            self.respond_fetch(p.token, resp);
+        }
+    }
+
+    /// Leader timers: parked fetch expiry, check-quorum, BeginQuorumEpoch (raft.md §4, §6).
+    pub(super) fn poll_leader(&mut self) {
+        let now = self.now_ms;
+        self.complete_parked_fetches(false);
+        let local = self.config.local;
+        let majority = self.voters.majority();
+        let local_is_voter = self.is_voter();
+        let expired = match &self.role {
+            Role::Leader(s) => s.check_quorum_deadline <= now,
+            _ => return,
+        };
+        if expired {
+            let alone = usize::from(local_is_voter) >= majority;
+            if !alone {
+                // Check-quorum: no majority fetched within the window (KAFKA-15489).
+                self.become_resigned();
+                self.send_end_quorum_epochs();
+                return;
+            }
+            let timeout = self.check_quorum_timeout_ms();
+            if let Some(s) = self.leader_mut() {
+                s.check_quorum_deadline = now + timeout;
+            }
+        }
+        let period = self.config.fetch_timeout_ms / 2;
+        let due: Vec<ReplicaKey> = match &self.role {
+            Role::Leader(s) if s.begin_deadline <= now => self
+                .voters
+                .voters()
+                .iter()
+                .map(|v| v.key)
+                .filter(|k| k.id != local.id)
+                .filter(|k| {
+                    let last = s.replicas.get(&k.id).and_then(|r| r.last_fetch_ms);
+                    last.is_none_or(|t| t + period <= now)
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        if matches!(&self.role, Role::Leader(s) if s.begin_deadline <= now) {
+            for key in due {
+                if self.can_send(key.id) {
+                    self.send_begin_quorum_epoch(key);
+                }
+            }
+            if let Some(s) = self.leader_mut() {
+                s.begin_deadline = now + period.max(1);
+            }
+        }
+    }
+
+    // ---- Follower side --------------------------------------------------------------------
+
+    pub(super) fn send_fetch(&mut self) {
+        let Role::Follower(s) = &self.role else { return };
+        let (leader, download) = (s.leader_id, s.download);
+        if !self.can_send(leader) {
+            return;
+        }
+        let cluster_id = Some(self.config.cluster_id.clone());
+        let request = match download {
+            Some(d) => Request::FetchSnapshot(FetchSnapshotRequest {
+                cluster_id,
+                replica: self.config.local,
+                current_leader_epoch: self.epoch,
+                snapshot_id: d.id,
+                position: d.written as i64,
+                max_bytes: self.config.fetch_max_bytes,
+            }),
+            None => Request::Fetch(FetchRequest {
+                cluster_id,
+                replica: self.config.local,
+                max_wait_ms: FETCH_MAX_WAIT_MS,
+                fetch_offset: self.log.end_offset(),
+                last_fetched_epoch: self.log.last_fetched_epoch(),
+                current_leader_epoch: self.epoch,
+                max_bytes: self.config.fetch_max_bytes,
+            }),
+        };
+        self.send(leader, request);
+    }
+
+    fn follower_of(&self, from: i32) -> bool {
+        matches!(&self.role, Role::Follower(s) if s.leader_id == from)
+    }
+
+    /// raft.md §7.3.
+    pub(super) fn handle_fetch_response(&mut self, from: i32, r: FetchResponse) -> Result<(), FatalError> {
+        if !self.follower_of(from) {
+            return Ok(());
+        }
+        let now = self.now_ms;
+        let fetch_timeout = self.config.fetch_timeout_ms;
+        if let Role::Follower(s) = &mut self.role {
+            s.fetch_deadline = now + fetch_timeout;
+            s.has_fetched = true;
+        }
+        if let Some(diverging) = r.diverging_epoch.filter(|d| d.epoch >= 0) {
+            return self.truncate_diverging(diverging);
+        }
+        if let Some(id) = r.snapshot_id {
+            if id.epoch < 0 || id.offset < 0 {
+                self.backoff(from);
+                return Ok(());
+            }
+            if let Role::Follower(s) = &mut self.role {
+                s.download = Some(Download { id, written: 0 });
+            }
+            return Ok(());
+        }
+        if let Records::Bytes(bytes) = &r.records {
+            self.append_fetched(bytes);
+        }
+        if r.high_watermark >= 0 {
+            let hwm = r.high_watermark.min(self.log.end_offset());
+            if self.high_watermark.is_none_or(|h| hwm > h) {
+                self.high_watermark = Some(hwm);
+            }
+        }
+        Ok(())
+    }
+
+    fn truncate_diverging(&mut self, d: OffsetAndEpoch) -> Result<(), FatalError> {
+        let hwm = self.high_watermark.unwrap_or(0);
+        if d.offset < hwm {
+            return Err(FatalError(format!(
+                "the leader's log diverges at {} (epoch {}), below our high watermark {hwm}",
+                d.offset, d.epoch
+            )));
+        }
+        let end = self.log.end_offset();
+        let point = if d.epoch == 0 {
+            d.offset.min(end)
+        } else {
+            let local = self.log.end_offset_for_epoch(d.epoch);
+            if local.epoch == d.epoch {
+                local.offset.min(d.offset)
+            } else {
+                local.offset
+            }
+        };
+        let point = point.max(self.log.start_offset()).min(end);
+        assert!(point >= hwm, "truncation below the high watermark");
+        if point < end {
+            self.log.truncated_to(point);
+            self.log_ops.push(LogOp::Truncate(point));
+        }
+        Ok(())
+    }
+
+    /// Appends the valid prefix of fetched batches: contiguous from our log end, CRC-checked,
+    /// epochs no higher than ours (KAFKA-18723). A torn final batch is normal and dropped.
+    fn append_fetched(&mut self, bytes: &Bytes) {
+        let mut rest: &[u8] = bytes;
+        let mut expected = self.log.end_offset();
+        let mut last_epoch = self.log.last_fetched_epoch();
+        let mut valid = 0usize;
+        let mut spans = Vec::new();
+        while !rest.is_empty() {
+            let Ok((batch, after)) = Batch::parse(rest) else {
+                break;
+            };
+            let epoch = batch.partition_leader_epoch();
+            if batch.base_offset() != expected || epoch > self.epoch || epoch < last_epoch {
+                break;
+            }
+            spans.push((expected, batch.next_offset(), epoch));
+            expected = batch.next_offset();
+            last_epoch = epoch;
+            valid += batch.len();
+            rest = after;
+        }
+        if valid == 0 {
+            return;
+        }
+        for (base, next, epoch) in spans {
+            self.log.appended(base, next, epoch);
+        }
+        self.log_ops.push(LogOp::Append(bytes.slice(..valid)));
+    }
+
+    /// raft.md §10, leader side.
+    pub(super) fn handle_fetch_snapshot_request(&mut self, token: Token, r: FetchSnapshotRequest) {
+        let mut resp = FetchSnapshotResponse {
+            error: ErrorCode::NONE,
+            partition_error: ErrorCode::NONE,
+            snapshot_id: r.snapshot_id,
+            leader_id: self.leader_id().unwrap_or(-1),
+            leader_epoch: self.epoch,
+            size: -1,
+            position: r.position,
+            bytes: SnapshotBytes::None,
+            leader_endpoints: self
+                .leader_id()
+                .and_then(|id| self.voters.get(id))
+                .map(|v| v.endpoints.clone())
+                .unwrap_or_default(),
+        };
+        if !self.cluster_id_ok(&r.cluster_id) {
+            resp.error = ErrorCode::INCONSISTENT_CLUSTER_ID;
+        } else if let Some(error) = self.leader_epoch_error(r.current_leader_epoch) {
+            resp.partition_error = error;
+        } else {
+            let size = self.log.snapshot_size(r.snapshot_id);
+            match size {
+                None => resp.partition_error = ErrorCode::SNAPSHOT_NOT_FOUND,
+                Some(_) if r.snapshot_id == OffsetAndEpoch::new(0, 0) => {
+                    resp.partition_error = ErrorCode::SNAPSHOT_NOT_FOUND
+                }
+                Some(size) if r.position < 0 || r.position as u64 >= size => {
+                    resp.partition_error = ErrorCode::POSITION_OUT_OF_RANGE
+                }
+                Some(size) => {
+                    resp.size = size as i64;
+                    let max = r.max_bytes.clamp(1, self.config.fetch_max_bytes) as usize;
+                    resp.bytes = SnapshotBytes::Read {
+                        id: r.snapshot_id,
+                        position: r.position as u64,
+                        max_bytes: max,
+                    };
+                    self.note_snapshot_fetch(r.replica);
+                }
+            }
+        }
+        self.respond(token, Response::FetchSnapshot(resp));
+    }
+
+    /// A FetchSnapshot counts for check-quorum (raft.md §10 step 6).
+    fn note_snapshot_fetch(&mut self, replica: ReplicaKey) {
+        let now = self.now_ms;
+        let is_voter = self.voters.contains_key(&replica);
+        if let Some(s) = self.leader_mut() {
+            let progress = s.replicas.entry(replica.id).or_default();
+            progress.last_fetch_ms = Some(now);
+            if is_voter {
+                s.fetched_voters.insert(replica.id);
+            }
+        }
+    }
+
+    /// raft.md §10, follower side.
+    pub(super) fn handle_fetch_snapshot_response(
+        &mut self,
+        from: i32,
+        r: FetchSnapshotResponse,
+    ) -> Result<(), FatalError> {
+        if !self.follower_of(from) {
+            return Ok(());
+        }
+        let now = self.now_ms;
+        let fetch_timeout = self.config.fetch_timeout_ms;
+        let Role::Follower(s) = &mut self.role else {
+            return Ok(());
+        };
+        s.fetch_deadline = now + fetch_timeout;
+        s.has_fetched = true;
+        let Some(mut download) = s.download else {
+            return Ok(());
+        };
+        let matches = r.snapshot_id == download.id && r.position == download.written as i64;
+        let SnapshotBytes::Bytes(bytes) = r.bytes else {
+            s.download = None;
+            return Ok(());
+        };
+        if !matches || r.size <= 0 || bytes.is_empty() {
+            s.download = None;
+            self.backoff(from);
+            return Ok(());
+        }
+        let len = bytes.len() as u64;
+        if download.written + len > r.size as u64 {
+            s.download = None;
+            self.backoff(from);
+            return Ok(());
+        }
+        self.log_ops.push(LogOp::SnapshotChunk {
+            id: download.id,
+            position: download.written,
+            bytes,
+        });
+        download.written += len;
+        if download.written < r.size as u64 {
+            s.download = Some(download);
+            return Ok(());
+        }
+        s.download = None;
+        let id = download.id;
+        self.log_ops.push(LogOp::SnapshotComplete { id });
+        self.log.reset_to_snapshot(id, download.written);
+        if self.high_watermark.is_none_or(|h| h < id.offset) {
+            self.high_watermark = Some(id.offset);
+        }
+        self.load_snapshot = Some(id);
+        Ok(())
+    }
+}

@@ -1,0 +1,644 @@
+//! The simulated cluster: real `Raft` cores over `SimLog`s, a network that drops, delays,
+//! reorders, duplicates and partitions, and one event queue ordered by (time, sequence) so a
+//! seed replays exactly. A node executes its `Ready`s one at a time in two phases, as the real
+//! runtime does: phase A (log ops applied, early messages sent) now, phase B (fsync, then the
+//! rest of the messages, then `persisted`) after a disk delay. A crash between the phases loses
+//! the unflushed data and the unsent messages — the window KAFKA-10533 lived in.
+
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::cmp::Reverse;
+
+use bytes::Bytes;
+use ringraft::membership::{Voter, VoterSet};
+use ringraft::raft::message::{Records, SnapshotBytes};
+use ringraft::raft::{
+    ElectionState, Input, LogInfo, LogOp, Mutations, OffsetAndEpoch, Outbound, Raft, RaftConfig,
+    Ready, ReplicaKey, Request, Response,
+};
+use ringraft::raft::types::Prng;
+use ringraft::records::batch::Batch;
+use ringraft::records::builder::BatchBuilder;
+
+use super::invariants::Checker;
+
+/// One log on one simulated disk: whole batches, and how far they are durable.
+#[derive(Debug, Clone, Default)]
+pub struct SimLog {
+    pub start: i64,
+    pub batches: Vec<(i64, i64, i32, Bytes)>, // base, next, epoch, bytes
+    pub flushed_batches: usize,
+    pub snapshots: BTreeMap<OffsetAndEpoch, Bytes>,
+    pub partial_snapshot: Option<(OffsetAndEpoch, Vec<u8>)>,
+}
+
+impl SimLog {
+    pub fn end(&self) -> i64 {
+        self.batches.last().map_or(self.start, |b| b.1)
+    }
+
+    pub fn durable_end(&self) -> i64 {
+        if self.flushed_batches == 0 {
+            self.start
+        } else {
+            self.batches[self.flushed_batches - 1].1
+        }
+    }
+
+    pub fn info(&self) -> LogInfo {
+        let mut epochs: Vec<(i32, i64)> = Vec::new();
+        for (base, _, epoch, _) in &self.batches {
+            if epochs.last().is_none_or(|(e, _)| e != epoch) {
+                epochs.push((*epoch, *base));
+            }
+        }
+        LogInfo {
+            start_offset: self.start,
+            end_offset: self.end(),
+            epochs,
+            snapshots: self
+                .snapshots
+                .iter()
+                .map(|(id, b)| (*id, b.len() as u64))
+                .collect(),
+        }
+    }
+
+    fn read(&self, offset: i64, max_bytes: usize) -> Bytes {
+        let mut out = Vec::new();
+        for (base, next, _, bytes) in &self.batches {
+            if *next <= offset || *base < offset {
+                continue;
+            }
+            if !out.is_empty() && out.len() + bytes.len() > max_bytes {
+                break;
+            }
+            out.extend_from_slice(bytes);
+        }
+        Bytes::from(out)
+    }
+
+    /// Applies one log operation; returns the batches it truncated.
+    fn apply(&mut self, op: &LogOp) -> Vec<(i64, i64, i32, Bytes)> {
+        match op {
+            LogOp::Truncate(offset) => {
+                let keep = self.batches.iter().take_while(|b| b.0 < *offset).count();
+                assert!(
+                    self.batches.get(keep.wrapping_sub(1)).is_none_or(|b| b.1 <= *offset),
+                    "truncation inside a batch at {offset}"
+                );
+                self.flushed_batches = self.flushed_batches.min(keep);
+                self.batches.split_off(keep)
+            }
+            LogOp::Append(bytes) => {
+                let mut rest: &[u8] = bytes;
+                while !rest.is_empty() {
+                    let (batch, after) = Batch::parse(rest).expect("core appends valid batches");
+                    // KAFKA-12331: every append starts at the log end.
+                    assert_eq!(batch.base_offset(), self.end(), "append not at the log end");
+                    let at = bytes.len() - rest.len();
+                    self.batches.push((
+                        batch.base_offset(),
+                        batch.next_offset(),
+                        batch.partition_leader_epoch(),
+                        bytes.slice(at..at + batch.len()),
+                    ));
+                    rest = after;
+                }
+                Vec::new()
+            }
+            LogOp::SnapshotChunk { id, position, bytes } => {
+                let part = self.partial_snapshot.get_or_insert((*id, Vec::new()));
+                if part.0 != *id || part.1.len() as u64 != *position {
+                    *part = (*id, Vec::new());
+                    assert_eq!(*position, 0, "snapshot chunk out of order");
+                }
+                part.1.extend_from_slice(bytes);
+                Vec::new()
+            }
+            LogOp::SnapshotComplete { id } => {
+                let (pid, data) = self.partial_snapshot.take().expect("a download in progress");
+                assert_eq!(pid, *id);
+                self.snapshots.insert(*id, Bytes::from(data));
+                self.snapshots.retain(|s, _| s.offset >= id.offset);
+                self.start = id.offset;
+                self.flushed_batches = 0;
+                std::mem::take(&mut self.batches)
+            }
+            LogOp::DeleteBefore(offset) => {
+                let drop = self.batches.iter().take_while(|b| b.1 <= *offset).count();
+                self.batches.drain(..drop);
+                self.flushed_batches = self.flushed_batches.saturating_sub(drop);
+                self.start = *offset;
+                self.snapshots.retain(|s, _| s.offset >= *offset);
+                Vec::new()
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        self.flushed_batches = self.batches.len();
+    }
+
+    /// A crash: what was not flushed is gone (and a half-downloaded snapshot with it).
+    fn crash(&mut self) {
+        self.batches.truncate(self.flushed_batches);
+        self.partial_snapshot = None;
+    }
+}
+
+/// What a node keeps across crashes.
+#[derive(Debug, Clone, Default)]
+pub struct Disk {
+    pub election: Option<ElectionState>,
+    pub log: SimLog,
+}
+
+pub struct Node {
+    pub id: i32,
+    pub disk: Disk,
+    pub raft: Option<Raft>,
+    pub incarnation: u64,
+    /// A `Ready` in phase A, waiting for its flush.
+    pub in_flight_ready: Option<Ready>,
+    pub clock_offset_ms: u64,
+    pub mutations: Mutations,
+    tick_at: Option<u64>,
+}
+
+#[derive(Debug, Clone)]
+pub enum Event {
+    Deliver { to: i32, msg: Wire },
+    Tick { node: i32, incarnation: u64 },
+    ReadyDone { node: i32, incarnation: u64 },
+    ClientAppend,
+    Fault(Fault),
+}
+
+#[derive(Debug, Clone)]
+pub enum Wire {
+    Request { from: i32, incarnation: u64, id: u64, request: Request },
+    Response { token: u64, response: Response },
+    Failure { id: u64, incarnation: u64 },
+}
+
+#[derive(Debug, Clone)]
+pub enum Fault {
+    Crash(i32),
+    Restart(i32),
+    /// Block traffic from .0 to .1.
+    Block(i32, i32),
+    Isolate(i32),
+    HealAll,
+    ClockJump(i32, u64),
+    Shutdown(i32),
+    WipeAndRestart(i32),
+}
+
+pub struct NetConfig {
+    pub drop_per_mille: u64,
+    pub duplicate_per_mille: u64,
+    pub delay_min_ms: u64,
+    pub delay_max_ms: u64,
+    pub disk_delay_ms: u64,
+}
+
+pub struct Cluster {
+    pub seed: u64,
+    pub now: u64,
+    pub nodes: Vec<Node>,
+    pub voters: VoterSet,
+    pub net: NetConfig,
+    pub blocked: std::collections::BTreeSet<(i32, i32)>,
+    pub rng: Prng,
+    queue: BinaryHeap<Reverse<(u64, u64, usize)>>,
+    events: HashMap<usize, Event>,
+    seq: u64,
+    next_event: usize,
+    /// token → (requester, its incarnation, its request id, the request)
+    tokens: HashMap<u64, (i32, u64, u64, Request)>,
+    next_token: u64,
+    pub checker: Checker,
+    pub appended_values: u64,
+    pub append_interval_ms: u64,
+    pub events_run: u64,
+    /// `RINGRAFT_SIM_TRACE=1`: print every delivered message (for replaying a seed).
+    pub trace: bool,
+}
+
+pub const CLUSTER_ID: &str = "sim-cluster-id-AAAAAAAA";
+
+impl Cluster {
+    pub fn new(seed: u64, size: usize, net: NetConfig) -> Cluster {
+        let voters = VoterSet::new(
+            (0..size as i32)
+                .map(|id| Voter {
+                    key: ReplicaKey::new(id, None),
+                    endpoints: vec![],
+                })
+                .collect(),
+        )
+        .unwrap();
+        let nodes = (0..size as i32)
+            .map(|id| Node {
+                id,
+                disk: Disk::default(),
+                raft: None,
+                incarnation: 0,
+                in_flight_ready: None,
+                clock_offset_ms: 0,
+                mutations: Mutations::default(),
+                tick_at: None,
+            })
+            .collect();
+        Cluster {
+            seed,
+            now: 0,
+            nodes,
+            voters,
+            net,
+            blocked: Default::default(),
+            rng: Prng::new(seed ^ 0x5eed),
+            queue: BinaryHeap::new(),
+            events: HashMap::new(),
+            seq: 0,
+            next_event: 0,
+            tokens: HashMap::new(),
+            next_token: 1,
+            checker: Checker::new(size),
+            appended_values: 0,
+            append_interval_ms: 20,
+            events_run: 0,
+            trace: std::env::var_os("RINGRAFT_SIM_TRACE").is_some(),
+        }
+    }
+
+    pub fn schedule(&mut self, at: u64, event: Event) {
+        let key = self.next_event;
+        self.next_event += 1;
+        self.seq += 1;
+        self.events.insert(key, event);
+        self.queue.push(Reverse((at, self.seq, key)));
+    }
+
+    pub fn start_all(&mut self) -> Result<(), String> {
+        for id in 0..self.nodes.len() as i32 {
+            self.start(id)?;
+        }
+        self.schedule(self.now + self.append_interval_ms, Event::ClientAppend);
+        Ok(())
+    }
+
+    fn node_now(&self, id: i32) -> u64 {
+        self.now + self.nodes[id as usize].clock_offset_ms
+    }
+
+    pub fn start(&mut self, id: i32) -> Result<(), String> {
+        let now = self.node_now(id);
+        let seed = self.seed.wrapping_mul(31).wrapping_add(id as u64 * 1000 + self.nodes[id as usize].incarnation);
+        let node = &mut self.nodes[id as usize];
+        assert!(node.raft.is_none());
+        node.incarnation += 1;
+        let mut config = RaftConfig::new(ReplicaKey::new(id, None), CLUSTER_ID.into(), seed);
+        config.mutations = node.mutations;
+        let raft = Raft::new(
+            config,
+            self.voters.clone(),
+            node.disk.election.clone(),
+            &node.disk.log.info(),
+            now,
+        );
+        node.raft = Some(raft);
+        self.checker.node_restarted(id);
+        self.after_step(id)
+    }
+
+    pub fn crash(&mut self, id: i32) {
+        let node = &mut self.nodes[id as usize];
+        if node.raft.take().is_none() {
+            return;
+        }
+        node.in_flight_ready = None;
+        node.tick_at = None;
+        node.disk.log.crash();
+        node.incarnation += 1;
+    }
+
+    /// Runs events until `until` (simulated ms), checking every invariant after each.
+    pub fn run_until(&mut self, until: u64) -> Result<(), String> {
+        while let Some(Reverse((at, _, key))) = self.queue.peek().copied() {
+            if at > until {
+                break;
+            }
+            self.queue.pop();
+            self.now = self.now.max(at);
+            let event = self.events.remove(&key).unwrap();
+            self.run_event(event)?;
+            self.events_run += 1;
+            self.checker.check(self.now, &self.nodes, &self.voters)?;
+        }
+        self.now = self.now.max(until);
+        Ok(())
+    }
+
+    pub fn run_while<F: FnMut(&Cluster) -> bool>(&mut self, limit: u64, mut cond: F) -> Result<bool, String> {
+        let deadline = self.now + limit;
+        while self.now < deadline {
+            if !cond(self) {
+                return Ok(true);
+            }
+            let step = (self.now + 10).min(deadline);
+            self.run_until(step)?;
+        }
+        Ok(!cond(self))
+    }
+
+    fn run_event(&mut self, event: Event) -> Result<(), String> {
+        match event {
+            Event::Deliver { to, msg } => self.deliver(to, msg),
+            Event::Tick { node, incarnation } => {
+                if self.nodes[node as usize].incarnation == incarnation {
+                    if self.nodes[node as usize].tick_at == Some(self.now) {
+                        self.nodes[node as usize].tick_at = None;
+                    }
+                    self.step(node, Input::Tick)?;
+                }
+                Ok(())
+            }
+            Event::ReadyDone { node, incarnation } => {
+                if self.nodes[node as usize].incarnation == incarnation {
+                    self.finish_ready(node)?;
+                }
+                Ok(())
+            }
+            Event::ClientAppend => {
+                self.client_append()?;
+                let next = self.now + 1 + self.rng.below(self.append_interval_ms * 2);
+                self.schedule(next, Event::ClientAppend);
+                Ok(())
+            }
+            Event::Fault(f) => self.fault(f),
+        }
+    }
+
+    pub fn fault(&mut self, f: Fault) -> Result<(), String> {
+        match f {
+            Fault::Crash(id) => self.crash(id),
+            Fault::Restart(id) => {
+                if self.nodes[id as usize].raft.is_none() {
+                    self.start(id)?;
+                }
+            }
+            Fault::Block(a, b) => {
+                self.blocked.insert((a, b));
+            }
+            Fault::Isolate(a) => {
+                for b in 0..self.nodes.len() as i32 {
+                    if a != b {
+                        self.blocked.insert((a, b));
+                        self.blocked.insert((b, a));
+                    }
+                }
+            }
+            Fault::HealAll => self.blocked.clear(),
+            Fault::ClockJump(id, ms) => {
+                self.nodes[id as usize].clock_offset_ms += ms;
+                self.step(id, Input::Tick)?;
+            }
+            Fault::Shutdown(id) => self.step(id, Input::Shutdown)?,
+            Fault::WipeAndRestart(id) => {
+                self.crash(id);
+                self.nodes[id as usize].disk = Disk::default();
+                self.checker.node_wiped(id);
+                self.start(id)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn client_append(&mut self) -> Result<(), String> {
+        for i in 0..self.nodes.len() {
+            let now = self.node_now(i as i32);
+            let Some(raft) = self.nodes[i].raft.as_mut() else {
+                continue;
+            };
+            if !raft.is_leader() {
+                continue;
+            }
+            self.appended_values += 1;
+            let mut builder = BatchBuilder::new(0, 0, now as i64, false);
+            builder.append(None, Some(&self.appended_values.to_be_bytes()));
+            if raft.append(builder.finish()).is_ok() {
+                self.after_step(i as i32)?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn step(&mut self, id: i32, input: Input) -> Result<(), String> {
+        let now = self.node_now(id);
+        let Some(raft) = self.nodes[id as usize].raft.as_mut() else {
+            return Ok(());
+        };
+        if let Err(fatal) = raft.step(now, input) {
+            return Err(format!("node {id} stopped: {fatal}"));
+        }
+        self.after_step(id)
+    }
+
+    /// Starts the next `Ready` if none is in flight, and re-arms the node's timer.
+    fn after_step(&mut self, id: i32) -> Result<(), String> {
+        let node = &mut self.nodes[id as usize];
+        let Some(raft) = node.raft.as_mut() else {
+            return Ok(());
+        };
+        if node.in_flight_ready.is_none() {
+            if let Some(ready) = raft.ready() {
+                self.begin_ready(id, ready)?;
+            }
+        }
+        let now = self.now;
+        let node = &mut self.nodes[id as usize];
+        let Some(raft) = node.raft.as_ref() else {
+            return Ok(());
+        };
+        let deadline = raft
+            .deadline_ms()
+            .saturating_sub(node.clock_offset_ms)
+            .max(now + 1);
+        let stale = node.tick_at.is_none_or(|t| t <= now || t > deadline);
+        if stale {
+            node.tick_at = Some(deadline);
+            let incarnation = node.incarnation;
+            self.schedule(deadline, Event::Tick { node: id, incarnation });
+        }
+        Ok(())
+    }
+
+    /// Phase A: log operations, early messages; then the flush is scheduled.
+    fn begin_ready(&mut self, id: i32, ready: Ready) -> Result<(), String> {
+        let hwm = self.nodes[id as usize].raft.as_ref().and_then(|r| r.high_watermark());
+        for op in &ready.log_ops {
+            let truncated = self.nodes[id as usize].disk.log.apply(op);
+            self.checker.truncated(id, op, &truncated, hwm);
+        }
+        for msg in ready.early_messages.clone() {
+            self.send(id, msg)?;
+        }
+        let incarnation = self.nodes[id as usize].incarnation;
+        let delay = if ready.must_sync || ready.election_state.is_some() {
+            1 + self.rng.below(self.net.disk_delay_ms.max(1))
+        } else {
+            0
+        };
+        self.nodes[id as usize].in_flight_ready = Some(ready);
+        self.schedule(self.now + delay, Event::ReadyDone { node: id, incarnation });
+        Ok(())
+    }
+
+    /// Phase B: durable, then the remaining messages, then `persisted`.
+    fn finish_ready(&mut self, id: i32) -> Result<(), String> {
+        let node = &mut self.nodes[id as usize];
+        let Some(ready) = node.in_flight_ready.take() else {
+            return Ok(());
+        };
+        if let Some(state) = &ready.election_state {
+            node.disk.election = Some(state.clone());
+            self.checker.election_persisted(id, state)?;
+        }
+        if ready.must_sync {
+            node.disk.log.flush();
+        }
+        for msg in ready.messages.clone() {
+            self.send(id, msg)?;
+        }
+        let now = self.node_now(id);
+        if let Some(raft) = self.nodes[id as usize].raft.as_mut() {
+            raft.persisted(ready.id);
+            if let Err(fatal) = raft.step(now, Input::Tick) {
+                return Err(format!("node {id} stopped: {fatal}"));
+            }
+        }
+        self.after_step(id)
+    }
+
+    fn net_delay(&mut self) -> u64 {
+        let span = self.net.delay_max_ms.saturating_sub(self.net.delay_min_ms).max(1);
+        self.net.delay_min_ms + self.rng.below(span)
+    }
+
+    fn send(&mut self, from: i32, msg: Outbound) -> Result<(), String> {
+        let incarnation = self.nodes[from as usize].incarnation;
+        let (to, wire) = match msg {
+            Outbound::Request { id, to, request } => (
+                to,
+                Wire::Request {
+                    from,
+                    incarnation,
+                    id,
+                    request,
+                },
+            ),
+            Outbound::Response { token, response } => {
+                let Some((to, _, _, request)) = self.tokens.get(&token).cloned() else {
+                    return Ok(());
+                };
+                let response = self.materialize(from, response);
+                self.checker.response_sent(from, &request, &response)?;
+                (to, Wire::Response { token, response })
+            }
+        };
+        if self.blocked.contains(&(from, to)) || self.rng.below(1000) < self.net.drop_per_mille {
+            return Ok(());
+        }
+        let copies = if self.rng.below(1000) < self.net.duplicate_per_mille { 2 } else { 1 };
+        for _ in 0..copies {
+            let at = self.now + self.net_delay();
+            self.schedule(at, Event::Deliver { to, msg: wire.clone() });
+        }
+        Ok(())
+    }
+
+    /// Fills in the bytes a response names (records or snapshot chunk) from the sender's disk.
+    fn materialize(&self, from: i32, response: Response) -> Response {
+        let log = &self.nodes[from as usize].disk.log;
+        match response {
+            Response::Fetch(mut r) => {
+                if let Records::Read { offset, max_bytes } = r.records {
+                    r.records = Records::Bytes(log.read(offset, max_bytes));
+                }
+                Response::Fetch(r)
+            }
+            Response::FetchSnapshot(mut r) => {
+                if let SnapshotBytes::Read { id, position, max_bytes } = r.bytes {
+                    let data = log.snapshots.get(&id).cloned().unwrap_or_default();
+                    let start = (position as usize).min(data.len());
+                    let end = (start + max_bytes).min(data.len());
+                    r.bytes = SnapshotBytes::Bytes(data.slice(start..end));
+                }
+                Response::FetchSnapshot(r)
+            }
+            other => other,
+        }
+    }
+
+    fn deliver(&mut self, to: i32, msg: Wire) -> Result<(), String> {
+        if self.trace {
+            eprintln!("{} ms: to {to}: {msg:?}", self.now);
+        }
+        match msg {
+            Wire::Request {
+                from,
+                incarnation,
+                id,
+                request,
+            } => {
+                if self.nodes[to as usize].raft.is_none() {
+                    // Connection refused: the sender hears of it.
+                    let at = self.now + self.net_delay();
+                    let failure = Wire::Failure { id, incarnation };
+                    self.schedule(at, Event::Deliver { to: from, msg: failure });
+                    return Ok(());
+                }
+                let token = self.next_token;
+                self.next_token += 1;
+                self.tokens.insert(token, (from, incarnation, id, request.clone()));
+                self.step(to, Input::Request { token, request })
+            }
+            Wire::Response { token, response } => {
+                let Some((requester, incarnation, id, _)) = self.tokens.get(&token).cloned() else {
+                    return Ok(());
+                };
+                if requester != to || self.nodes[to as usize].incarnation != incarnation {
+                    return Ok(());
+                }
+                self.step(to, Input::Response { id, response })
+            }
+            Wire::Failure { id, incarnation } => {
+                if self.nodes[to as usize].incarnation != incarnation {
+                    return Ok(());
+                }
+                let failure = ringraft::raft::Failure::Disconnected;
+                self.step(to, Input::Failure { id, failure })
+            }
+        }
+    }
+
+    pub fn leader(&self) -> Option<(i32, i32)> {
+        self.nodes
+            .iter()
+            .filter_map(|n| n.raft.as_ref().filter(|r| r.is_leader()).map(|r| (n.id, r.epoch())))
+            .max_by_key(|(_, epoch)| *epoch)
+    }
+
+    pub fn max_high_watermark(&self) -> i64 {
+        self.nodes
+            .iter()
+            .filter_map(|n| n.raft.as_ref().and_then(|r| r.high_watermark()))
+            .max()
+            .unwrap_or(0)
+    }
+
+    pub fn running(&self) -> impl Iterator<Item = &Node> {
+        self.nodes.iter().filter(|n| n.raft.is_some())
+    }
+}

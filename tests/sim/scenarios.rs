@@ -1,0 +1,402 @@
+//! Named regression scenarios: the core-Raft bugs of reliability.md §2.1 and the pre-vote bugs
+//! of §2.3, each replayed against the real core, plus the checker's own "can it fail" cases.
+
+use bytes::Bytes;
+use ringraft::membership::{Voter, VoterSet};
+use ringraft::raft::message::{
+    FetchRequest, FetchResponse, Records, VoteRequest,
+};
+use ringraft::raft::{
+    ElectionState, Input, LogInfo, Mutations, Outbound, Raft, RaftConfig, ReplicaKey, Request,
+    Response,
+};
+use ringraft::protocol::errors::ErrorCode;
+use ringraft::records::builder::BatchBuilder;
+
+use super::cluster::{Cluster, Fault, NetConfig, CLUSTER_ID};
+use super::invariants::Checker;
+use super::{check_liveness, heal};
+
+fn quiet_net() -> NetConfig {
+    NetConfig {
+        drop_per_mille: 0,
+        duplicate_per_mille: 0,
+        delay_min_ms: 1,
+        delay_max_ms: 3,
+        disk_delay_ms: 2,
+    }
+}
+
+fn voters(n: i32) -> VoterSet {
+    VoterSet::new(
+        (0..n)
+            .map(|id| Voter {
+                key: ReplicaKey::new(id, None),
+                endpoints: vec![],
+            })
+            .collect(),
+    )
+    .unwrap()
+}
+
+fn core(id: i32, n: i32, stored: Option<ElectionState>, mutations: Mutations) -> Raft {
+    let mut config = RaftConfig::new(ReplicaKey::new(id, None), CLUSTER_ID.into(), 7);
+    config.mutations = mutations;
+    Raft::new(config, voters(n), stored, &LogInfo::default(), 0)
+}
+
+fn vote(candidate: i32, epoch: i32, pre_vote: bool) -> Request {
+    Request::Vote(VoteRequest {
+        cluster_id: Some(CLUSTER_ID.into()),
+        voter: ReplicaKey::new(-1, None),
+        replica_epoch: epoch,
+        candidate: ReplicaKey::new(candidate, None),
+        last_offset_epoch: 0,
+        last_offset: 0,
+        pre_vote,
+    })
+}
+
+/// Steps `raft` and collects what one full `Ready` cycle would persist and send.
+fn drain(raft: &mut Raft, disk: &mut Option<ElectionState>) -> Vec<Outbound> {
+    let mut out = Vec::new();
+    while let Some(ready) = raft.ready() {
+        if let Some(state) = ready.election_state.clone() {
+            *disk = Some(state);
+        }
+        out.extend(ready.early_messages.clone());
+        out.extend(ready.messages.clone());
+        raft.persisted(ready.id);
+    }
+    out
+}
+
+fn vote_granted(out: &[Outbound]) -> bool {
+    out.iter().any(|m| {
+        matches!(m, Outbound::Response { response: Response::Vote(r), .. } if r.vote_granted)
+    })
+}
+
+/// A voter grants candidate 0, crashes, restarts from its disk and is asked by candidate 1 in
+/// the same epoch. With the vote durable it refuses; the broken core grants twice.
+pub fn vote_not_persisted_scenario(mutations: Mutations) -> Result<(), String> {
+    let mut checker = Checker::new(3);
+    let mut disk = None;
+    let mut raft = core(2, 3, None, mutations);
+    drain(&mut raft, &mut disk);
+    for (candidate, token) in [(0, 1), (1, 2)] {
+        let request = vote(candidate, 1, false);
+        raft.step(10, Input::Request { token, request: request.clone() })
+            .map_err(|e| e.to_string())?;
+        for m in drain(&mut raft, &mut disk) {
+            if let Outbound::Response { response, .. } = m {
+                checker.response_sent(2, &request, &response)?;
+            }
+        }
+        // Crash and restart from what is on disk.
+        raft = core(2, 3, disk.clone(), mutations);
+        drain(&mut raft, &mut disk);
+    }
+    Ok(())
+}
+
+#[test]
+fn pre_votes_are_granted_freely_and_never_persisted() {
+    let mut disk = None;
+    let mut raft = core(2, 3, None, Mutations::default());
+    drain(&mut raft, &mut disk);
+    let before = disk.clone();
+    for (token, candidate) in [(1, 0), (2, 1)] {
+        raft.step(5, Input::Request { token, request: vote(candidate, 0, true) })
+            .unwrap();
+        let out = drain(&mut raft, &mut disk);
+        assert!(vote_granted(&out), "pre-vote from {candidate}");
+    }
+    assert_eq!(disk, before, "a pre-vote must not touch quorum-state");
+    assert_eq!(raft.epoch(), 0);
+}
+
+/// KAFKA-10527: a leader that restarts comes back Resigned in its epoch and never leads it again.
+#[test]
+fn kafka_10527_restarted_leader_is_resigned_in_its_epoch() {
+    let stored = ElectionState {
+        epoch: 4,
+        leader_id: Some(0),
+        voted_key: None,
+    };
+    let mut raft = core(0, 3, Some(stored), Mutations::default());
+    assert_eq!(raft.state_name(), "Resigned");
+    assert_eq!(raft.epoch(), 4);
+    let mut builder = BatchBuilder::new(0, 0, 0, false);
+    builder.append(None, Some(b"x"));
+    assert!(raft.append(builder.finish()).is_err());
+    // After its election timeout it campaigns for a later epoch, never 4.
+    let mut disk = None;
+    drain(&mut raft, &mut disk);
+    raft.step(2_100, Input::Tick).unwrap();
+    drain(&mut raft, &mut disk);
+    assert!(raft.epoch() > 4 || raft.state_name() == "Resigned");
+    assert!(!raft.is_leader());
+}
+
+/// Elects node 0 leader of a 3-voter core by hand; returns it with its epoch-start offset.
+fn elected_leader() -> (Raft, i64) {
+    let mut disk = None;
+    let mut raft = core(0, 3, None, Mutations::default());
+    drain(&mut raft, &mut disk);
+    raft.step(2_000, Input::Tick).unwrap(); // election timeout: Prospective
+    let out = drain(&mut raft, &mut disk);
+    let prevote = out
+        .iter()
+        .find_map(|m| match m {
+            Outbound::Request { id, request: Request::Vote(_), .. } => Some(*id),
+            _ => None,
+        })
+        .expect("pre-vote sent");
+    let granted = |id| Input::Response {
+        id,
+        response: Response::Vote(ringraft::raft::message::VoteResponse {
+            error: ErrorCode::NONE,
+            partition_error: ErrorCode::NONE,
+            leader_id: -1,
+            leader_epoch: 0,
+            vote_granted: true,
+            leader_endpoints: vec![],
+        }),
+    };
+    raft.step(2_001, granted(prevote)).unwrap();
+    assert_eq!(raft.state_name(), "Candidate");
+    let out = drain(&mut raft, &mut disk);
+    let standard = out
+        .iter()
+        .find_map(|m| match m {
+            Outbound::Request { id, request: Request::Vote(v), .. } if !v.pre_vote => Some(*id),
+            _ => None,
+        })
+        .expect("vote sent");
+    let mut response = granted(standard);
+    if let Input::Response { response: Response::Vote(r), .. } = &mut response {
+        r.leader_epoch = 1;
+    }
+    raft.step(2_002, response).unwrap();
+    assert!(raft.is_leader());
+    let start = raft.log_end_offset() - 1;
+    drain(&mut raft, &mut disk);
+    (raft, start)
+}
+
+fn fetch(replica: i32, offset: i64, epoch: i32) -> Request {
+    Request::Fetch(FetchRequest {
+        cluster_id: Some(CLUSTER_ID.into()),
+        replica: ReplicaKey::new(replica, None),
+        max_wait_ms: 0,
+        fetch_offset: offset,
+        last_fetched_epoch: if offset == 0 { 0 } else { epoch },
+        current_leader_epoch: epoch,
+        max_bytes: 1 << 20,
+    })
+}
+
+/// KAFKA-12619: a majority at exactly the epoch start offset does not expose a high watermark;
+/// one past it (the LeaderChange batch replicated) does.
+#[test]
+fn kafka_12619_high_watermark_waits_for_the_leader_change_batch() {
+    let (mut raft, epoch_start) = elected_leader();
+    let epoch = raft.epoch();
+    raft.step(2_010, Input::Request { token: 1, request: fetch(1, epoch_start, epoch) })
+        .unwrap();
+    assert_eq!(raft.high_watermark(), None);
+    raft.step(2_011, Input::Request { token: 2, request: fetch(1, epoch_start + 1, epoch) })
+        .unwrap();
+    assert_eq!(raft.high_watermark(), Some(epoch_start + 1));
+}
+
+/// KAFKA-18723: garbage or higher-epoch batches in a Fetch response leave the log unchanged.
+#[test]
+fn kafka_18723_invalid_fetched_records_are_not_appended() {
+    let mut disk = None;
+    let stored = ElectionState {
+        epoch: 3,
+        leader_id: Some(1),
+        voted_key: None,
+    };
+    let mut raft = core(2, 3, Some(stored), Mutations::default());
+    assert_eq!(raft.state_name(), "Follower");
+    let mut answer = |raft: &mut Raft, records: Bytes| {
+        let out = drain(raft, &mut disk);
+        let id = out
+            .iter()
+            .find_map(|m| match m {
+                Outbound::Request { id, request: Request::Fetch(_), .. } => Some(*id),
+                _ => None,
+            })
+            .expect("a fetch in flight");
+        let response = Response::Fetch(FetchResponse {
+            error: ErrorCode::NONE,
+            partition_error: ErrorCode::NONE,
+            high_watermark: 0,
+            log_start_offset: 0,
+            diverging_epoch: None,
+            leader_id: 1,
+            leader_epoch: 3,
+            snapshot_id: None,
+            records: Records::Bytes(records),
+            leader_endpoints: vec![],
+        });
+        raft.step(10, Input::Response { id, response }).unwrap();
+    };
+    answer(&mut raft, Bytes::from_static(&[0xde, 0xad, 0xbe, 0xef, 1, 2, 3]));
+    assert_eq!(raft.log_end_offset(), 0);
+    let mut future = BatchBuilder::new(0, 9, 0, false);
+    future.append(None, Some(b"from the future"));
+    answer(&mut raft, Bytes::from(future.finish()));
+    assert_eq!(raft.log_end_offset(), 0, "a batch above our epoch is refused");
+    let mut good = BatchBuilder::new(0, 3, 0, false);
+    good.append(None, Some(b"ok"));
+    let mut bytes = good.finish();
+    bytes.extend_from_slice(&[0, 0, 0]); // a torn tail, as a size-capped fetch returns
+    answer(&mut raft, Bytes::from(bytes));
+    assert_eq!(raft.log_end_offset(), 1);
+}
+
+fn cluster(seed: u64, size: usize) -> Cluster {
+    let mut c = Cluster::new(seed, size, quiet_net());
+    c.start_all().unwrap();
+    c
+}
+
+fn wait_for_leader(c: &mut Cluster, within_ms: u64) -> (i32, i32) {
+    c.run_while(within_ms, |c| c.leader().is_none()).unwrap();
+    c.leader().expect("a leader")
+}
+
+/// KAFKA-15489: a leader that hears no Fetch from a majority resigns (check-quorum).
+#[test]
+fn kafka_15489_partitioned_leader_resigns_by_check_quorum() {
+    let mut c = cluster(11, 3);
+    let (leader, epoch) = wait_for_leader(&mut c, 10_000);
+    for other in 0..3 {
+        if other != leader {
+            c.fault(Fault::Block(other, leader)).unwrap();
+        }
+    }
+    // fetch timeout 2 s × 1.5, plus slack.
+    c.run_until(c.now + 3_600).unwrap();
+    let still = c.nodes[leader as usize]
+        .raft
+        .as_ref()
+        .is_some_and(|r| r.is_leader() && r.epoch() == epoch);
+    assert!(!still, "node {leader} still leads epoch {epoch} without fetches");
+}
+
+/// KAFKA-16144: a single voter never resigns for want of fetches.
+#[test]
+fn single_voter_keeps_leading() {
+    let mut c = cluster(12, 1);
+    let (leader, epoch) = wait_for_leader(&mut c, 100);
+    c.run_until(c.now + 20_000).unwrap();
+    assert_eq!(c.leader(), Some((leader, epoch)));
+    assert!(c.max_high_watermark() > 100, "a single voter commits its appends");
+}
+
+/// KAFKA-10533: crash the leader while an append is written but not yet flushed; committed
+/// data survives and the high watermark never goes back.
+#[test]
+fn kafka_10533_crash_between_append_and_flush() {
+    for seed in 0..20 {
+        let mut net = quiet_net();
+        net.disk_delay_ms = 40;
+        let mut c = Cluster::new(seed, 3, net);
+        c.start_all().unwrap();
+        let (leader, _) = wait_for_leader(&mut c, 10_000);
+        c.run_while(5_000, |c| {
+            c.nodes[leader as usize]
+                .in_flight_ready
+                .as_ref()
+                .is_none_or(|r| !r.must_sync)
+        })
+        .unwrap();
+        c.fault(Fault::Crash(leader)).unwrap();
+        c.run_until(c.now + 3_000).unwrap();
+        heal(&mut c).unwrap();
+        check_liveness(&mut c).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    }
+}
+
+/// KAFKA-12181: a follower that lost its whole disk comes back and catches up.
+#[test]
+fn kafka_12181_follower_recovers_from_total_disk_loss() {
+    let mut c = cluster(13, 3);
+    let (leader, _) = wait_for_leader(&mut c, 10_000);
+    c.run_until(c.now + 2_000).unwrap();
+    let victim = (leader + 1) % 3;
+    c.fault(Fault::WipeAndRestart(victim)).unwrap();
+    c.run_until(c.now + 3_000).unwrap();
+    let hwm = c.max_high_watermark();
+    let end = c.nodes[victim as usize].disk.log.end();
+    assert!(end + 200 >= hwm, "the wiped follower is at {end}, the quorum at {hwm}");
+}
+
+/// KIP-996 (`leadershipAssignedOnlyOnceWithNetworkPartitionIfThereExistsMajority`): with only
+/// the links 0-2, 1-3, 2-3, 2-4, 3-4 up, one leader is elected and leadership never changes.
+#[test]
+fn kip_996_stable_leadership_under_a_bridge_partition() {
+    for seed in 0..10 {
+        let mut c = Cluster::new(seed, 5, quiet_net());
+        let up = [(0, 2), (1, 3), (2, 3), (2, 4), (3, 4)];
+        for a in 0..5 {
+            for b in 0..5 {
+                let linked = up.contains(&(a, b)) || up.contains(&(b, a));
+                if a != b && !linked {
+                    c.fault(Fault::Block(a, b)).unwrap();
+                }
+            }
+        }
+        c.start_all().unwrap();
+        let first = wait_for_leader(&mut c, 20_000);
+        c.run_until(c.now + 30_000).unwrap();
+        assert_eq!(c.leader(), Some(first), "seed {seed}: leadership changed");
+    }
+}
+
+/// KAFKA-20895: on a graceful shutdown of the leader of 5 voters, the preferred successor wins
+/// the very next epoch, without waiting for an election timeout.
+#[test]
+fn kafka_20895_graceful_shutdown_hands_over_in_one_round() {
+    let mut c = cluster(14, 5);
+    let (leader, epoch) = wait_for_leader(&mut c, 10_000);
+    c.run_until(c.now + 1_000).unwrap();
+    let asked = c.now;
+    c.fault(Fault::Shutdown(leader)).unwrap();
+    c.run_while(2_000, |c| c.leader().is_none_or(|(_, e)| e == epoch)).unwrap();
+    let (next, next_epoch) = c.leader().expect("a successor");
+    assert_ne!(next, leader);
+    assert_eq!(next_epoch, epoch + 1, "the first round must win");
+    assert!(c.now - asked < 500, "took {} ms", c.now - asked);
+}
+
+/// Epoch churn stays bounded in a healthy cluster (bitnami/charts #20403's symptom).
+#[test]
+fn healthy_cluster_keeps_one_epoch() {
+    let mut c = cluster(15, 3);
+    let (_, epoch) = wait_for_leader(&mut c, 10_000);
+    c.run_until(c.now + 60_000).unwrap();
+    assert_eq!(c.leader().map(|l| l.1), Some(epoch));
+}
+
+/// The checker itself: a history with two leaders in one epoch is caught.
+#[test]
+fn checker_catches_two_leaders_in_one_epoch() {
+    let mut checker = Checker::new(3);
+    let state = |leader| ElectionState {
+        epoch: 2,
+        leader_id: Some(leader),
+        voted_key: None,
+    };
+    checker.election_persisted(0, &state(0)).unwrap();
+    let why = checker.election_persisted(1, &state(1)).unwrap_err();
+    assert!(why.contains("SingleLeader"), "{why}");
+    let back = ElectionState::unattached(1);
+    let why = checker.election_persisted(0, &back).unwrap_err();
+    assert!(why.contains("MonotonicEpoch"), "{why}");
+}
