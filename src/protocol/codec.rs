@@ -7,6 +7,7 @@
 
 use std::fmt;
 
+use bytes::Bytes;
 use uuid::Uuid;
 
 /// Why a message could not be decoded. Every variant names the field being read.
@@ -238,6 +239,65 @@ impl<'a> Reader<'a> {
             })
     }
 
+    /// Kafka's `bytes`, `nullable_bytes` and `records` types: an int32 length (−1 null) in
+    /// classic versions, `uvarint(len + 1)` (0 null) in flexible ones. The slice borrows from
+    /// the message; `share_or_copy` turns it into `Bytes` without copying.
+    pub fn nullable_bytes_field(
+        &mut self,
+        field: &'static str,
+        flexible: bool,
+    ) -> DecodeResult<Option<&'a [u8]>> {
+        // A byte string is an array of one-byte elements: same length rules.
+        match self.nullable_array_len(field, flexible, 1)? {
+            None => Ok(None),
+            Some(len) => self.bytes(field, len).map(Some),
+        }
+    }
+
+    pub fn bytes_field(&mut self, field: &'static str, flexible: bool) -> DecodeResult<&'a [u8]> {
+        self.nullable_bytes_field(field, flexible)?
+            .ok_or(DecodeError::Invalid {
+                field,
+                why: "null where bytes are required",
+            })
+    }
+
+    /// An array: its checked count (see `array_len`), then `count` elements read by `element`.
+    /// `min_element_bytes` must not exceed the smallest encoding of one element.
+    pub fn array_of<T>(
+        &mut self,
+        field: &'static str,
+        flexible: bool,
+        min_element_bytes: usize,
+        element: impl FnMut(&mut Reader<'a>) -> DecodeResult<T>,
+    ) -> DecodeResult<Vec<T>> {
+        self.nullable_array_of(field, flexible, min_element_bytes, element)?
+            .ok_or(DecodeError::Invalid {
+                field,
+                why: "null where an array is required",
+            })
+    }
+
+    /// `array_of`, where a null array is allowed.
+    pub fn nullable_array_of<T>(
+        &mut self,
+        field: &'static str,
+        flexible: bool,
+        min_element_bytes: usize,
+        mut element: impl FnMut(&mut Reader<'a>) -> DecodeResult<T>,
+    ) -> DecodeResult<Option<Vec<T>>> {
+        let Some(count) = self.nullable_array_len(field, flexible, min_element_bytes)? else {
+            return Ok(None);
+        };
+        // `count * min_element_bytes` fits in what remains: the reservation is bounded by the
+        // message's size, not by what the count claims.
+        let mut out = Vec::with_capacity(count);
+        for _ in 0..count {
+            out.push(element(self)?);
+        }
+        Ok(Some(out))
+    }
+
     /// Reads a tagged-field section, handing each known tag's body to `on_tag` (which returns
     /// `false` for tags it does not know; those are skipped, as KIP-482 requires).
     pub fn tagged_fields(
@@ -375,6 +435,52 @@ impl Writer {
         }
     }
 
+    /// Kafka's `bytes`/`nullable_bytes`/`records`: int32 length (−1 null) or, when flexible,
+    /// `uvarint(len + 1)` (0 null).
+    pub fn nullable_bytes_field(&mut self, v: Option<&[u8]>, flexible: bool) {
+        match (v, flexible) {
+            (None, true) => self.unsigned_varint(0),
+            (None, false) => self.i32(-1),
+            (Some(b), _) => {
+                self.array_len(b.len(), flexible);
+                self.bytes(b);
+            }
+        }
+    }
+
+    pub fn bytes_field(&mut self, v: &[u8], flexible: bool) {
+        self.nullable_bytes_field(Some(v), flexible);
+    }
+
+    /// An array: its count, then each element written by `element`.
+    pub fn array_of<T>(
+        &mut self,
+        items: &[T],
+        flexible: bool,
+        element: impl FnMut(&mut Writer, &T),
+    ) {
+        self.nullable_array_of(Some(items), flexible, element);
+    }
+
+    /// `array_of`, where `None` is written as the null array.
+    pub fn nullable_array_of<T>(
+        &mut self,
+        items: Option<&[T]>,
+        flexible: bool,
+        mut element: impl FnMut(&mut Writer, &T),
+    ) {
+        match items {
+            None if flexible => self.unsigned_varint(0),
+            None => self.i32(-1),
+            Some(items) => {
+                self.array_len(items.len(), flexible);
+                for item in items {
+                    element(self, item);
+                }
+            }
+        }
+    }
+
     /// Writes one tagged field whose body is produced by `body`.
     pub fn tagged_field(&mut self, tag: u32, body: impl FnOnce(&mut Writer)) {
         let mut inner = Writer::new();
@@ -387,6 +493,25 @@ impl Writer {
     /// An empty tagged-field section.
     pub fn no_tagged_fields(&mut self) {
         self.unsigned_varint(0);
+    }
+}
+
+/// `slice` as `Bytes`: a zero-copy view of `frame` when `slice` lies inside it (as slices from a
+/// `Reader` over `frame` do), otherwise a copy. Never panics, unlike `Bytes::slice_ref`.
+pub fn share_or_copy(frame: &Bytes, slice: &[u8]) -> Bytes {
+    let frame_start = frame.as_ptr() as usize;
+    let frame_end = frame_start + frame.len();
+    let start = slice.as_ptr() as usize;
+    let inside = start >= frame_start
+        && start
+            .checked_add(slice.len())
+            .is_some_and(|end| end <= frame_end);
+    if slice.is_empty() {
+        Bytes::new()
+    } else if inside {
+        frame.slice_ref(slice)
+    } else {
+        Bytes::copy_from_slice(slice)
     }
 }
 
@@ -470,5 +595,84 @@ mod tests {
         let mut r = Reader::new(&[2, 0, 1, 9, 1, 0]);
         assert!(r.skip_tagged_fields().is_ok());
         assert_eq!(r.remaining(), 0);
+    }
+
+    #[test]
+    fn bytes_fields_both_encodings_and_null() {
+        for flexible in [false, true] {
+            let mut w = Writer::new();
+            w.bytes_field(b"abc", flexible);
+            w.nullable_bytes_field(None, flexible);
+            w.bytes_field(b"", flexible);
+            let bytes = w.into_vec();
+            let expected_len = if flexible {
+                1 + 3 + 1 + 1
+            } else {
+                4 + 3 + 4 + 4
+            };
+            assert_eq!(bytes.len(), expected_len);
+            let mut r = Reader::new(&bytes);
+            assert_eq!(
+                r.nullable_bytes_field("b", flexible).unwrap(),
+                Some(&b"abc"[..])
+            );
+            assert!(r.bytes_field("b", flexible).is_err(), "null is refused");
+            assert_eq!(r.bytes_field("b", flexible).unwrap(), b"");
+            assert_eq!(r.remaining(), 0);
+        }
+        // A length past the end is Truncated, not a panic or an allocation.
+        let mut r = Reader::new(&[0x7f, 0xff, 0xff, 0xff, 1]);
+        assert!(matches!(
+            r.bytes_field("Records", false),
+            Err(DecodeError::Truncated { .. })
+        ));
+        let mut r = Reader::new(&[0xff, 0xff, 0xff, 0xfe]);
+        assert!(matches!(
+            r.nullable_bytes_field("Records", false),
+            Err(DecodeError::BadLength { .. })
+        ));
+    }
+
+    #[test]
+    fn arrays_round_trip_and_refuse_hostile_counts() {
+        for flexible in [false, true] {
+            let mut w = Writer::new();
+            w.array_of(&[1i32, -2, 3], flexible, |w, v| w.i32(*v));
+            w.nullable_array_of::<i32>(None, flexible, |w, v| w.i32(*v));
+            let bytes = w.into_vec();
+            let mut r = Reader::new(&bytes);
+            assert_eq!(
+                r.array_of("a", flexible, 4, |r| r.i32("v")).unwrap(),
+                [1, -2, 3]
+            );
+            assert_eq!(
+                r.nullable_array_of("a", flexible, 4, |r| r.i32("v"))
+                    .unwrap(),
+                None
+            );
+            assert_eq!(r.remaining(), 0);
+        }
+        // Three elements announced, each at least 4 bytes, 8 bytes left.
+        let mut r = Reader::new(&[4, 0, 0, 0, 1, 0, 0, 0, 2]);
+        assert!(matches!(
+            r.array_of("a", true, 4, |r| r.i32("v")),
+            Err(DecodeError::Truncated { .. })
+        ));
+    }
+
+    #[test]
+    fn share_or_copy_shares_inside_and_copies_outside() {
+        let frame = Bytes::from_static(b"0123456789");
+        let mut r = Reader::new(&frame);
+        r.bytes("skip", 2).unwrap();
+        let inner = r.bytes("x", 3).unwrap();
+        let shared = share_or_copy(&frame, inner);
+        assert_eq!(&shared[..], b"234");
+        assert_eq!(shared.as_ptr(), frame[2..].as_ptr(), "no copy");
+        let other = b"234".to_vec();
+        let copied = share_or_copy(&frame, &other);
+        assert_eq!(&copied[..], b"234");
+        assert_ne!(copied.as_ptr(), frame[2..].as_ptr());
+        assert!(share_or_copy(&frame, &[]).is_empty());
     }
 }

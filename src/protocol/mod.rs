@@ -3,12 +3,19 @@
 
 pub mod api_versions;
 pub mod apis;
+pub mod begin_quorum_epoch;
 pub mod codec;
+pub mod end_quorum_epoch;
 pub mod errors;
+pub mod fetch;
+pub mod fetch_snapshot;
 pub mod header;
+pub mod kraft;
 pub mod request;
+pub mod vote;
 
 pub use apis::{ApiKey, ApiSpec};
 pub use codec::{DecodeError, Reader, Writer};
 pub use errors::ErrorCode;
+pub use kraft::{METADATA_TOPIC_ID, METADATA_TOPIC_NAME};
 pub use request::{decode_request, Decoded, RequestBody, RequestError};

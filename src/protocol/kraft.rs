@@ -1,0 +1,147 @@
+//! What the KRaft RPC codecs share (spec/wire.md §8): the metadata topic's name and id, and the
+//! endpoint structs that Vote, BeginQuorumEpoch, EndQuorumEpoch and FetchSnapshot carry in their
+//! flexible versions (KIP-853). Message types and checked codecs only: no state, no I/O.
+
+use uuid::Uuid;
+
+use super::codec::{DecodeResult, Reader, Writer};
+
+/// The one topic the KRaft RPCs name (spec/wire.md §8): `__cluster_metadata`, partition 0.
+pub const METADATA_TOPIC_NAME: &str = "__cluster_metadata";
+
+/// Its topic id, (0, 1): `AAAAAAAAAAAAAAAAAAAAAQ` in Kafka's text form, the same value as
+/// `log::layout::METADATA_TOPIC_ID`. Fetch v13+ names the topic by this id.
+pub const METADATA_TOPIC_ID: Uuid = Uuid::from_u64_pair(0, 1);
+
+/// `NodeEndpoint` of the Vote, BeginQuorumEpoch, EndQuorumEpoch and FetchSnapshot responses
+/// (tag 0 of the top-level struct, v1+ of each, always flexible): where a leader named in the
+/// response listens. The port is a `uint16` here, unlike Fetch's own `NodeEndpoint`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodeEndpoint {
+    pub node_id: i32,
+    pub host: String,
+    pub port: u16,
+}
+
+impl NodeEndpoint {
+    /// The smallest encoding: int32, empty compact string, uint16, empty tag section.
+    pub(crate) const MIN_BYTES: usize = 4 + 1 + 2 + 1;
+
+    pub(crate) fn decode(r: &mut Reader<'_>) -> DecodeResult<Self> {
+        let out = NodeEndpoint {
+            node_id: r.i32("NodeEndpoints.NodeId")?,
+            host: r.string("NodeEndpoints.Host", true)?.to_owned(),
+            port: r.u16("NodeEndpoints.Port")?,
+        };
+        r.skip_tagged_fields()?;
+        Ok(out)
+    }
+
+    pub(crate) fn encode(&self, w: &mut Writer) {
+        w.i32(self.node_id);
+        w.string(&self.host, true);
+        w.u16(self.port);
+        w.no_tagged_fields();
+    }
+
+    /// The `NodeEndpoints` tag body: a compact array of endpoints.
+    pub(crate) fn decode_all(r: &mut Reader<'_>) -> DecodeResult<Vec<Self>> {
+        r.array_of("NodeEndpoints", true, Self::MIN_BYTES, Self::decode)
+    }
+
+    pub(crate) fn encode_all(endpoints: &[Self], w: &mut Writer) {
+        w.array_of(endpoints, true, |w, e| e.encode(w));
+    }
+}
+
+/// `LeaderEndpoint` of the BeginQuorumEpoch and EndQuorumEpoch requests (v1+, not tagged): one
+/// of the sending leader's listeners.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LeaderEndpoint {
+    /// The listener name.
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+}
+
+impl LeaderEndpoint {
+    /// The smallest encoding: two empty compact strings, uint16, empty tag section.
+    pub(crate) const MIN_BYTES: usize = 1 + 1 + 2 + 1;
+
+    pub(crate) fn decode(r: &mut Reader<'_>) -> DecodeResult<Self> {
+        let out = LeaderEndpoint {
+            name: r.string("LeaderEndpoints.Name", true)?.to_owned(),
+            host: r.string("LeaderEndpoints.Host", true)?.to_owned(),
+            port: r.u16("LeaderEndpoints.Port")?,
+        };
+        r.skip_tagged_fields()?;
+        Ok(out)
+    }
+
+    pub(crate) fn encode(&self, w: &mut Writer) {
+        w.string(&self.name, true);
+        w.string(&self.host, true);
+        w.u16(self.port);
+        w.no_tagged_fields();
+    }
+
+    pub(crate) fn decode_all(r: &mut Reader<'_>) -> DecodeResult<Vec<Self>> {
+        r.array_of("LeaderEndpoints", true, Self::MIN_BYTES, Self::decode)
+    }
+
+    pub(crate) fn encode_all(endpoints: &[Self], w: &mut Writer) {
+        w.array_of(endpoints, true, |w, e| e.encode(w));
+    }
+}
+
+/// The error every decoder returns for a version outside its message's range.
+pub(crate) fn unsupported_version() -> super::codec::DecodeError {
+    super::codec::DecodeError::Invalid {
+        field: "version",
+        why: "version not supported by this message",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::uuid_to_kafka_string;
+    use crate::log::layout;
+
+    #[test]
+    fn metadata_topic_id_matches_the_log_layout_text() {
+        assert_eq!(
+            uuid_to_kafka_string(&METADATA_TOPIC_ID),
+            layout::METADATA_TOPIC_ID
+        );
+        assert_eq!(
+            format!("{METADATA_TOPIC_NAME}-0"),
+            layout::PARTITION_DIR,
+            "the partition directory is <topic>-<partition>"
+        );
+    }
+
+    #[test]
+    fn endpoint_minimum_sizes_are_exact() {
+        let mut w = Writer::new();
+        NodeEndpoint::default().encode(&mut w);
+        assert_eq!(w.len(), NodeEndpoint::MIN_BYTES);
+        let mut w = Writer::new();
+        LeaderEndpoint::default().encode(&mut w);
+        assert_eq!(w.len(), LeaderEndpoint::MIN_BYTES);
+    }
+
+    #[test]
+    fn endpoint_port_is_unsigned() {
+        let e = NodeEndpoint {
+            node_id: 7,
+            host: "h".into(),
+            port: 65_535,
+        };
+        let mut w = Writer::new();
+        e.encode(&mut w);
+        let bytes = w.into_vec();
+        assert_eq!(bytes, [0, 0, 0, 7, 2, b'h', 0xff, 0xff, 0]);
+        assert_eq!(NodeEndpoint::decode(&mut Reader::new(&bytes)).unwrap(), e);
+    }
+}
