@@ -1,6 +1,7 @@
-//! Sockets: listeners and connections on acceptor shards (`server`), int32 framing (`frame`)
-//! and the pure request → action step (`dispatch`). Outbound peer channels arrive with Raft.
+//! Sockets: listeners and connections on acceptor shards (`server`), int32 framing (`frame`),
+//! the pure request → action step (`dispatch`) and outbound connections to raft peers (`peer`).
 
 pub mod dispatch;
 pub mod frame;
+pub mod peer;
 pub mod server;
