@@ -138,6 +138,12 @@ impl QuorumStateData {
         let path = partition_dir.join(super::layout::QUORUM_STATE_FILE);
         durable::replace_file(&path, self.to_json().as_bytes())
     }
+
+    /// `write` without blocking the calling glommio executor.
+    pub async fn write_async(&self, partition_dir: &Path) -> io::Result<()> {
+        let path = partition_dir.join(super::layout::QUORUM_STATE_FILE);
+        durable::replace_file_async(&path, self.to_json().as_bytes()).await
+    }
 }
 
 #[cfg(test)]

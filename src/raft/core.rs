@@ -401,7 +401,9 @@ impl Raft {
             let early = std::mem::take(&mut self.early);
             self.outbox.splice(0..0, early);
         }
-        let hwm = self.high_watermark.filter(|h| *h > self.reported_high_watermark);
+        let hwm = self
+            .high_watermark
+            .filter(|h| *h > self.reported_high_watermark);
         let nothing = self.pending_election.is_none()
             && self.log_ops.is_empty()
             && self.early.is_empty()
@@ -871,7 +873,10 @@ impl Raft {
 
     fn delete_before(&mut self, offset: i64) {
         let allowed = self.log.start_offset() < offset
-            && self.log.latest_snapshot().is_some_and(|s| offset <= s.offset)
+            && self
+                .log
+                .latest_snapshot()
+                .is_some_and(|s| offset <= s.offset)
             && self.log.has_snapshot_at(offset);
         if allowed && offset <= self.log.end_offset() {
             self.log.start_moved_to(offset);

@@ -10,7 +10,11 @@ use super::types::{OffsetAndEpoch, ReplicaKey};
 use crate::protocol::errors::ErrorCode;
 
 impl Raft {
-    pub(super) fn handle_request(&mut self, token: Token, request: Request) -> Result<(), FatalError> {
+    pub(super) fn handle_request(
+        &mut self,
+        token: Token,
+        request: Request,
+    ) -> Result<(), FatalError> {
         match request {
             Request::Vote(r) => self.handle_vote_request(token, r),
             Request::BeginQuorumEpoch(r) => self.handle_begin_quorum_epoch_request(token, r),
@@ -40,7 +44,12 @@ impl Raft {
             .unwrap_or_default()
     }
 
-    fn vote_response(&self, error: ErrorCode, partition_error: ErrorCode, granted: bool) -> Response {
+    fn vote_response(
+        &self,
+        error: ErrorCode,
+        partition_error: ErrorCode,
+        granted: bool,
+    ) -> Response {
         Response::Vote(VoteResponse {
             error,
             partition_error,
@@ -51,7 +60,11 @@ impl Raft {
         })
     }
 
-    pub(super) fn epoch_response(&self, error: ErrorCode, partition_error: ErrorCode) -> EpochResponse {
+    pub(super) fn epoch_response(
+        &self,
+        error: ErrorCode,
+        partition_error: ErrorCode,
+    ) -> EpochResponse {
         EpochResponse {
             error,
             partition_error,
@@ -75,7 +88,8 @@ impl Raft {
     /// raft.md §5.3: validation order, then the grant rules of §5.4.
     fn handle_vote_request(&mut self, token: Token, r: VoteRequest) -> Result<(), FatalError> {
         if !self.cluster_id_ok(&r.cluster_id) {
-            let resp = self.vote_response(ErrorCode::INCONSISTENT_CLUSTER_ID, ErrorCode::NONE, false);
+            let resp =
+                self.vote_response(ErrorCode::INCONSISTENT_CLUSTER_ID, ErrorCode::NONE, false);
             self.respond(token, resp);
             return Ok(());
         }
@@ -172,7 +186,10 @@ impl Raft {
         }
         self.maybe_transition(r.leader_id, r.leader_epoch)?;
         let local = self.config.local;
-        let position = r.preferred_candidates.iter().position(|k| k.matches(&local));
+        let position = r
+            .preferred_candidates
+            .iter()
+            .position(|k| k.matches(&local));
         let wait = self.end_quorum_backoff_ms(position, r.preferred_candidates.len());
         let now = self.now_ms;
         if let Role::Follower(s) = &mut self.role {
@@ -220,13 +237,20 @@ impl Raft {
         None
     }
 
-    fn epoch_response_with(&self, (error, partition_error): (ErrorCode, ErrorCode)) -> EpochResponse {
+    fn epoch_response_with(
+        &self,
+        (error, partition_error): (ErrorCode, ErrorCode),
+    ) -> EpochResponse {
         self.epoch_response(error, partition_error)
     }
 
     // ---- Responses ------------------------------------------------------------------------
 
-    pub(super) fn handle_response(&mut self, id: RequestId, response: Response) -> Result<(), FatalError> {
+    pub(super) fn handle_response(
+        &mut self,
+        id: RequestId,
+        response: Response,
+    ) -> Result<(), FatalError> {
         let Some((from, flight)) = self.take_inflight(id) else {
             return Ok(()); // Timed out, or sent in a state we have left.
         };
@@ -252,7 +276,11 @@ impl Raft {
     }
 
     /// raft.md §9. Returns whether the body should be processed.
-    fn handle_response_common(&mut self, from: i32, response: &Response) -> Result<bool, FatalError> {
+    fn handle_response_common(
+        &mut self,
+        from: i32,
+        response: &Response,
+    ) -> Result<bool, FatalError> {
         let (error, partition_error) = response.errors();
         if error != ErrorCode::NONE {
             self.backoff(from);
@@ -440,13 +468,28 @@ mod tests {
             (granted, state)
         };
         raft.ready();
-        raft.step(1, super::super::core::Input::Request { token: 1, request: vote(2) })
-            .unwrap();
+        raft.step(
+            1,
+            super::super::core::Input::Request {
+                token: 1,
+                request: vote(2),
+            },
+        )
+        .unwrap();
         let (ok, state) = granted(&mut raft);
         assert!(ok);
         assert_eq!(state.unwrap().voted_key, Some(ReplicaKey::new(2, None)));
-        raft.step(2, super::super::core::Input::Request { token: 2, request: vote(3) })
-            .unwrap();
-        assert!(!granted(&mut raft).0, "a second candidate in the same epoch");
+        raft.step(
+            2,
+            super::super::core::Input::Request {
+                token: 2,
+                request: vote(3),
+            },
+        )
+        .unwrap();
+        assert!(
+            !granted(&mut raft).0,
+            "a second candidate in the same epoch"
+        );
     }
 }

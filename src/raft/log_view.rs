@@ -38,7 +38,10 @@ pub struct LogView {
 
 impl LogView {
     pub fn new(info: &LogInfo) -> Self {
-        assert!(info.start_offset <= info.end_offset, "log start past log end");
+        assert!(
+            info.start_offset <= info.end_offset,
+            "log start past log end"
+        );
         LogView {
             start_offset: info.start_offset,
             end_offset: info.end_offset,
@@ -110,7 +113,10 @@ impl LogView {
 
     /// Drops `[offset, end)`.
     pub fn truncated_to(&mut self, offset: i64) {
-        assert!(offset >= self.start_offset, "truncation below the log start");
+        assert!(
+            offset >= self.start_offset,
+            "truncation below the log start"
+        );
         assert!(offset <= self.end_offset, "truncation past the log end");
         self.end_offset = offset;
         self.flushed_offset = self.flushed_offset.min(offset);

@@ -38,7 +38,10 @@ impl Raft {
     /// The error a non-leader (or a leader of another epoch) answers a Fetch with.
     pub(super) fn fetch_error(&self, r: FetchRequest) -> FetchResponse {
         let error = self.leader_epoch_error(r.current_leader_epoch);
-        self.fetch_response(ErrorCode::NONE, error.unwrap_or(ErrorCode::NOT_LEADER_OR_FOLLOWER))
+        self.fetch_response(
+            ErrorCode::NONE,
+            error.unwrap_or(ErrorCode::NOT_LEADER_OR_FOLLOWER),
+        )
     }
 
     /// raft.md §7.2 step 4: the leader-only epoch checks.
@@ -188,8 +191,8 @@ impl Raft {
         let Some(Some(candidate)) = offsets.get(index).copied() else {
             return;
         };
-        let advanced = candidate > s.epoch_start_offset
-            && s.high_watermark.is_none_or(|hwm| candidate > hwm);
+        let advanced =
+            candidate > s.epoch_start_offset && s.high_watermark.is_none_or(|hwm| candidate > hwm);
         if advanced {
             s.high_watermark = Some(candidate);
             self.high_watermark = Some(self.high_watermark.map_or(candidate, |h| h.max(candidate)));
@@ -268,7 +271,9 @@ impl Raft {
     // ---- Follower side --------------------------------------------------------------------
 
     pub(super) fn send_fetch(&mut self) {
-        let Role::Follower(s) = &self.role else { return };
+        let Role::Follower(s) = &self.role else {
+            return;
+        };
         let (leader, download) = (s.leader_id, s.download);
         if !self.can_send(leader) {
             return;
@@ -301,7 +306,11 @@ impl Raft {
     }
 
     /// raft.md §7.3.
-    pub(super) fn handle_fetch_response(&mut self, from: i32, r: FetchResponse) -> Result<(), FatalError> {
+    pub(super) fn handle_fetch_response(
+        &mut self,
+        from: i32,
+        r: FetchResponse,
+    ) -> Result<(), FatalError> {
         if !self.follower_of(from) {
             return Ok(());
         }

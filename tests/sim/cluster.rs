@@ -5,17 +5,17 @@
 //! rest of the messages, then `persisted`) after a disk delay. A crash between the phases loses
 //! the unflushed data and the unsent messages — the window KAFKA-10533 lived in.
 
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
 use bytes::Bytes;
 use ringraft::membership::{Voter, VoterSet};
 use ringraft::raft::message::{Records, SnapshotBytes};
+use ringraft::raft::types::Prng;
 use ringraft::raft::{
     ElectionState, Input, LogInfo, LogOp, Mutations, OffsetAndEpoch, Outbound, Raft, RaftConfig,
     Ready, ReplicaKey, Request, Response,
 };
-use ringraft::raft::types::Prng;
 use ringraft::records::batch::Batch;
 use ringraft::records::builder::BatchBuilder;
 
@@ -83,7 +83,9 @@ impl SimLog {
             LogOp::Truncate(offset) => {
                 let keep = self.batches.iter().take_while(|b| b.0 < *offset).count();
                 assert!(
-                    self.batches.get(keep.wrapping_sub(1)).is_none_or(|b| b.1 <= *offset),
+                    self.batches
+                        .get(keep.wrapping_sub(1))
+                        .is_none_or(|b| b.1 <= *offset),
                     "truncation inside a batch at {offset}"
                 );
                 self.flushed_batches = self.flushed_batches.min(keep);
@@ -106,7 +108,11 @@ impl SimLog {
                 }
                 Vec::new()
             }
-            LogOp::SnapshotChunk { id, position, bytes } => {
+            LogOp::SnapshotChunk {
+                id,
+                position,
+                bytes,
+            } => {
                 let part = self.partial_snapshot.get_or_insert((*id, Vec::new()));
                 if part.0 != *id || part.1.len() as u64 != *position {
                     *part = (*id, Vec::new());
@@ -116,7 +122,10 @@ impl SimLog {
                 Vec::new()
             }
             LogOp::SnapshotComplete { id } => {
-                let (pid, data) = self.partial_snapshot.take().expect("a download in progress");
+                let (pid, data) = self
+                    .partial_snapshot
+                    .take()
+                    .expect("a download in progress");
                 assert_eq!(pid, *id);
                 self.snapshots.insert(*id, Bytes::from(data));
                 self.snapshots.retain(|s, _| s.offset >= id.offset);
@@ -176,9 +185,20 @@ pub enum Event {
 
 #[derive(Debug, Clone)]
 pub enum Wire {
-    Request { from: i32, incarnation: u64, id: u64, request: Request },
-    Response { token: u64, response: Response },
-    Failure { id: u64, incarnation: u64 },
+    Request {
+        from: i32,
+        incarnation: u64,
+        id: u64,
+        request: Request,
+    },
+    Response {
+        token: u64,
+        response: Response,
+    },
+    Failure {
+        id: u64,
+        incarnation: u64,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -294,7 +314,10 @@ impl Cluster {
 
     pub fn start(&mut self, id: i32) -> Result<(), String> {
         let now = self.node_now(id);
-        let seed = self.seed.wrapping_mul(31).wrapping_add(id as u64 * 1000 + self.nodes[id as usize].incarnation);
+        let seed = self
+            .seed
+            .wrapping_mul(31)
+            .wrapping_add(id as u64 * 1000 + self.nodes[id as usize].incarnation);
         let node = &mut self.nodes[id as usize];
         assert!(node.raft.is_none());
         node.incarnation += 1;
@@ -340,7 +363,11 @@ impl Cluster {
         Ok(())
     }
 
-    pub fn run_while<F: FnMut(&Cluster) -> bool>(&mut self, limit: u64, mut cond: F) -> Result<bool, String> {
+    pub fn run_while<F: FnMut(&Cluster) -> bool>(
+        &mut self,
+        limit: u64,
+        mut cond: F,
+    ) -> Result<bool, String> {
         let deadline = self.now + limit;
         while self.now < deadline {
             if !cond(self) {
@@ -469,14 +496,23 @@ impl Cluster {
         if stale {
             node.tick_at = Some(deadline);
             let incarnation = node.incarnation;
-            self.schedule(deadline, Event::Tick { node: id, incarnation });
+            self.schedule(
+                deadline,
+                Event::Tick {
+                    node: id,
+                    incarnation,
+                },
+            );
         }
         Ok(())
     }
 
     /// Phase A: log operations, early messages; then the flush is scheduled.
     fn begin_ready(&mut self, id: i32, ready: Ready) -> Result<(), String> {
-        let hwm = self.nodes[id as usize].raft.as_ref().and_then(|r| r.high_watermark());
+        let hwm = self.nodes[id as usize]
+            .raft
+            .as_ref()
+            .and_then(|r| r.high_watermark());
         for op in &ready.log_ops {
             let truncated = self.nodes[id as usize].disk.log.apply(op);
             self.checker.truncated(id, op, &truncated, hwm);
@@ -491,7 +527,13 @@ impl Cluster {
             0
         };
         self.nodes[id as usize].in_flight_ready = Some(ready);
-        self.schedule(self.now + delay, Event::ReadyDone { node: id, incarnation });
+        self.schedule(
+            self.now + delay,
+            Event::ReadyDone {
+                node: id,
+                incarnation,
+            },
+        );
         Ok(())
     }
 
@@ -522,7 +564,11 @@ impl Cluster {
     }
 
     fn net_delay(&mut self) -> u64 {
-        let span = self.net.delay_max_ms.saturating_sub(self.net.delay_min_ms).max(1);
+        let span = self
+            .net
+            .delay_max_ms
+            .saturating_sub(self.net.delay_min_ms)
+            .max(1);
         self.net.delay_min_ms + self.rng.below(span)
     }
 
@@ -550,10 +596,20 @@ impl Cluster {
         if self.blocked.contains(&(from, to)) || self.rng.below(1000) < self.net.drop_per_mille {
             return Ok(());
         }
-        let copies = if self.rng.below(1000) < self.net.duplicate_per_mille { 2 } else { 1 };
+        let copies = if self.rng.below(1000) < self.net.duplicate_per_mille {
+            2
+        } else {
+            1
+        };
         for _ in 0..copies {
             let at = self.now + self.net_delay();
-            self.schedule(at, Event::Deliver { to, msg: wire.clone() });
+            self.schedule(
+                at,
+                Event::Deliver {
+                    to,
+                    msg: wire.clone(),
+                },
+            );
         }
         Ok(())
     }
@@ -569,7 +625,12 @@ impl Cluster {
                 Response::Fetch(r)
             }
             Response::FetchSnapshot(mut r) => {
-                if let SnapshotBytes::Read { id, position, max_bytes } = r.bytes {
+                if let SnapshotBytes::Read {
+                    id,
+                    position,
+                    max_bytes,
+                } = r.bytes
+                {
                     let data = log.snapshots.get(&id).cloned().unwrap_or_default();
                     let start = (position as usize).min(data.len());
                     let end = (start + max_bytes).min(data.len());
@@ -596,12 +657,19 @@ impl Cluster {
                     // Connection refused: the sender hears of it.
                     let at = self.now + self.net_delay();
                     let failure = Wire::Failure { id, incarnation };
-                    self.schedule(at, Event::Deliver { to: from, msg: failure });
+                    self.schedule(
+                        at,
+                        Event::Deliver {
+                            to: from,
+                            msg: failure,
+                        },
+                    );
                     return Ok(());
                 }
                 let token = self.next_token;
                 self.next_token += 1;
-                self.tokens.insert(token, (from, incarnation, id, request.clone()));
+                self.tokens
+                    .insert(token, (from, incarnation, id, request.clone()));
                 self.step(to, Input::Request { token, request })
             }
             Wire::Response { token, response } => {
@@ -626,7 +694,12 @@ impl Cluster {
     pub fn leader(&self) -> Option<(i32, i32)> {
         self.nodes
             .iter()
-            .filter_map(|n| n.raft.as_ref().filter(|r| r.is_leader()).map(|r| (n.id, r.epoch())))
+            .filter_map(|n| {
+                n.raft
+                    .as_ref()
+                    .filter(|r| r.is_leader())
+                    .map(|r| (n.id, r.epoch()))
+            })
             .max_by_key(|(_, epoch)| *epoch)
     }
 

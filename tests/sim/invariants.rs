@@ -104,14 +104,22 @@ impl Checker {
     }
 
     /// VoteGrantedOnce: a standard vote goes to one candidate per epoch, crash or not.
-    pub fn response_sent(&mut self, from: i32, request: &Request, response: &Response) -> Result<(), String> {
+    pub fn response_sent(
+        &mut self,
+        from: i32,
+        request: &Request,
+        response: &Response,
+    ) -> Result<(), String> {
         let (Request::Vote(v), Response::Vote(r)) = (request, response) else {
             return Ok(());
         };
         if v.pre_vote || !r.vote_granted || self.wiped.contains(&from) {
             return Ok(());
         }
-        let previous = *self.votes.entry((from, r.leader_epoch)).or_insert(v.candidate);
+        let previous = *self
+            .votes
+            .entry((from, r.leader_epoch))
+            .or_insert(v.candidate);
         if previous != v.candidate {
             return Err(format!(
                 "VoteGrantedOnce: node {from} granted epoch {} to {previous} and to {}",
@@ -126,7 +134,9 @@ impl Checker {
             return Err(why);
         }
         for node in nodes {
-            let Some(raft) = node.raft.as_ref() else { continue };
+            let Some(raft) = node.raft.as_ref() else {
+                continue;
+            };
             if let Some(persisted) = self.persisted_epoch[node.id as usize] {
                 if raft.epoch() < persisted {
                     return Err(format!(
@@ -157,7 +167,11 @@ impl Checker {
     /// watermark, not yet told) is left: its high watermark is older, not lower. Stated
     /// exactly: a leader's high watermark never falls below any recorded for its own or an
     /// earlier epoch, and a later leader starts above everything committed before it.
-    fn check_leader_high_watermark(&mut self, nodes: &[Node], voters: &VoterSet) -> Result<(), String> {
+    fn check_leader_high_watermark(
+        &mut self,
+        nodes: &[Node],
+        voters: &VoterSet,
+    ) -> Result<(), String> {
         for node in nodes {
             let Some(raft) = node.raft.as_ref().filter(|r| r.is_leader()) else {
                 continue;

@@ -110,12 +110,7 @@ pub fn heal(c: &mut Cluster) -> Result<(), String> {
 
 /// Liveness: a leader commits past every node's log end at heal time within the bound.
 pub fn check_liveness(c: &mut Cluster) -> Result<(), String> {
-    let target = c
-        .nodes
-        .iter()
-        .map(|n| n.disk.log.end())
-        .max()
-        .unwrap_or(0);
+    let target = c.nodes.iter().map(|n| n.disk.log.end()).max().unwrap_or(0);
     let healed_at = c.now;
     let done = c.run_while(LIVENESS_BOUND_MS, |c| {
         c.leader()
@@ -138,7 +133,10 @@ fn replay_command(seed: u64, size: usize) -> String {
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
-        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name} must be a number, got {v}")))
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name} must be a number, got {v}"))
+        })
         .unwrap_or(default)
 }
 
@@ -161,7 +159,10 @@ fn run_seeds(size: usize, count: u64) {
     println!(
         "{count} seeds × {size} nodes: 0 violations, {events} events, {committed} committed batches"
     );
-    assert!(committed as u64 >= count, "the runs committed almost nothing");
+    assert!(
+        committed as u64 >= count,
+        "the runs committed almost nothing"
+    );
 }
 
 #[test]
@@ -204,7 +205,10 @@ fn broken_core_vote_not_persisted_is_caught() {
     };
     let found = scenarios::vote_not_persisted_scenario(broken);
     let why = found.expect_err("a vote that is not durable must be caught");
-    assert!(why.contains("VoteGrantedOnce") || why.contains("SingleLeader"), "{why}");
+    assert!(
+        why.contains("VoteGrantedOnce") || why.contains("SingleLeader"),
+        "{why}"
+    );
     scenarios::vote_not_persisted_scenario(Mutations::default()).unwrap();
 }
 

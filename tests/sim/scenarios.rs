@@ -3,14 +3,12 @@
 
 use bytes::Bytes;
 use ringraft::membership::{Voter, VoterSet};
-use ringraft::raft::message::{
-    FetchRequest, FetchResponse, Records, VoteRequest,
-};
+use ringraft::protocol::errors::ErrorCode;
+use ringraft::raft::message::{FetchRequest, FetchResponse, Records, VoteRequest};
 use ringraft::raft::{
     ElectionState, Input, LogInfo, Mutations, Outbound, Raft, RaftConfig, ReplicaKey, Request,
     Response,
 };
-use ringraft::protocol::errors::ErrorCode;
 use ringraft::records::builder::BatchBuilder;
 
 use super::cluster::{Cluster, Fault, NetConfig, CLUSTER_ID};
@@ -72,9 +70,9 @@ fn drain(raft: &mut Raft, disk: &mut Option<ElectionState>) -> Vec<Outbound> {
 }
 
 fn vote_granted(out: &[Outbound]) -> bool {
-    out.iter().any(|m| {
-        matches!(m, Outbound::Response { response: Response::Vote(r), .. } if r.vote_granted)
-    })
+    out.iter().any(
+        |m| matches!(m, Outbound::Response { response: Response::Vote(r), .. } if r.vote_granted),
+    )
 }
 
 /// A voter grants candidate 0, crashes, restarts from its disk and is asked by candidate 1 in
@@ -86,8 +84,14 @@ pub fn vote_not_persisted_scenario(mutations: Mutations) -> Result<(), String> {
     drain(&mut raft, &mut disk);
     for (candidate, token) in [(0, 1), (1, 2)] {
         let request = vote(candidate, 1, false);
-        raft.step(10, Input::Request { token, request: request.clone() })
-            .map_err(|e| e.to_string())?;
+        raft.step(
+            10,
+            Input::Request {
+                token,
+                request: request.clone(),
+            },
+        )
+        .map_err(|e| e.to_string())?;
         for m in drain(&mut raft, &mut disk) {
             if let Outbound::Response { response, .. } = m {
                 checker.response_sent(2, &request, &response)?;
@@ -107,8 +111,14 @@ fn pre_votes_are_granted_freely_and_never_persisted() {
     drain(&mut raft, &mut disk);
     let before = disk.clone();
     for (token, candidate) in [(1, 0), (2, 1)] {
-        raft.step(5, Input::Request { token, request: vote(candidate, 0, true) })
-            .unwrap();
+        raft.step(
+            5,
+            Input::Request {
+                token,
+                request: vote(candidate, 0, true),
+            },
+        )
+        .unwrap();
         let out = drain(&mut raft, &mut disk);
         assert!(vote_granted(&out), "pre-vote from {candidate}");
     }
@@ -149,7 +159,11 @@ fn elected_leader() -> (Raft, i64) {
     let prevote = out
         .iter()
         .find_map(|m| match m {
-            Outbound::Request { id, request: Request::Vote(_), .. } => Some(*id),
+            Outbound::Request {
+                id,
+                request: Request::Vote(_),
+                ..
+            } => Some(*id),
             _ => None,
         })
         .expect("pre-vote sent");
@@ -170,12 +184,20 @@ fn elected_leader() -> (Raft, i64) {
     let standard = out
         .iter()
         .find_map(|m| match m {
-            Outbound::Request { id, request: Request::Vote(v), .. } if !v.pre_vote => Some(*id),
+            Outbound::Request {
+                id,
+                request: Request::Vote(v),
+                ..
+            } if !v.pre_vote => Some(*id),
             _ => None,
         })
         .expect("vote sent");
     let mut response = granted(standard);
-    if let Input::Response { response: Response::Vote(r), .. } = &mut response {
+    if let Input::Response {
+        response: Response::Vote(r),
+        ..
+    } = &mut response
+    {
         r.leader_epoch = 1;
     }
     raft.step(2_002, response).unwrap();
@@ -203,11 +225,23 @@ fn fetch(replica: i32, offset: i64, epoch: i32) -> Request {
 fn kafka_12619_high_watermark_waits_for_the_leader_change_batch() {
     let (mut raft, epoch_start) = elected_leader();
     let epoch = raft.epoch();
-    raft.step(2_010, Input::Request { token: 1, request: fetch(1, epoch_start, epoch) })
-        .unwrap();
+    raft.step(
+        2_010,
+        Input::Request {
+            token: 1,
+            request: fetch(1, epoch_start, epoch),
+        },
+    )
+    .unwrap();
     assert_eq!(raft.high_watermark(), None);
-    raft.step(2_011, Input::Request { token: 2, request: fetch(1, epoch_start + 1, epoch) })
-        .unwrap();
+    raft.step(
+        2_011,
+        Input::Request {
+            token: 2,
+            request: fetch(1, epoch_start + 1, epoch),
+        },
+    )
+    .unwrap();
     assert_eq!(raft.high_watermark(), Some(epoch_start + 1));
 }
 
@@ -227,7 +261,11 @@ fn kafka_18723_invalid_fetched_records_are_not_appended() {
         let id = out
             .iter()
             .find_map(|m| match m {
-                Outbound::Request { id, request: Request::Fetch(_), .. } => Some(*id),
+                Outbound::Request {
+                    id,
+                    request: Request::Fetch(_),
+                    ..
+                } => Some(*id),
                 _ => None,
             })
             .expect("a fetch in flight");
@@ -245,12 +283,19 @@ fn kafka_18723_invalid_fetched_records_are_not_appended() {
         });
         raft.step(10, Input::Response { id, response }).unwrap();
     };
-    answer(&mut raft, Bytes::from_static(&[0xde, 0xad, 0xbe, 0xef, 1, 2, 3]));
+    answer(
+        &mut raft,
+        Bytes::from_static(&[0xde, 0xad, 0xbe, 0xef, 1, 2, 3]),
+    );
     assert_eq!(raft.log_end_offset(), 0);
     let mut future = BatchBuilder::new(0, 9, 0, false);
     future.append(None, Some(b"from the future"));
     answer(&mut raft, Bytes::from(future.finish()));
-    assert_eq!(raft.log_end_offset(), 0, "a batch above our epoch is refused");
+    assert_eq!(
+        raft.log_end_offset(),
+        0,
+        "a batch above our epoch is refused"
+    );
     let mut good = BatchBuilder::new(0, 3, 0, false);
     good.append(None, Some(b"ok"));
     let mut bytes = good.finish();
@@ -286,7 +331,10 @@ fn kafka_15489_partitioned_leader_resigns_by_check_quorum() {
         .raft
         .as_ref()
         .is_some_and(|r| r.is_leader() && r.epoch() == epoch);
-    assert!(!still, "node {leader} still leads epoch {epoch} without fetches");
+    assert!(
+        !still,
+        "node {leader} still leads epoch {epoch} without fetches"
+    );
 }
 
 /// KAFKA-16144: a single voter never resigns for want of fetches.
@@ -296,7 +344,10 @@ fn single_voter_keeps_leading() {
     let (leader, epoch) = wait_for_leader(&mut c, 100);
     c.run_until(c.now + 20_000).unwrap();
     assert_eq!(c.leader(), Some((leader, epoch)));
-    assert!(c.max_high_watermark() > 100, "a single voter commits its appends");
+    assert!(
+        c.max_high_watermark() > 100,
+        "a single voter commits its appends"
+    );
 }
 
 /// KAFKA-10533: crash the leader while an append is written but not yet flushed; committed
@@ -334,7 +385,10 @@ fn kafka_12181_follower_recovers_from_total_disk_loss() {
     c.run_until(c.now + 3_000).unwrap();
     let hwm = c.max_high_watermark();
     let end = c.nodes[victim as usize].disk.log.end();
-    assert!(end + 200 >= hwm, "the wiped follower is at {end}, the quorum at {hwm}");
+    assert!(
+        end + 200 >= hwm,
+        "the wiped follower is at {end}, the quorum at {hwm}"
+    );
 }
 
 /// KIP-996 (`leadershipAssignedOnlyOnceWithNetworkPartitionIfThereExistsMajority`): with only
@@ -368,7 +422,8 @@ fn kafka_20895_graceful_shutdown_hands_over_in_one_round() {
     c.run_until(c.now + 1_000).unwrap();
     let asked = c.now;
     c.fault(Fault::Shutdown(leader)).unwrap();
-    c.run_while(2_000, |c| c.leader().is_none_or(|(_, e)| e == epoch)).unwrap();
+    c.run_while(2_000, |c| c.leader().is_none_or(|(_, e)| e == epoch))
+        .unwrap();
     let (next, next_epoch) = c.leader().expect("a successor");
     assert_ne!(next, leader);
     assert_eq!(next_epoch, epoch + 1, "the first round must win");
