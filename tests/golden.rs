@@ -26,7 +26,9 @@ fn check_request(name: &str, version: i16, client_id: &str, software: (&str, &st
         "{name}"
     );
     assert_eq!(header.client_id.as_deref(), Some(client_id), "{name}");
-    let RequestBody::ApiVersions(request) = body;
+    let RequestBody::ApiVersions(request) = body else {
+        panic!("{name}: not ApiVersions");
+    };
     assert_eq!(request.client_software_name, software.0, "{name}");
     assert_eq!(request.client_software_version, software.1, "{name}");
     assert!(request.has_valid_client_software(), "{name}");

@@ -84,6 +84,7 @@ fn seeds() -> Vec<Vec<u8>> {
         hex("003402000000000100007fffffff"), // Vote with a hostile count
         hex("0001000d00000003ffff00"),       // Fetch v13 header only
     ];
+    seeds.extend(kraft_seeds());
     for dir in ["tests/golden"] {
         if let Ok(entries) = std::fs::read_dir(dir) {
             for entry in entries.flatten() {
@@ -95,6 +96,80 @@ fn seeds() -> Vec<Vec<u8>> {
         }
     }
     seeds
+}
+
+/// One valid request of every Raft RPC at every served version, as ringraft's peers send them.
+fn kraft_seeds() -> Vec<Vec<u8>> {
+    use ringraft::net::raft_rpc::{api_key, encode_request};
+    use ringraft::protocol::apis;
+    use ringraft::protocol::header::RequestHeader;
+    use ringraft::protocol::request::encode_request_frame;
+    use ringraft::raft::message as m;
+    use ringraft::raft::{OffsetAndEpoch, ReplicaKey, Request};
+    let key = ReplicaKey::new(2, Some(uuid::Uuid::from_u128(7)));
+    let cluster_id = Some("MkU3OEVBNTcwNTJENDM2Qk".to_string());
+    let requests = [
+        Request::Vote(m::VoteRequest {
+            cluster_id: cluster_id.clone(),
+            voter: key,
+            replica_epoch: 4,
+            candidate: key,
+            last_offset_epoch: 3,
+            last_offset: 100,
+            pre_vote: false,
+        }),
+        Request::BeginQuorumEpoch(m::BeginQuorumEpochRequest {
+            cluster_id: cluster_id.clone(),
+            voter: key,
+            leader_id: 1,
+            leader_epoch: 4,
+            leader_endpoints: vec![ringraft::raft::Endpoint {
+                name: "CONTROLLER".into(),
+                host: "localhost".into(),
+                port: 9093,
+            }],
+        }),
+        Request::EndQuorumEpoch(m::EndQuorumEpochRequest {
+            cluster_id: cluster_id.clone(),
+            leader_id: 1,
+            leader_epoch: 4,
+            preferred_candidates: vec![key, ReplicaKey::new(3, None)],
+            leader_endpoints: vec![],
+        }),
+        Request::Fetch(m::FetchRequest {
+            cluster_id: cluster_id.clone(),
+            replica: key,
+            max_wait_ms: 500,
+            fetch_offset: 10,
+            last_fetched_epoch: 3,
+            current_leader_epoch: 4,
+            max_bytes: 1 << 20,
+        }),
+        Request::FetchSnapshot(m::FetchSnapshotRequest {
+            cluster_id,
+            replica: key,
+            current_leader_epoch: 4,
+            snapshot_id: OffsetAndEpoch::new(10, 3),
+            position: 0,
+            max_bytes: 1 << 20,
+        }),
+    ];
+    let mut out = Vec::new();
+    for request in &requests {
+        let spec = apis::served(api_key(request)).unwrap();
+        for version in spec.min_version..=spec.max_version {
+            let header = RequestHeader {
+                api_key: spec.key.0,
+                api_version: version,
+                correlation_id: 9,
+                client_id: Some("raft-client-2".into()),
+            };
+            let frame =
+                encode_request_frame(&header, spec, |w| encode_request(request, version, w));
+            out.push(frame[4..].to_vec());
+        }
+    }
+    out
 }
 
 fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
@@ -132,6 +207,8 @@ fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
 
 const FRAMES: usize = 120_000;
 const MAX_REQUEST: usize = 1 << 20;
+/// Bytes of decoded request per byte of frame, at most.
+const DECODED_WIDTH_MAX: usize = 64;
 
 #[test]
 fn hostile_frames_never_panic_or_overallocate() {
@@ -142,13 +219,17 @@ fn hostile_frames_never_panic_or_overallocate() {
     let mut rng = Rng(seed);
     let seeds = seeds();
     let state = ServerState::default();
-    let (mut answered, mut closed) = (0usize, 0usize);
+    let (mut answered, mut closed, mut raft_calls) = (0usize, 0usize, 0usize);
     for i in 0..FRAMES {
         let pick = below(&mut rng, seeds.len());
         let frame = mutate(&mut rng, &seeds[pick]);
         let (decoded, largest, total) = measured(|| decode_request(&frame));
+        // Decoded structs are wider than their encodings (one array byte can become a 48-byte
+        // struct), so the bound is a constant factor of the bytes received — never the
+        // lengths the frame claims.
+        let bound = DECODED_WIDTH_MAX * frame.len() + 64;
         assert!(
-            largest <= frame.len() && total <= frame.len(),
+            largest <= bound && total <= bound,
             "frame {i} (seed {seed}): decoding {} bytes allocated {largest} at once, {total} in \
              all: {frame:02x?}",
             frame.len()
@@ -161,6 +242,20 @@ fn hostile_frames_never_panic_or_overallocate() {
                     "a response has a size and a correlation id"
                 );
             }
+            (true, Action::Raft(call)) => {
+                // The raft shard's first steps on it: shape check, or a top-level error.
+                raft_calls += 1;
+                if ringraft::net::raft_rpc::request_from_wire(&call.body).is_none() {
+                    let mut w = ringraft::protocol::Writer::new();
+                    ringraft::net::raft_rpc::encode_top_level_error(
+                        call.key,
+                        call.version,
+                        ringraft::protocol::ErrorCode::INVALID_REQUEST,
+                        &mut w,
+                    );
+                    assert!(!w.is_empty());
+                }
+            }
             (false, Action::Close(_)) => closed += 1,
             (ok, action) => panic!("frame {i}: decode ok={ok} but dispatch gave {action:?}"),
         }
@@ -171,6 +266,10 @@ fn hostile_frames_never_panic_or_overallocate() {
         "only {answered} frames were answered"
     );
     assert!(closed > FRAMES / 2, "only {closed} frames were refused");
+    assert!(
+        raft_calls > FRAMES / 100,
+        "only {raft_calls} frames reached raft"
+    );
 }
 
 #[test]

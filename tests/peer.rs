@@ -191,8 +191,14 @@ fn negotiates_with_a_real_node_and_round_trips_api_versions() {
         assert_eq!(conn.api_versions_version(), 4);
         assert_eq!(conn.negotiate(ApiKey::API_VERSIONS, (0, 3)), Some(3));
         assert_eq!(conn.negotiate(ApiKey::API_VERSIONS, (5, 7)), None);
-        assert_eq!(conn.peer_range(ApiKey::VOTE), None, "not served yet");
-        assert_eq!(conn.negotiate(ApiKey::VOTE, (0, 2)), None);
+        assert_eq!(conn.peer_range(ApiKey::VOTE), Some((0, 2)));
+        assert_eq!(conn.negotiate(ApiKey::VOTE, (0, 1)), Some(1));
+        assert_eq!(
+            conn.peer_range(ApiKey::DESCRIBE_QUORUM),
+            None,
+            "not served yet"
+        );
+        assert_eq!(conn.negotiate(ApiKey::DESCRIBE_QUORUM, (0, 2)), None);
         // v3 (flexible: request header v2) and v1 (request header v1) both round-trip.
         for version in [3, 1] {
             let body = conn

@@ -31,6 +31,9 @@ pub fn replace_file(path: &Path, contents: &[u8]) -> io::Result<()> {
 /// `replace_file` on the glommio ring, for shards that must never block (the raft shard):
 /// the same steps and the same guarantee when it returns Ok.
 pub async fn replace_file_async(path: &Path, contents: &[u8]) -> io::Result<()> {
+    // glommio 0.9 opens relative to dirfd -1, not the working directory: only absolute paths
+    // work. `std::path::absolute` touches no disk.
+    let path = &std::path::absolute(path)?;
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())

@@ -3,13 +3,25 @@
 
 use crate::protocol::api_versions::{self, FeatureState};
 use crate::protocol::request::encode_response_frame;
-use crate::protocol::{apis, decode_request, Decoded, RequestBody, RequestError};
+use crate::protocol::{apis, decode_request, ApiKey, Decoded, RequestBody, RequestError};
+
+/// A decoded Raft RPC, for the raft shard to answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RaftCall {
+    pub correlation_id: i32,
+    pub key: ApiKey,
+    pub version: i16,
+    pub response_header_version: i16,
+    pub body: RequestBody,
+}
 
 /// The answer to a frame.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Action {
     /// Send these bytes (a whole response frame, size prefix included).
     Respond(Vec<u8>),
+    /// Hand the request to the Raft core; its answer is the response.
+    Raft(RaftCall),
     /// Close the connection without answering, as Kafka does (spec/wire.md §6).
     Close(RequestError),
 }
@@ -45,6 +57,13 @@ pub fn handle_frame(frame: &[u8], state: &ServerState) -> Action {
                         |w| response.encode(w, version),
                     ))
                 }
+                body => Action::Raft(RaftCall {
+                    correlation_id: header.correlation_id,
+                    key: spec.key,
+                    version,
+                    response_header_version: header_version,
+                    body,
+                }),
             }
         }
     }

@@ -4,4 +4,5 @@
 pub mod dispatch;
 pub mod frame;
 pub mod peer;
+pub mod raft_rpc;
 pub mod server;

@@ -14,6 +14,7 @@ use tracing::{debug, info, warn, Instrument};
 
 use super::dispatch::{handle_frame, Action, ServerState};
 use super::frame::{read_frame, FrameError};
+use crate::node::raft_driver::RaftHandle;
 use crate::node::stop::StopSignal;
 
 /// Settings every connection needs.
@@ -33,6 +34,7 @@ pub fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
 pub async fn serve(
     listener: TcpListener,
     state: Rc<ServerState>,
+    raft: Option<RaftHandle>,
     limits: ConnectionLimits,
     stop: StopSignal,
     drain: Duration,
@@ -63,10 +65,11 @@ pub async fn serve(
             .peer_addr()
             .map(|a| a.to_string())
             .unwrap_or_else(|_| "?".into());
-        let (state, stop) = (state.clone(), stop.clone());
+        let (state, stop, raft) = (state.clone(), stop.clone(), raft.clone());
         let span = tracing::debug_span!("conn", peer = %peer);
         let spawned = gate.spawn(
-            async move { serve_connection(stream, &state, limits, &stop).await }.instrument(span),
+            async move { serve_connection(stream, &state, raft.as_ref(), limits, &stop).await }
+                .instrument(span),
         );
         match spawned {
             Ok(task) => {
@@ -93,6 +96,7 @@ pub async fn serve(
 async fn serve_connection(
     stream: TcpStream,
     state: &ServerState,
+    raft: Option<&RaftHandle>,
     limits: ConnectionLimits,
     stop: &StopSignal,
 ) {
@@ -123,7 +127,27 @@ async fn serve_connection(
             }
             Some(Ok(true)) => {}
         }
-        match handle_frame(&frame, state) {
+        let action = match handle_frame(&frame, state) {
+            Action::Raft(call) => match raft {
+                Some(raft) => match raft.call(call).await {
+                    Some(bytes) => Action::Respond(bytes),
+                    None => {
+                        debug!("raft is stopping; closing connection");
+                        break;
+                    }
+                },
+                None => {
+                    debug!(
+                        api = call.key.name(),
+                        "no raft on this node; closing connection"
+                    );
+                    break;
+                }
+            },
+            other => other,
+        };
+        match action {
+            Action::Raft(_) => unreachable!("answered above"),
             Action::Respond(bytes) => {
                 if let Err(e) = write_response(&mut stream, &bytes).await {
                     debug!(error = %e, "write failed; closing connection");

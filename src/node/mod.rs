@@ -7,6 +7,7 @@
 //! coordinator: it watches that flag and tells the other shards to stop over the mesh.
 
 pub mod preflight;
+pub mod raft_driver;
 pub mod stop;
 mod storage;
 
@@ -14,7 +15,7 @@ use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_lite::future;
@@ -26,6 +27,7 @@ use crate::config::{Role, ServerConfig, Tuning};
 use crate::constants as c;
 use crate::net::dispatch::ServerState;
 use crate::net::server::{self, ConnectionLimits};
+use raft_driver::{Driver, RaftHandle, RaftSetup};
 use stop::StopSignal;
 
 /// Why the node stopped with an error.
@@ -62,7 +64,12 @@ struct ShardContext {
     stop_flag: Arc<AtomicBool>,
     mesh: MeshBuilder<ShardMessage, Full>,
     started: mpsc::Sender<usize>,
+    raft: RaftHandle,
+    raft_inputs: Arc<Mutex<Option<RaftInputs>>>,
+    raft_setup: RaftSetup,
 }
+
+type RaftInputs = futures_channel::mpsc::UnboundedReceiver<raft_driver::DriverInput>;
 
 /// Runs the node until SIGTERM/SIGINT. `embedded` means the built-in default config, which
 /// formats its directory on first start.
@@ -83,8 +90,9 @@ pub fn run(config: ServerConfig, tuning: Tuning, embedded: bool) -> Result<(), N
         "storage ready"
     );
     let listen = resolve_listeners(&config)?;
+    let setup = raft_setup(&config, &identity.meta)?;
     let stop_flag = register_signals()?;
-    let shards = spawn_shards(&config, &tuning, listen, stop_flag)?;
+    let shards = spawn_shards(&config, &tuning, listen, setup, stop_flag)?;
     let result = join_shards(shards);
     drop(identity); // releases the directory lock
     if result.is_ok() {
@@ -122,6 +130,76 @@ fn resolve_listeners(config: &ServerConfig) -> Result<Vec<SocketAddr>, NodeError
 }
 
 /// SIGTERM/SIGINT set the stop flag; a second one while stopping exits at once.
+/// The Raft core's identity, voters and timers from the config and `meta.properties`.
+fn raft_setup(
+    config: &ServerConfig,
+    meta: &crate::log::MetaProperties,
+) -> Result<RaftSetup, NodeError> {
+    use crate::membership::{Voter, VoterSet};
+    use crate::raft::{Endpoint, RaftConfig, ReplicaKey};
+    if config.controller_quorum_voters.is_empty() {
+        return Err(NodeError(
+            "controller.quorum.voters is empty: a quorum found only through \
+             controller.quorum.bootstrap.servers (KIP-853) is not supported yet"
+                .into(),
+        ));
+    }
+    let listener = config
+        .controller_listener_names
+        .first()
+        .cloned()
+        .unwrap_or_else(|| "CONTROLLER".into());
+    let mut voters = Vec::new();
+    let mut peer_addrs = std::collections::BTreeMap::new();
+    for v in &config.controller_quorum_voters {
+        let key = if v.id == config.node_id {
+            ReplicaKey::new(v.id, meta.directory_id)
+        } else {
+            ReplicaKey::new(v.id, None)
+        };
+        voters.push(Voter {
+            key,
+            endpoints: vec![Endpoint {
+                name: listener.clone(),
+                host: v.host.clone(),
+                port: v.port,
+            }],
+        });
+        if v.id != config.node_id {
+            let addr = (v.host.as_str(), v.port)
+                .to_socket_addrs()
+                .ok()
+                .and_then(|mut a| a.next())
+                .ok_or_else(|| {
+                    NodeError(format!(
+                        "controller.quorum.voters: cannot resolve {}@{}:{}",
+                        v.id, v.host, v.port
+                    ))
+                })?;
+            peer_addrs.insert(v.id, addr);
+        }
+    }
+    let voters =
+        VoterSet::new(voters).map_err(|e| NodeError(format!("controller.quorum.voters: {e}")))?;
+    let local = ReplicaKey::new(config.node_id, meta.directory_id);
+    let seed = crate::ids::random_kafka_uuid().as_u64_pair().0;
+    let mut raft = RaftConfig::new(local, meta.cluster_id.clone(), seed);
+    let ms = |v: i32| u64::try_from(v).unwrap_or(0);
+    raft.election_timeout_ms = ms(config.election_timeout_ms);
+    raft.fetch_timeout_ms = ms(config.fetch_timeout_ms);
+    raft.election_backoff_max_ms = ms(config.election_backoff_max_ms);
+    raft.request_timeout_ms = ms(config.request_timeout_ms);
+    raft.retry_backoff_ms = ms(config.retry_backoff_ms);
+    raft.fetch_max_bytes = config
+        .fetch_max_bytes
+        .clamp(1, crate::raft::FETCH_MAX_BYTES);
+    Ok(RaftSetup {
+        config: raft,
+        voters,
+        peer_addrs,
+    })
+}
+
 fn register_signals() -> Result<Arc<AtomicBool>, NodeError> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let flag = Arc::new(AtomicBool::new(false));
@@ -141,9 +219,11 @@ fn spawn_shards(
     config: &ServerConfig,
     tuning: &Tuning,
     listen: Vec<SocketAddr>,
+    raft_setup: RaftSetup,
     stop_flag: Arc<AtomicBool>,
 ) -> Result<Vec<ShardHandle>, NodeError> {
     let n = tuning.shards.len();
+    let (raft, inputs) = RaftHandle::channel();
     let (started_tx, started_rx) = mpsc::channel();
     let base = ShardContext {
         partition_dir: crate::log::layout::partition_dir(&config.metadata_dir()),
@@ -167,6 +247,9 @@ fn spawn_shards(
         stop_flag: stop_flag.clone(),
         mesh: MeshBuilder::full(n, c::SHARD_CHANNEL_CAPACITY),
         started: started_tx,
+        raft,
+        raft_inputs: Arc::new(Mutex::new(Some(inputs))),
+        raft_setup,
     };
     if tuning.spin_before_park_us > 0 && crate::config::tuning::online_cpus().len() <= 2 {
         warn!("spin_before_park_us > 0 on a machine with 2 or fewer CPUs hurts latency");
@@ -261,6 +344,21 @@ async fn shard_body(ctx: ShardContext) -> Result<(), String> {
     }
     info!(roles = ?ctx.roles, "shard started");
     let mut result = Ok(());
+    let driver = log.map(|(log, quorum)| {
+        let inputs = ctx.raft_inputs.lock().ok().and_then(|mut i| i.take());
+        let inputs = inputs.expect("one raft shard takes the raft inputs");
+        let driver = Driver::new(ctx.raft_setup.clone(), log, &quorum, &ctx.raft);
+        let (flag, stop) = (ctx.stop_flag.clone(), stop.clone());
+        let run = async move {
+            let (result, log) = driver.run(inputs, stop).await;
+            if result.is_err() {
+                // A fatal raft error stops the whole node.
+                flag.store(true, Ordering::SeqCst);
+            }
+            (result, log)
+        };
+        glommio::spawn_local(run.in_current_span())
+    });
     let mut serving = Vec::new();
     if ctx.roles.contains(&Role::Acceptor) {
         let state = Rc::new(ctx.state);
@@ -268,8 +366,15 @@ async fn shard_body(ctx: ShardContext) -> Result<(), String> {
             match server::bind(*addr) {
                 Ok(listener) => {
                     let drain = Duration::from_millis(c::SHUTDOWN_DRAIN_MS);
-                    let serve =
-                        server::serve(listener, state.clone(), ctx.limits, stop.clone(), drain);
+                    let raft = Some(ctx.raft.clone());
+                    let serve = server::serve(
+                        listener,
+                        state.clone(),
+                        raft,
+                        ctx.limits,
+                        stop.clone(),
+                        drain,
+                    );
                     serving.push(glommio::spawn_local(serve.in_current_span()));
                 }
                 Err(e) => {
@@ -284,7 +389,9 @@ async fn shard_body(ctx: ShardContext) -> Result<(), String> {
     for task in serving {
         task.await;
     }
-    if let Some(log) = log {
+    if let Some(task) = driver {
+        let (raft_result, log) = task.await;
+        result = result.and(raft_result);
         if let Err(e) = log.close().await {
             error!(error = %e, "closing the metadata log failed");
             result = result.and(Err(format!("closing the metadata log failed: {e}")));
@@ -295,7 +402,9 @@ async fn shard_body(ctx: ShardContext) -> Result<(), String> {
 }
 
 /// Opens the metadata log (recovering it) and reads quorum-state, on the raft shard.
-async fn open_log(ctx: &ShardContext) -> Result<crate::log::MetadataLog, String> {
+async fn open_log(
+    ctx: &ShardContext,
+) -> Result<(crate::log::MetadataLog, crate::log::QuorumStateData), String> {
     let dir = &ctx.partition_dir;
     let (log, report) = crate::log::MetadataLog::open(dir, ctx.log_config)
         .await
@@ -314,7 +423,7 @@ async fn open_log(ctx: &ShardContext) -> Result<crate::log::MetadataLog, String>
         epoch = quorum.leader_epoch,
         "metadata log open"
     );
-    Ok(log)
+    Ok((log, quorum))
 }
 
 /// Joins the mesh, giving up if the node is told to stop first (a shard failed to start).

@@ -87,12 +87,44 @@ impl ApiSpec {
 }
 
 /// Every API this node answers. Order is the order ApiVersions lists them in.
-pub const SERVED: &[ApiSpec] = &[ApiSpec {
-    key: ApiKey::API_VERSIONS,
-    min_version: 0,
-    max_version: 4,
-    flexible_from: 3,
-}];
+pub const SERVED: &[ApiSpec] = &[
+    ApiSpec {
+        key: ApiKey::FETCH,
+        min_version: 13,
+        max_version: 17,
+        flexible_from: 12,
+    },
+    ApiSpec {
+        key: ApiKey::API_VERSIONS,
+        min_version: 0,
+        max_version: 4,
+        flexible_from: 3,
+    },
+    ApiSpec {
+        key: ApiKey::VOTE,
+        min_version: 0,
+        max_version: 2,
+        flexible_from: 0,
+    },
+    ApiSpec {
+        key: ApiKey::BEGIN_QUORUM_EPOCH,
+        min_version: 0,
+        max_version: 1,
+        flexible_from: 1,
+    },
+    ApiSpec {
+        key: ApiKey::END_QUORUM_EPOCH,
+        min_version: 0,
+        max_version: 1,
+        flexible_from: 1,
+    },
+    ApiSpec {
+        key: ApiKey::FETCH_SNAPSHOT,
+        min_version: 0,
+        max_version: 1,
+        flexible_from: 0,
+    },
+];
 
 /// The served API with this key, if any.
 pub fn served(key: ApiKey) -> Option<&'static ApiSpec> {

@@ -7,13 +7,23 @@ use std::fmt;
 
 use super::api_versions::ApiVersionsRequest;
 use super::apis::{self, ApiKey, ApiSpec};
+use super::begin_quorum_epoch::BeginQuorumEpochRequest;
 use super::codec::{DecodeError, Reader, Writer};
+use super::end_quorum_epoch::EndQuorumEpochRequest;
+use super::fetch::FetchRequest;
+use super::fetch_snapshot::FetchSnapshotRequest;
 use super::header::{encode_response_header, RequestHeader};
+use super::vote::VoteRequest;
 
 /// A request body of a served API.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RequestBody {
     ApiVersions(ApiVersionsRequest),
+    Vote(super::vote::VoteRequest),
+    BeginQuorumEpoch(super::begin_quorum_epoch::BeginQuorumEpochRequest),
+    EndQuorumEpoch(super::end_quorum_epoch::EndQuorumEpochRequest),
+    Fetch(super::fetch::FetchRequest),
+    FetchSnapshot(super::fetch_snapshot::FetchSnapshotRequest),
 }
 
 /// A decoded request frame.
@@ -99,9 +109,26 @@ pub fn decode_request(frame: &[u8]) -> Result<Decoded, RequestError> {
         return Ok(Decoded::ApiVersionsTooNew { header });
     }
     // Trailing bytes after the body are ignored, as Kafka's parser ignores them.
+    // Requests carry no records, so nothing is shared with the frame.
+    let none = bytes::Bytes::new();
     let body = match spec.key {
         ApiKey::API_VERSIONS => RequestBody::ApiVersions(
             ApiVersionsRequest::decode(&mut r, version).map_err(malformed)?,
+        ),
+        ApiKey::VOTE => {
+            RequestBody::Vote(VoteRequest::decode(&mut r, version, &none).map_err(malformed)?)
+        }
+        ApiKey::BEGIN_QUORUM_EPOCH => RequestBody::BeginQuorumEpoch(
+            BeginQuorumEpochRequest::decode(&mut r, version, &none).map_err(malformed)?,
+        ),
+        ApiKey::END_QUORUM_EPOCH => RequestBody::EndQuorumEpoch(
+            EndQuorumEpochRequest::decode(&mut r, version, &none).map_err(malformed)?,
+        ),
+        ApiKey::FETCH => {
+            RequestBody::Fetch(FetchRequest::decode(&mut r, version, &none).map_err(malformed)?)
+        }
+        ApiKey::FETCH_SNAPSHOT => RequestBody::FetchSnapshot(
+            FetchSnapshotRequest::decode(&mut r, version, &none).map_err(malformed)?,
         ),
         other => unreachable!("{} is in the served table without a decoder", other.name()),
     };
@@ -161,7 +188,9 @@ mod tests {
         };
         assert_eq!(header.client_id.as_deref(), Some("adminclient-1"));
         assert_eq!(header.api_version, 4);
-        let RequestBody::ApiVersions(req) = body;
+        let RequestBody::ApiVersions(req) = body else {
+            panic!("expected ApiVersions, got {body:?}");
+        };
         assert_eq!(req.client_software_name, "apache-kafka-java");
         assert_eq!(req.client_software_version, "4.0.0");
     }
@@ -172,10 +201,23 @@ mod tests {
             decode_request(&[0, 18]),
             Err(RequestError::TooShort { len: 2 })
         );
-        let vote = [0, 52, 0, 0, 0, 0, 0, 1, 0, 0];
+        let describe_quorum = [0, 55, 0, 0, 0, 0, 0, 1, 0, 0];
         assert!(matches!(
-            decode_request(&vote),
-            Err(RequestError::UnknownApi { key: 52, .. })
+            decode_request(&describe_quorum),
+            Err(RequestError::UnknownApi { key: 55, .. })
+        ));
+        let vote_v3 = [0, 52, 0, 3, 0, 0, 0, 1, 0, 0];
+        assert!(matches!(
+            decode_request(&vote_v3),
+            Err(RequestError::UnsupportedVersion {
+                key: 52,
+                version: 3
+            })
+        ));
+        let truncated_vote = [0, 52, 0, 2, 0, 0, 0, 1, 0, 0, 0];
+        assert!(matches!(
+            decode_request(&truncated_vote),
+            Err(RequestError::Malformed { key: 52, .. })
         ));
         let negative = [0, 18, 0xff, 0xff, 0, 0, 0, 1, 0, 0];
         assert!(matches!(

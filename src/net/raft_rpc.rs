@@ -1,0 +1,644 @@
+//! Between the Kafka messages of `protocol/` and the single-partition messages the Raft core
+//! speaks (`raft::message`): shape checks (exactly one `__cluster_metadata` topic, partition 0;
+//! wire.md §8), wire integers to keys and options and back, and the version each RPC is sent
+//! at. A request of the wrong shape never reaches the core: it is answered here with a
+//! top-level INVALID_REQUEST (raft.md §5.3 step 2, §7.2 step 2).
+
+use bytes::Bytes;
+
+use crate::protocol::apis::ApiKey;
+use crate::protocol::begin_quorum_epoch as bqe;
+use crate::protocol::codec::{Reader, Writer};
+use crate::protocol::end_quorum_epoch as eqe;
+use crate::protocol::errors::ErrorCode;
+use crate::protocol::fetch;
+use crate::protocol::fetch_snapshot as fsn;
+use crate::protocol::kraft::{LeaderEndpoint, NodeEndpoint};
+use crate::protocol::vote;
+use crate::protocol::{RequestBody, METADATA_TOPIC_ID, METADATA_TOPIC_NAME};
+use crate::raft::message::{
+    self as m, EpochResponse, FetchResponse, FetchSnapshotResponse, Records, SnapshotBytes,
+    VoteResponse,
+};
+use crate::raft::{Endpoint, OffsetAndEpoch, ReplicaKey, Request, Response};
+
+/// The versions ringraft speaks per KRaft API, ours to offer in negotiation.
+pub fn our_versions(key: ApiKey) -> (i16, i16) {
+    match key {
+        ApiKey::VOTE => (0, 2),
+        ApiKey::BEGIN_QUORUM_EPOCH | ApiKey::END_QUORUM_EPOCH => (0, 1),
+        ApiKey::FETCH => (13, 17),
+        ApiKey::FETCH_SNAPSHOT => (0, 1),
+        _ => (0, -1),
+    }
+}
+
+pub fn api_key(request: &Request) -> ApiKey {
+    match request {
+        Request::Vote(_) => ApiKey::VOTE,
+        Request::BeginQuorumEpoch(_) => ApiKey::BEGIN_QUORUM_EPOCH,
+        Request::EndQuorumEpoch(_) => ApiKey::END_QUORUM_EPOCH,
+        Request::Fetch(_) => ApiKey::FETCH,
+        Request::FetchSnapshot(_) => ApiKey::FETCH_SNAPSHOT,
+    }
+}
+
+/// The lowest version that can carry `request` (PreVote needs Vote v2).
+pub fn min_version(request: &Request) -> i16 {
+    match request {
+        Request::Vote(v) if v.pre_vote => 2,
+        other => our_versions(api_key(other)).0,
+    }
+}
+
+fn wire_endpoints(endpoints: &[Endpoint]) -> Vec<LeaderEndpoint> {
+    endpoints
+        .iter()
+        .map(|e| LeaderEndpoint {
+            name: e.name.clone(),
+            host: e.host.clone(),
+            port: e.port,
+        })
+        .collect()
+}
+
+fn core_endpoints(endpoints: &[LeaderEndpoint]) -> Vec<Endpoint> {
+    endpoints
+        .iter()
+        .map(|e| Endpoint {
+            name: e.name.clone(),
+            host: e.host.clone(),
+            port: e.port,
+        })
+        .collect()
+}
+
+/// NodeEndpoints of a response: the leader's default listener, when known.
+fn node_endpoints(leader_id: i32, endpoints: &[Endpoint]) -> Vec<NodeEndpoint> {
+    endpoints
+        .first()
+        .filter(|_| leader_id >= 0)
+        .map(|e| NodeEndpoint {
+            node_id: leader_id,
+            host: e.host.clone(),
+            port: e.port,
+        })
+        .into_iter()
+        .collect()
+}
+
+fn leader_from_nodes(leader_id: i32, nodes: &[NodeEndpoint]) -> Vec<Endpoint> {
+    nodes
+        .iter()
+        .filter(|n| n.node_id == leader_id)
+        .map(|n| Endpoint {
+            name: String::new(),
+            host: n.host.clone(),
+            port: n.port,
+        })
+        .collect()
+}
+
+/// The one partition of a request, if the request has exactly one topic (named or by id as
+/// the API wants) holding exactly partition 0.
+fn single<T, P>(
+    topics: &[T],
+    topic_ok: impl Fn(&T) -> bool,
+    parts: impl Fn(&T) -> &[P],
+) -> Option<&P>
+where
+    P: PartitionIndex,
+{
+    match topics {
+        [topic] if topic_ok(topic) => match parts(topic) {
+            [p] if p.index() == 0 => Some(p),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+trait PartitionIndex {
+    fn index(&self) -> i32;
+}
+
+macro_rules! partition_index {
+    ($($t:ty => $f:ident),*) => {
+        $(impl PartitionIndex for $t {
+            fn index(&self) -> i32 {
+                self.$f
+            }
+        })*
+    };
+}
+
+partition_index!(
+    vote::VotePartitionData => partition_index,
+    bqe::BeginQuorumEpochPartitionData => partition_index,
+    eqe::EndQuorumEpochPartitionData => partition_index,
+    fetch::FetchPartition => partition,
+    fsn::FetchSnapshotPartition => partition,
+    vote::VoteResponsePartitionData => partition_index,
+    bqe::BeginQuorumEpochResponsePartitionData => partition_index,
+    fetch::PartitionData => partition_index,
+    fsn::FetchSnapshotResponsePartition => index
+);
+
+/// A wire request as the core sees it; `None` when its topic/partition shape is wrong.
+pub fn request_from_wire(body: &RequestBody) -> Option<Request> {
+    let named = |name: &str| name == METADATA_TOPIC_NAME;
+    Some(match body {
+        RequestBody::Vote(r) => {
+            let p = single(&r.topics, |t| named(&t.topic_name), |t| &t.partitions)?;
+            Request::Vote(m::VoteRequest {
+                cluster_id: r.cluster_id.clone(),
+                voter: ReplicaKey::from_wire(r.voter_id, p.voter_directory_id),
+                replica_epoch: p.replica_epoch,
+                candidate: ReplicaKey::from_wire(p.replica_id, p.replica_directory_id),
+                last_offset_epoch: p.last_offset_epoch,
+                last_offset: p.last_offset,
+                pre_vote: p.pre_vote,
+            })
+        }
+        RequestBody::BeginQuorumEpoch(r) => {
+            let p = single(&r.topics, |t| named(&t.topic_name), |t| &t.partitions)?;
+            Request::BeginQuorumEpoch(m::BeginQuorumEpochRequest {
+                cluster_id: r.cluster_id.clone(),
+                voter: ReplicaKey::from_wire(r.voter_id, p.voter_directory_id),
+                leader_id: p.leader_id,
+                leader_epoch: p.leader_epoch,
+                leader_endpoints: core_endpoints(&r.leader_endpoints),
+            })
+        }
+        RequestBody::EndQuorumEpoch(r) => {
+            let p = single(&r.topics, |t| named(&t.topic_name), |t| &t.partitions)?;
+            let mut preferred: Vec<ReplicaKey> = p
+                .preferred_candidates
+                .iter()
+                .map(|c| ReplicaKey::from_wire(c.candidate_id, c.candidate_directory_id))
+                .collect();
+            if preferred.is_empty() {
+                preferred = p
+                    .preferred_successors
+                    .iter()
+                    .map(|id| ReplicaKey::new(*id, None))
+                    .collect();
+            }
+            Request::EndQuorumEpoch(m::EndQuorumEpochRequest {
+                cluster_id: r.cluster_id.clone(),
+                leader_id: p.leader_id,
+                leader_epoch: p.leader_epoch,
+                preferred_candidates: preferred,
+                leader_endpoints: core_endpoints(&r.leader_endpoints),
+            })
+        }
+        RequestBody::Fetch(r) => {
+            let p = single(
+                &r.topics,
+                |t| t.topic_id == METADATA_TOPIC_ID,
+                |t| &t.partitions,
+            )?;
+            // v15+ carries the replica id in ReplicaState; older versions at the top.
+            let replica_id = if r.replica_state.replica_id >= 0 {
+                r.replica_state.replica_id
+            } else {
+                r.replica_id
+            };
+            Request::Fetch(m::FetchRequest {
+                cluster_id: r.cluster_id.clone(),
+                replica: ReplicaKey::from_wire(replica_id, p.replica_directory_id),
+                max_wait_ms: r.max_wait_ms,
+                fetch_offset: p.fetch_offset,
+                last_fetched_epoch: p.last_fetched_epoch,
+                current_leader_epoch: p.current_leader_epoch,
+                max_bytes: r.max_bytes,
+            })
+        }
+        RequestBody::FetchSnapshot(r) => {
+            let p = single(&r.topics, |t| named(&t.name), |t| &t.partitions)?;
+            Request::FetchSnapshot(m::FetchSnapshotRequest {
+                cluster_id: r.cluster_id.clone(),
+                replica: ReplicaKey::from_wire(r.replica_id, p.replica_directory_id),
+                current_leader_epoch: p.current_leader_epoch,
+                snapshot_id: OffsetAndEpoch::new(p.snapshot_id.end_offset, p.snapshot_id.epoch),
+                position: p.position,
+                max_bytes: r.max_bytes,
+            })
+        }
+        RequestBody::ApiVersions(_) => return None,
+    })
+}
+
+/// The body of a top-level-error answer (no topics) to a KRaft request of `key`.
+pub fn encode_top_level_error(key: ApiKey, version: i16, error: ErrorCode, w: &mut Writer) {
+    match key {
+        ApiKey::VOTE => vote::VoteResponse {
+            error_code: error,
+            ..Default::default()
+        }
+        .encode(w, version),
+        ApiKey::BEGIN_QUORUM_EPOCH => bqe::BeginQuorumEpochResponse {
+            error_code: error,
+            ..Default::default()
+        }
+        .encode(w, version),
+        ApiKey::END_QUORUM_EPOCH => eqe::EndQuorumEpochResponse {
+            error_code: error,
+            ..Default::default()
+        }
+        .encode(w, version),
+        ApiKey::FETCH => fetch::FetchResponse {
+            error_code: error,
+            ..Default::default()
+        }
+        .encode(w, version),
+        _ => fsn::FetchSnapshotResponse {
+            error_code: error,
+            ..Default::default()
+        }
+        .encode(w, version),
+    }
+}
+
+/// Encodes the core's response at `version`. `records` fills a Fetch response's records and
+/// `chunk` a FetchSnapshot response's bytes (the runtime read them as the core asked).
+pub fn encode_response(response: &Response, version: i16, data: Option<Bytes>, w: &mut Writer) {
+    match response {
+        Response::Vote(r) => vote::VoteResponse {
+            error_code: r.error,
+            topics: if r.error == ErrorCode::NONE {
+                vec![vote::VoteResponseTopicData {
+                    topic_name: METADATA_TOPIC_NAME.into(),
+                    partitions: vec![vote::VoteResponsePartitionData {
+                        partition_index: 0,
+                        error_code: r.partition_error,
+                        leader_id: r.leader_id,
+                        leader_epoch: r.leader_epoch,
+                        vote_granted: r.vote_granted,
+                    }],
+                }]
+            } else {
+                vec![]
+            },
+            node_endpoints: node_endpoints(r.leader_id, &r.leader_endpoints),
+        }
+        .encode(w, version),
+        Response::BeginQuorumEpoch(r) => epoch_response(r).encode(w, version),
+        Response::EndQuorumEpoch(r) => {
+            let b = epoch_response(r);
+            eqe::EndQuorumEpochResponse {
+                error_code: b.error_code,
+                topics: b.topics,
+                node_endpoints: b.node_endpoints,
+            }
+            .encode(w, version)
+        }
+        Response::Fetch(r) => fetch_response(r, data, version).encode(w, version),
+        Response::FetchSnapshot(r) => fetch_snapshot_response(r, data).encode(w, version),
+    }
+}
+
+fn epoch_response(r: &EpochResponse) -> bqe::BeginQuorumEpochResponse {
+    bqe::BeginQuorumEpochResponse {
+        error_code: r.error,
+        topics: if r.error == ErrorCode::NONE {
+            vec![bqe::BeginQuorumEpochResponseTopicData {
+                topic_name: METADATA_TOPIC_NAME.into(),
+                partitions: vec![bqe::BeginQuorumEpochResponsePartitionData {
+                    partition_index: 0,
+                    error_code: r.partition_error,
+                    leader_id: r.leader_id,
+                    leader_epoch: r.leader_epoch,
+                }],
+            }]
+        } else {
+            vec![]
+        },
+        node_endpoints: node_endpoints(r.leader_id, &r.leader_endpoints),
+    }
+}
+
+fn fetch_response(r: &FetchResponse, records: Option<Bytes>, version: i16) -> fetch::FetchResponse {
+    let diverging = r.diverging_epoch.unwrap_or(OffsetAndEpoch::new(-1, -1));
+    let snapshot = r.snapshot_id.unwrap_or(OffsetAndEpoch::new(-1, -1));
+    let node_endpoints = if version >= 17 {
+        node_endpoints(r.leader_id, &r.leader_endpoints)
+            .into_iter()
+            .map(|n| fetch::FetchNodeEndpoint {
+                node_id: n.node_id,
+                host: n.host,
+                port: i32::from(n.port),
+                rack: None,
+            })
+            .collect()
+    } else {
+        vec![]
+    };
+    fetch::FetchResponse {
+        error_code: r.error,
+        responses: if r.error == ErrorCode::NONE {
+            vec![fetch::FetchableTopicResponse {
+                topic_id: METADATA_TOPIC_ID,
+                partitions: vec![fetch::PartitionData {
+                    partition_index: 0,
+                    error_code: r.partition_error,
+                    high_watermark: r.high_watermark,
+                    last_stable_offset: -1,
+                    log_start_offset: r.log_start_offset,
+                    diverging_epoch: fetch::EpochEndOffset {
+                        epoch: diverging.epoch,
+                        end_offset: diverging.offset,
+                    },
+                    current_leader: fetch::LeaderIdAndEpoch {
+                        leader_id: r.leader_id,
+                        leader_epoch: r.leader_epoch,
+                    },
+                    snapshot_id: fetch::SnapshotId {
+                        end_offset: snapshot.offset,
+                        epoch: snapshot.epoch,
+                    },
+                    aborted_transactions: None,
+                    preferred_read_replica: -1,
+                    records: Some(records.unwrap_or_default()),
+                }],
+            }]
+        } else {
+            vec![]
+        },
+        node_endpoints,
+        ..Default::default()
+    }
+}
+
+fn fetch_snapshot_response(
+    r: &FetchSnapshotResponse,
+    chunk: Option<Bytes>,
+) -> fsn::FetchSnapshotResponse {
+    fsn::FetchSnapshotResponse {
+        error_code: r.error,
+        topics: if r.error == ErrorCode::NONE {
+            vec![fsn::FetchSnapshotResponseTopic {
+                name: METADATA_TOPIC_NAME.into(),
+                partitions: vec![fsn::FetchSnapshotResponsePartition {
+                    index: 0,
+                    error_code: r.partition_error,
+                    snapshot_id: fsn::SnapshotId {
+                        end_offset: r.snapshot_id.offset,
+                        epoch: r.snapshot_id.epoch,
+                    },
+                    current_leader: fsn::LeaderIdAndEpoch {
+                        leader_id: r.leader_id,
+                        leader_epoch: r.leader_epoch,
+                    },
+                    size: r.size,
+                    position: r.position,
+                    unaligned_records: chunk.unwrap_or_default(),
+                }],
+            }]
+        } else {
+            vec![]
+        },
+        node_endpoints: node_endpoints(r.leader_id, &r.leader_endpoints),
+        ..Default::default()
+    }
+}
+
+/// Encodes an outbound core request at `version` (negotiated; ≥ `min_version`).
+pub fn encode_request(request: &Request, version: i16, w: &mut Writer) {
+    let topic = || METADATA_TOPIC_NAME.to_string();
+    match request {
+        Request::Vote(r) => vote::VoteRequest {
+            cluster_id: r.cluster_id.clone(),
+            voter_id: r.voter.id,
+            topics: vec![vote::VoteTopicData {
+                topic_name: topic(),
+                partitions: vec![vote::VotePartitionData {
+                    partition_index: 0,
+                    replica_epoch: r.replica_epoch,
+                    replica_id: r.candidate.id,
+                    replica_directory_id: r.candidate.wire_directory_id(),
+                    voter_directory_id: r.voter.wire_directory_id(),
+                    last_offset_epoch: r.last_offset_epoch,
+                    last_offset: r.last_offset,
+                    pre_vote: r.pre_vote,
+                }],
+            }],
+        }
+        .encode(w, version),
+        Request::BeginQuorumEpoch(r) => bqe::BeginQuorumEpochRequest {
+            cluster_id: r.cluster_id.clone(),
+            voter_id: r.voter.id,
+            topics: vec![bqe::BeginQuorumEpochTopicData {
+                topic_name: topic(),
+                partitions: vec![bqe::BeginQuorumEpochPartitionData {
+                    partition_index: 0,
+                    voter_directory_id: r.voter.wire_directory_id(),
+                    leader_id: r.leader_id,
+                    leader_epoch: r.leader_epoch,
+                }],
+            }],
+            leader_endpoints: wire_endpoints(&r.leader_endpoints),
+        }
+        .encode(w, version),
+        Request::EndQuorumEpoch(r) => eqe::EndQuorumEpochRequest {
+            cluster_id: r.cluster_id.clone(),
+            topics: vec![eqe::EndQuorumEpochTopicData {
+                topic_name: topic(),
+                partitions: vec![eqe::EndQuorumEpochPartitionData {
+                    partition_index: 0,
+                    leader_id: r.leader_id,
+                    leader_epoch: r.leader_epoch,
+                    preferred_successors: r.preferred_candidates.iter().map(|k| k.id).collect(),
+                    preferred_candidates: r
+                        .preferred_candidates
+                        .iter()
+                        .map(|k| eqe::ReplicaInfo {
+                            candidate_id: k.id,
+                            candidate_directory_id: k.wire_directory_id(),
+                        })
+                        .collect(),
+                }],
+            }],
+            leader_endpoints: wire_endpoints(&r.leader_endpoints),
+        }
+        .encode(w, version),
+        Request::Fetch(r) => fetch::FetchRequest {
+            cluster_id: r.cluster_id.clone(),
+            replica_id: if version < 15 { r.replica.id } else { -1 },
+            replica_state: fetch::ReplicaState {
+                replica_id: if version >= 15 { r.replica.id } else { -1 },
+                replica_epoch: -1,
+            },
+            max_wait_ms: r.max_wait_ms,
+            min_bytes: 0,
+            max_bytes: r.max_bytes,
+            isolation_level: 0,
+            session_id: 0,
+            session_epoch: -1,
+            topics: vec![fetch::FetchTopic {
+                topic_id: METADATA_TOPIC_ID,
+                partitions: vec![fetch::FetchPartition {
+                    partition: 0,
+                    current_leader_epoch: r.current_leader_epoch,
+                    fetch_offset: r.fetch_offset,
+                    last_fetched_epoch: r.last_fetched_epoch,
+                    log_start_offset: -1,
+                    partition_max_bytes: 0,
+                    replica_directory_id: r.replica.wire_directory_id(),
+                    high_watermark: fetch::HIGH_WATERMARK_UNKNOWN,
+                }],
+            }],
+            forgotten_topics_data: vec![],
+            rack_id: String::new(),
+        }
+        .encode(w, version),
+        Request::FetchSnapshot(r) => fsn::FetchSnapshotRequest {
+            cluster_id: r.cluster_id.clone(),
+            replica_id: r.replica.id,
+            max_bytes: r.max_bytes,
+            topics: vec![fsn::FetchSnapshotTopic {
+                name: topic(),
+                partitions: vec![fsn::FetchSnapshotPartition {
+                    partition: 0,
+                    current_leader_epoch: r.current_leader_epoch,
+                    snapshot_id: fsn::SnapshotId {
+                        end_offset: r.snapshot_id.offset,
+                        epoch: r.snapshot_id.epoch,
+                    },
+                    position: r.position,
+                    replica_directory_id: r.replica.wire_directory_id(),
+                }],
+            }],
+        }
+        .encode(w, version),
+    }
+}
+
+/// Decodes a peer's response body to `key` at `version` into the core's form. A response
+/// without our partition keeps its top-level error and says "no leader known".
+pub fn decode_response(key: ApiKey, version: i16, body: &Bytes) -> Result<Response, String> {
+    let mut r = Reader::new(body);
+    let named = |name: &str| name == METADATA_TOPIC_NAME;
+    let err = |e: crate::protocol::DecodeError| format!("{} v{version}: {e}", key.name());
+    Ok(match key {
+        ApiKey::VOTE => {
+            let v = vote::VoteResponse::decode(&mut r, version, body).map_err(err)?;
+            let p = single(&v.topics, |t| named(&t.topic_name), |t| &t.partitions);
+            let leader_id = p.map_or(-1, |p| p.leader_id);
+            Response::Vote(VoteResponse {
+                error: shape_error(v.error_code, p.is_some()),
+                partition_error: p.map_or(ErrorCode::NONE, |p| p.error_code),
+                leader_id,
+                leader_epoch: p.map_or(-1, |p| p.leader_epoch),
+                vote_granted: p.is_some_and(|p| p.vote_granted),
+                leader_endpoints: leader_from_nodes(leader_id, &v.node_endpoints),
+            })
+        }
+        ApiKey::BEGIN_QUORUM_EPOCH => {
+            let b = bqe::BeginQuorumEpochResponse::decode(&mut r, version, body).map_err(err)?;
+            Response::BeginQuorumEpoch(core_epoch_response(
+                b.error_code,
+                &b.topics,
+                &b.node_endpoints,
+            ))
+        }
+        ApiKey::END_QUORUM_EPOCH => {
+            let e = eqe::EndQuorumEpochResponse::decode(&mut r, version, body).map_err(err)?;
+            Response::EndQuorumEpoch(core_epoch_response(
+                e.error_code,
+                &e.topics,
+                &e.node_endpoints,
+            ))
+        }
+        ApiKey::FETCH => {
+            let f = fetch::FetchResponse::decode(&mut r, version, body).map_err(err)?;
+            let p = single(
+                &f.responses,
+                |t| t.topic_id == METADATA_TOPIC_ID,
+                |t| &t.partitions,
+            );
+            let leader_id = p.map_or(-1, |p| p.current_leader.leader_id);
+            let nodes: Vec<NodeEndpoint> = f
+                .node_endpoints
+                .iter()
+                .filter_map(|n| {
+                    Some(NodeEndpoint {
+                        node_id: n.node_id,
+                        host: n.host.clone(),
+                        port: u16::try_from(n.port).ok()?,
+                    })
+                })
+                .collect();
+            let some = |epoch: i32, offset: i64| {
+                (epoch >= 0 && offset >= 0).then_some(OffsetAndEpoch::new(offset, epoch))
+            };
+            Response::Fetch(FetchResponse {
+                error: shape_error(f.error_code, p.is_some()),
+                partition_error: p.map_or(ErrorCode::NONE, |p| p.error_code),
+                high_watermark: p.map_or(-1, |p| p.high_watermark),
+                log_start_offset: p.map_or(-1, |p| p.log_start_offset),
+                diverging_epoch: p
+                    .and_then(|p| some(p.diverging_epoch.epoch, p.diverging_epoch.end_offset)),
+                leader_id,
+                leader_epoch: p.map_or(-1, |p| p.current_leader.leader_epoch),
+                snapshot_id: p.and_then(|p| some(p.snapshot_id.epoch, p.snapshot_id.end_offset)),
+                records: match p.and_then(|p| p.records.clone()) {
+                    Some(bytes) if !bytes.is_empty() => Records::Bytes(bytes),
+                    _ => Records::None,
+                },
+                leader_endpoints: leader_from_nodes(leader_id, &nodes),
+            })
+        }
+        ApiKey::FETCH_SNAPSHOT => {
+            let f = fsn::FetchSnapshotResponse::decode(&mut r, version, body).map_err(err)?;
+            let p = single(&f.topics, |t| named(&t.name), |t| &t.partitions);
+            let leader_id = p.map_or(-1, |p| p.current_leader.leader_id);
+            Response::FetchSnapshot(FetchSnapshotResponse {
+                error: shape_error(f.error_code, p.is_some()),
+                partition_error: p.map_or(ErrorCode::NONE, |p| p.error_code),
+                snapshot_id: p.map_or(OffsetAndEpoch::new(-1, -1), |p| {
+                    OffsetAndEpoch::new(p.snapshot_id.end_offset, p.snapshot_id.epoch)
+                }),
+                leader_id,
+                leader_epoch: p.map_or(-1, |p| p.current_leader.leader_epoch),
+                size: p.map_or(-1, |p| p.size),
+                position: p.map_or(-1, |p| p.position),
+                bytes: p.map_or(SnapshotBytes::None, |p| {
+                    SnapshotBytes::Bytes(p.unaligned_records.clone())
+                }),
+                leader_endpoints: leader_from_nodes(leader_id, &f.node_endpoints),
+            })
+        }
+        other => return Err(format!("{} is not a raft RPC", other.name())),
+    })
+}
+
+/// A response without our partition is a failure even when its top-level error is NONE
+/// (raft.md §9 step 2).
+fn shape_error(top: ErrorCode, has_partition: bool) -> ErrorCode {
+    if top == ErrorCode::NONE && !has_partition {
+        ErrorCode::UNKNOWN_SERVER_ERROR
+    } else {
+        top
+    }
+}
+
+fn core_epoch_response(
+    error: ErrorCode,
+    topics: &[bqe::BeginQuorumEpochResponseTopicData],
+    nodes: &[NodeEndpoint],
+) -> EpochResponse {
+    let p = single(
+        topics,
+        |t| t.topic_name == METADATA_TOPIC_NAME,
+        |t| &t.partitions,
+    );
+    let leader_id = p.map_or(-1, |p| p.leader_id);
+    EpochResponse {
+        error: shape_error(error, p.is_some()),
+        partition_error: p.map_or(ErrorCode::NONE, |p| p.error_code),
+        leader_id,
+        leader_epoch: p.map_or(-1, |p| p.leader_epoch),
+        leader_endpoints: leader_from_nodes(leader_id, nodes),
+    }
+}

@@ -1,0 +1,627 @@
+//! The raft shard's driver: it owns the `Raft` core and the `MetadataLog`, feeds the core what
+//! arrives (requests from any shard's connections, peer responses, application appends, timer
+//! ticks) and executes every `Ready` in the order its contract states — quorum-state durable,
+//! log operations, early (leader Fetch) responses, log fsync, the other messages, then
+//! `persisted`, then delivery to listeners. One task, one core: nothing here runs elsewhere.
+//!
+//! Other shards reach the driver through a `RaftHandle` (a cross-thread channel); outbound
+//! requests go through one `PeerConnection` task per voter on this shard.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use futures_channel::{mpsc, oneshot};
+use futures_lite::{future, StreamExt};
+use tracing::{debug, error, info, warn, Instrument};
+
+use super::stop::StopSignal;
+use crate::log::{MetadataLog, QuorumStateData};
+use crate::net::dispatch::RaftCall;
+use crate::net::peer::PeerConnection;
+use crate::net::raft_rpc;
+use crate::protocol::request::encode_response_frame;
+use crate::protocol::{apis, ErrorCode, Writer};
+use crate::raft::message::{Records, SnapshotBytes};
+use crate::raft::{
+    ElectionState, Failure, Input, LeaderAndEpoch, LogInfo, LogOp, OffsetAndEpoch, Outbound, Raft,
+    RaftConfig, Ready, ReplicaKey, Request, RequestId, Response, Token,
+};
+use crate::records::builder::BatchBuilder;
+
+/// How long a graceful stop waits for the resignation to be acknowledged (raft.md §14).
+const SHUTDOWN_GRACE: Duration = Duration::from_millis(1500);
+
+/// What the application hears about (Kafka's `RaftClient.Listener`). Runs on the raft shard.
+pub trait RaftListener: Send {
+    /// Committed batches, in order, each a whole v2 batch (control batches included).
+    fn handle_commit(&mut self, batches: &[Bytes]);
+    /// The log was replaced by snapshot `id` (a follower that fell behind the log start).
+    fn handle_load_snapshot(&mut self, id: OffsetAndEpoch);
+    fn handle_leader_change(&mut self, leader: LeaderAndEpoch);
+}
+
+/// Why an application request failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    #[error("not the leader (epoch {epoch}, leader {leader:?})")]
+    NotLeader { epoch: i32, leader: Option<i32> },
+    #[error("leadership was lost before offset {0} committed; it may or may not commit")]
+    LeadershipLost(i64),
+    #[error("invalid records: {0}")]
+    Invalid(String),
+    #[error("the raft driver has stopped")]
+    Stopped,
+}
+
+pub enum DriverInput {
+    Call {
+        call: RaftCall,
+        reply: oneshot::Sender<Option<Vec<u8>>>,
+    },
+    Peer {
+        id: RequestId,
+        result: Result<Response, Failure>,
+    },
+    Append {
+        batch: Vec<u8>,
+        reply: oneshot::Sender<Result<i64, ClientError>>,
+    },
+    Listen(Box<dyn RaftListener>),
+}
+
+/// A cheap, `Send` handle to the raft shard's driver, for any shard and the application.
+#[derive(Clone)]
+pub struct RaftHandle {
+    tx: mpsc::UnboundedSender<DriverInput>,
+}
+
+impl RaftHandle {
+    pub fn channel() -> (RaftHandle, mpsc::UnboundedReceiver<DriverInput>) {
+        let (tx, rx) = mpsc::unbounded();
+        (RaftHandle { tx }, rx)
+    }
+
+    /// Answers a Raft RPC; `None` means close the connection (the node is stopping).
+    pub async fn call(&self, call: RaftCall) -> Option<Vec<u8>> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .unbounded_send(DriverInput::Call { call, reply })
+            .ok()?;
+        answer.await.ok().flatten()
+    }
+
+    /// Appends one batch holding `values` as leader. Resolves with the batch's last offset
+    /// once it is committed, or with an error when this node is not (or stops being) leader.
+    pub async fn append(&self, values: &[&[u8]], timestamp_ms: i64) -> Result<i64, ClientError> {
+        if values.is_empty() {
+            return Err(ClientError::Invalid("no records".into()));
+        }
+        let mut builder = BatchBuilder::new(0, 0, timestamp_ms, false);
+        for value in values {
+            builder.append(None, Some(value));
+        }
+        let (reply, answer) = oneshot::channel();
+        let batch = builder.finish();
+        self.tx
+            .unbounded_send(DriverInput::Append { batch, reply })
+            .map_err(|_| ClientError::Stopped)?;
+        answer.await.map_err(|_| ClientError::Stopped)?
+    }
+
+    pub fn register_listener(&self, listener: Box<dyn RaftListener>) -> Result<(), ClientError> {
+        self.tx
+            .unbounded_send(DriverInput::Listen(listener))
+            .map_err(|_| ClientError::Stopped)
+    }
+}
+
+/// Everything the driver needs that the node computes before the shards start.
+#[derive(Clone)]
+pub struct RaftSetup {
+    pub config: RaftConfig,
+    pub voters: crate::membership::VoterSet,
+    pub peer_addrs: BTreeMap<i32, SocketAddr>,
+}
+
+struct PendingCall {
+    reply: oneshot::Sender<Option<Vec<u8>>>,
+    call: RaftCall,
+}
+
+pub struct Driver {
+    raft: Raft,
+    log: MetadataLog,
+    dir: PathBuf,
+    epoch_start: Instant,
+    peers: BTreeMap<i32, mpsc::UnboundedSender<(RequestId, Request)>>,
+    to_self: mpsc::UnboundedSender<DriverInput>,
+    calls: HashMap<Token, PendingCall>,
+    next_token: Token,
+    commits: BTreeMap<i64, Vec<oneshot::Sender<Result<i64, ClientError>>>>,
+    listeners: Vec<Box<dyn RaftListener>>,
+    delivered: i64,
+    download: Option<(OffsetAndEpoch, Vec<u8>)>,
+}
+
+impl Driver {
+    /// Builds the core over the recovered log and the stored election state.
+    pub fn new(
+        setup: RaftSetup,
+        log: MetadataLog,
+        stored: &QuorumStateData,
+        handle: &RaftHandle,
+    ) -> Driver {
+        let dir = log.dir().to_path_buf();
+        let snapshots = crate::log::snapshot::list(&dir)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|id| id.end_offset > 0)
+            .filter_map(|id| {
+                let path = crate::log::layout::snapshot_file(&dir, id.end_offset, id.epoch);
+                let size = std::fs::metadata(path).ok()?.len();
+                Some((OffsetAndEpoch::new(id.end_offset, id.epoch), size))
+            })
+            .collect();
+        let info = LogInfo {
+            start_offset: log.start_offset(),
+            end_offset: log.end_offset(),
+            epochs: log.epochs().entries().to_vec(),
+            snapshots,
+        };
+        let stored = election_state(stored);
+        let epoch_start = Instant::now();
+        let raft = Raft::new(setup.config.clone(), setup.voters, stored, &info, 0);
+        let mut peers = BTreeMap::new();
+        for (id, addr) in setup.peer_addrs {
+            let (tx, rx) = mpsc::unbounded();
+            let timeout = Duration::from_millis(setup.config.request_timeout_ms);
+            let client_id = format!("raft-client-{}", setup.config.local.id);
+            let task = peer_task(addr, rx, handle.tx.clone(), timeout, client_id);
+            let span = tracing::info_span!("peer", id, %addr);
+            glommio::spawn_local(task.instrument(span)).detach();
+            peers.insert(id, tx);
+        }
+        Driver {
+            raft,
+            delivered: log.start_offset(),
+            log,
+            dir,
+            epoch_start,
+            peers,
+            to_self: handle.tx.clone(),
+            calls: HashMap::new(),
+            next_token: 1,
+            commits: BTreeMap::new(),
+            listeners: Vec::new(),
+            download: None,
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch_start.elapsed().as_millis() as u64
+    }
+
+    /// Runs until `stop` fires and the resignation (if leader) is acknowledged or timed out.
+    /// Returns the log so the shard can close it.
+    pub async fn run(
+        mut self,
+        mut inputs: mpsc::UnboundedReceiver<DriverInput>,
+        stop: StopSignal,
+    ) -> (Result<(), String>, MetadataLog) {
+        let result = self.run_loop(&mut inputs, &stop).await;
+        if let Err(e) = &result {
+            error!(error = %e, "raft stopped");
+        }
+        // Unanswered requests and appends fail: their connections close.
+        self.calls.clear();
+        for (offset, waiters) in std::mem::take(&mut self.commits) {
+            for w in waiters {
+                let _ = w.send(Err(ClientError::LeadershipLost(offset)));
+            }
+        }
+        (result, self.log)
+    }
+
+    async fn run_loop(
+        &mut self,
+        inputs: &mut mpsc::UnboundedReceiver<DriverInput>,
+        stop: &StopSignal,
+    ) -> Result<(), String> {
+        enum Event {
+            Input(Option<DriverInput>),
+            Tick,
+            Stop,
+        }
+        let mut stopping: Option<Instant> = None;
+        loop {
+            while let Some(ready) = self.raft.ready() {
+                self.execute(ready).await?;
+            }
+            if let Some(since) = stopping {
+                if self.raft.shutdown_complete() || since.elapsed() >= SHUTDOWN_GRACE {
+                    return Ok(());
+                }
+            }
+            let wait = self.raft.deadline_ms().saturating_sub(self.now_ms());
+            let wait = Duration::from_millis(wait.min(if stopping.is_some() { 20 } else { 1000 }));
+            let event = future::or(async { Event::Input(inputs.next().await) }, async {
+                if stopping.is_none() {
+                    future::or(
+                        async {
+                            glommio::timer::sleep(wait).await;
+                            Event::Tick
+                        },
+                        async {
+                            stop.wait().await;
+                            Event::Stop
+                        },
+                    )
+                    .await
+                } else {
+                    glommio::timer::sleep(wait).await;
+                    Event::Tick
+                }
+            })
+            .await;
+            match event {
+                Event::Input(Some(input)) => self.handle(input)?,
+                Event::Input(None) => return Ok(()),
+                Event::Tick => self.step(Input::Tick)?,
+                Event::Stop => {
+                    info!(state = self.raft.state_name(), "raft shutting down");
+                    stopping = Some(Instant::now());
+                    self.step(Input::Shutdown)?;
+                }
+            }
+        }
+    }
+
+    fn step(&mut self, input: Input) -> Result<(), String> {
+        let now = self.now_ms();
+        self.raft.step(now, input).map_err(|e| e.to_string())
+    }
+
+    fn handle(&mut self, input: DriverInput) -> Result<(), String> {
+        match input {
+            DriverInput::Call { call, reply } => {
+                let Some(request) = raft_rpc::request_from_wire(&call.body) else {
+                    let frame = error_frame(&call, ErrorCode::INVALID_REQUEST);
+                    let _ = reply.send(Some(frame));
+                    return Ok(());
+                };
+                let token = self.next_token;
+                self.next_token += 1;
+                self.calls.insert(token, PendingCall { reply, call });
+                self.step(Input::Request { token, request })
+            }
+            DriverInput::Peer { id, result } => match result {
+                Ok(response) => self.step(Input::Response { id, response }),
+                Err(failure) => self.step(Input::Failure { id, failure }),
+            },
+            DriverInput::Append { batch, reply } => {
+                match self.raft.append(batch) {
+                    Ok((_, last)) => self.commits.entry(last).or_default().push(reply),
+                    Err(crate::raft::AppendError::NotLeader { epoch, leader }) => {
+                        let _ = reply.send(Err(ClientError::NotLeader { epoch, leader }));
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(ClientError::Invalid(e.to_string())));
+                    }
+                }
+                Ok(())
+            }
+            DriverInput::Listen(mut listener) => {
+                listener.handle_leader_change(LeaderAndEpoch {
+                    leader_id: self.raft.leader_id(),
+                    epoch: self.raft.epoch(),
+                });
+                self.listeners.push(listener);
+                Ok(())
+            }
+        }
+    }
+
+    /// Executes one `Ready` in its contract's order (see `raft::Ready`).
+    async fn execute(&mut self, ready: Ready) -> Result<(), String> {
+        if let Some(state) = &ready.election_state {
+            quorum_state_data(state)
+                .write_async(&self.dir)
+                .await
+                .map_err(|e| format!("cannot write quorum-state: {e}"))?;
+            debug!(epoch = state.epoch, leader = ?state.leader_id, voted = ?state.voted_key, "quorum-state written");
+        }
+        for op in &ready.log_ops {
+            self.apply(op).await?;
+        }
+        for message in ready.early_messages {
+            self.send(message);
+        }
+        if ready.must_sync {
+            let end = self.log.end_offset();
+            self.log
+                .flush(end)
+                .await
+                .map_err(|e| format!("metadata log flush failed: {e}"))?;
+        }
+        for message in ready.messages {
+            self.send(message);
+        }
+        self.raft.persisted(ready.id);
+        if let Some(leader) = ready.leader_change {
+            info!(epoch = leader.epoch, leader = ?leader.leader_id, state = self.raft.state_name(), "leader changed");
+            if leader.leader_id != Some(self.raft.local().id) {
+                for (offset, waiters) in std::mem::take(&mut self.commits) {
+                    for w in waiters {
+                        let _ = w.send(Err(ClientError::LeadershipLost(offset)));
+                    }
+                }
+            }
+            for l in &mut self.listeners {
+                l.handle_leader_change(leader);
+            }
+        }
+        if let Some(id) = ready.load_snapshot {
+            self.delivered = id.offset;
+            for l in &mut self.listeners {
+                l.handle_load_snapshot(id);
+            }
+        }
+        if let Some(hwm) = ready.high_watermark {
+            self.deliver(hwm)?;
+        }
+        Ok(())
+    }
+
+    async fn apply(&mut self, op: &LogOp) -> Result<(), String> {
+        match op {
+            LogOp::Truncate(offset) => {
+                let floor = self.raft.high_watermark().unwrap_or(0).min(*offset);
+                self.log
+                    .truncate_to(*offset, floor)
+                    .await
+                    .map_err(|e| format!("truncating the log to {offset} failed: {e}"))
+            }
+            LogOp::Append(bytes) => self
+                .log
+                .append_as_follower(bytes.clone())
+                .map(|_| ())
+                .map_err(|e| format!("append failed: {e}")),
+            LogOp::DeleteBefore(offset) => self
+                .log
+                .delete_before(*offset)
+                .await
+                .map_err(|e| format!("deleting the log below {offset} failed: {e}")),
+            LogOp::SnapshotChunk { id, position, bytes } => {
+                let part = self.download.get_or_insert((*id, Vec::new()));
+                if part.0 != *id || part.1.len() as u64 != *position {
+                    *part = (*id, Vec::new());
+                }
+                part.1.extend_from_slice(bytes);
+                Ok(())
+            }
+            LogOp::SnapshotComplete { id } => Err(format!(
+                "snapshot {}-{} downloaded, but replacing the log with a snapshot is not supported yet",
+                id.offset, id.epoch
+            )),
+        }
+    }
+
+    /// Delivers committed batches below `hwm` and resolves the appends they contain.
+    fn deliver(&mut self, hwm: i64) -> Result<(), String> {
+        let resolved: Vec<i64> = self.commits.range(..hwm).map(|(o, _)| *o).collect();
+        for offset in resolved {
+            for w in self.commits.remove(&offset).unwrap_or_default() {
+                let _ = w.send(Ok(offset));
+            }
+        }
+        if self.listeners.is_empty() {
+            self.delivered = hwm;
+            return Ok(());
+        }
+        while self.delivered < hwm {
+            let batches = self
+                .log
+                .read(self.delivered, 1 << 20)
+                .map_err(|e| format!("reading committed data at {}: {e}", self.delivered))?;
+            let mut committed = Vec::new();
+            for chunk in batches {
+                let mut rest: &[u8] = &chunk;
+                while !rest.is_empty() {
+                    let (batch, after) = crate::records::batch::Batch::parse(rest)
+                        .map_err(|e| format!("committed batch at {}: {e}", self.delivered))?;
+                    if batch.base_offset() >= hwm {
+                        break;
+                    }
+                    let at = chunk.len() - rest.len();
+                    committed.push(chunk.slice(at..at + batch.len()));
+                    self.delivered = batch.next_offset();
+                    rest = after;
+                }
+            }
+            if committed.is_empty() {
+                break;
+            }
+            for l in &mut self.listeners {
+                l.handle_commit(&committed);
+            }
+        }
+        Ok(())
+    }
+
+    fn send(&mut self, message: Outbound) {
+        match message {
+            Outbound::Request { id, to, request } => {
+                let sent = self
+                    .peers
+                    .get(&to)
+                    .is_some_and(|p| p.unbounded_send((id, request)).is_ok());
+                if !sent {
+                    let failure = Err(Failure::Disconnected);
+                    let _ = self.to_self.unbounded_send(DriverInput::Peer {
+                        id,
+                        result: failure,
+                    });
+                }
+            }
+            Outbound::Response { token, response } => {
+                let Some(pending) = self.calls.remove(&token) else {
+                    return;
+                };
+                let data = self.response_data(&response);
+                let call = &pending.call;
+                let frame =
+                    encode_response_frame(call.correlation_id, call.response_header_version, |w| {
+                        raft_rpc::encode_response(&response, call.version, data, w)
+                    });
+                let _ = pending.reply.send(Some(frame));
+            }
+        }
+    }
+
+    /// The records or snapshot bytes a response names, read now (after this `Ready`'s log
+    /// operations, so never torn by a later truncation: KAFKA-18723).
+    fn response_data(&self, response: &Response) -> Option<Bytes> {
+        match response {
+            Response::Fetch(r) => match r.records {
+                Records::Read { offset, max_bytes } => match self.log.read(offset, max_bytes) {
+                    Ok(chunks) => Some(concat(chunks)),
+                    Err(e) => {
+                        warn!(offset, error = %e, "cannot read the log for a fetch");
+                        None
+                    }
+                },
+                _ => None,
+            },
+            Response::FetchSnapshot(r) => match r.bytes {
+                SnapshotBytes::Read {
+                    id,
+                    position,
+                    max_bytes,
+                } => {
+                    let sid = crate::log::snapshot::SnapshotId {
+                        end_offset: id.offset,
+                        epoch: id.epoch,
+                    };
+                    crate::log::snapshot::SnapshotReader::open(&self.dir, sid)
+                        .ok()
+                        .and_then(|reader| reader.read_chunk(position, max_bytes))
+                }
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+fn concat(chunks: Vec<Bytes>) -> Bytes {
+    match chunks.len() {
+        0 => Bytes::new(),
+        1 => chunks.into_iter().next().unwrap_or_default(),
+        _ => {
+            let mut all = BytesMut::with_capacity(chunks.iter().map(Bytes::len).sum());
+            for c in chunks {
+                all.extend_from_slice(&c);
+            }
+            all.freeze()
+        }
+    }
+}
+
+fn error_frame(call: &RaftCall, error: ErrorCode) -> Vec<u8> {
+    encode_response_frame(call.correlation_id, call.response_header_version, |w| {
+        raft_rpc::encode_top_level_error(call.key, call.version, error, w)
+    })
+}
+
+fn election_state(data: &QuorumStateData) -> Option<ElectionState> {
+    Some(ElectionState {
+        epoch: data.leader_epoch,
+        leader_id: (data.leader_id >= 0).then_some(data.leader_id),
+        voted_key: (data.voted_id >= 0)
+            .then(|| ReplicaKey::from_wire(data.voted_id, data.voted_directory_id)),
+    })
+}
+
+fn quorum_state_data(state: &ElectionState) -> QuorumStateData {
+    QuorumStateData {
+        leader_id: state.leader_id.unwrap_or(-1),
+        leader_epoch: state.epoch,
+        voted_id: state.voted_key.map_or(-1, |k| k.id),
+        voted_directory_id: state
+            .voted_key
+            .map_or(uuid::Uuid::nil(), |k| k.wire_directory_id()),
+        data_version: 1,
+        current_voters: None,
+    }
+}
+
+/// One outbound connection to one voter: requests in order, one at a time, each answered
+/// with the peer's response or a `Failure` (raft.md §9: disconnects are failures).
+async fn peer_task(
+    addr: SocketAddr,
+    mut requests: mpsc::UnboundedReceiver<(RequestId, Request)>,
+    driver: mpsc::UnboundedSender<DriverInput>,
+    timeout: Duration,
+    client_id: String,
+) {
+    let mut conn: Option<PeerConnection> = None;
+    let mut reconnect_at = Instant::now();
+    let mut reconnect_backoff = Duration::from_millis(50);
+    while let Some((id, request)) = requests.next().await {
+        if conn.as_ref().is_none_or(|c| !c.is_usable()) {
+            conn = None;
+            if Instant::now() >= reconnect_at {
+                match PeerConnection::connect(addr, &client_id, timeout).await {
+                    Ok(c) => {
+                        reconnect_backoff = Duration::from_millis(50);
+                        conn = Some(c);
+                    }
+                    Err(e) => {
+                        debug!(error = %e, "cannot connect");
+                        reconnect_at = Instant::now() + reconnect_backoff;
+                        reconnect_backoff = (reconnect_backoff * 2).min(Duration::from_millis(500));
+                    }
+                }
+            }
+        }
+        let result = match conn.as_mut() {
+            None => Err(Failure::Disconnected),
+            Some(c) => exchange(c, &request, timeout).await,
+        };
+        if driver
+            .unbounded_send(DriverInput::Peer { id, result })
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+async fn exchange(
+    conn: &mut PeerConnection,
+    request: &Request,
+    timeout: Duration,
+) -> Result<Response, Failure> {
+    let key = raft_rpc::api_key(request);
+    let version = conn
+        .negotiate(key, raft_rpc::our_versions(key))
+        .filter(|v| *v >= raft_rpc::min_version(request))
+        .ok_or(Failure::UnsupportedVersion)?;
+    let flexible_from = apis::served(key).map_or(0, |s| s.flexible_from);
+    let mut w = Writer::new();
+    raft_rpc::encode_request(request, version, &mut w);
+    let body = conn
+        .request(key, version, flexible_from, &w.into_vec(), timeout)
+        .await
+        .map_err(|e| {
+            debug!(error = %e, "request failed");
+            Failure::Disconnected
+        })?;
+    raft_rpc::decode_response(key, version, &body).map_err(|e| {
+        warn!(error = %e, "undecodable response");
+        Failure::Disconnected
+    })
+}
