@@ -193,8 +193,44 @@ async fn make_log(dir: PathBuf, config: LogConfig) -> Result<(), CliError> {
     read_log(dir).await
 }
 
-async fn read_log(dir: PathBuf) -> Result<(), CliError> {
+/// One line per batch: `batch <base> <last> <epoch> <control|data> <records> <crc> <first>`,
+/// where `<first>` is a data batch's first value read as a big-endian u64 (the load
+/// generator's sequence number), then one line per control record.
+fn print_batch(out: &mut impl Write, batch: &Batch<'_>) -> Result<(), CliError> {
     use crate::records::control::decode_control_batch;
+    let kind = if batch.is_control() {
+        "control"
+    } else {
+        "data"
+    };
+    let first = batch
+        .records()
+        .ok()
+        .and_then(|mut r| r.next())
+        .and_then(|r| r.ok())
+        .and_then(|r| r.value)
+        .and_then(|v| v.get(..8))
+        .map_or(-1, |v| {
+            u64::from_be_bytes(v.try_into().unwrap_or_default()) as i64
+        });
+    let _ = writeln!(
+        out,
+        "batch {} {} {} {kind} {} {} {first}",
+        batch.base_offset(),
+        batch.last_offset(),
+        batch.partition_leader_epoch(),
+        batch.header().records_count.get(),
+        batch.header().crc.get()
+    );
+    if batch.is_control() {
+        for record in decode_control_batch(batch).map_err(|e| CliError::new(e.to_string()))? {
+            let _ = writeln!(out, "  {record:?}");
+        }
+    }
+    Ok(())
+}
+
+async fn read_log(dir: PathBuf) -> Result<(), CliError> {
     let (log, report) = MetadataLog::open(&dir, LogConfig::default())
         .await
         .map_err(|e| CliError::new(format!("cannot open the log: {e}")))?;
@@ -211,30 +247,18 @@ async fn read_log(dir: PathBuf) -> Result<(), CliError> {
         let batches = log
             .read(offset, 1 << 20)
             .map_err(|e| CliError::new(e.to_string()))?;
+        if batches.is_empty() {
+            break;
+        }
         for bytes in &batches {
-            let (batch, _) = Batch::parse(bytes).map_err(|e| CliError::new(e.to_string()))?;
-            let kind = if batch.is_control() {
-                "control"
-            } else {
-                "data"
-            };
-            let _ = writeln!(
-                out,
-                "batch {} {} {} {kind} {} {}",
-                batch.base_offset(),
-                batch.last_offset(),
-                batch.partition_leader_epoch(),
-                batch.header().records_count.get(),
-                batch.header().crc.get()
-            );
-            if batch.is_control() {
-                for record in
-                    decode_control_batch(&batch).map_err(|e| CliError::new(e.to_string()))?
-                {
-                    let _ = writeln!(out, "  {record:?}");
-                }
+            let mut rest: &[u8] = bytes;
+            while !rest.is_empty() {
+                let (batch, after) =
+                    Batch::parse(rest).map_err(|e| CliError::new(e.to_string()))?;
+                print_batch(&mut out, &batch)?;
+                offset = batch.next_offset();
+                rest = after;
             }
-            offset = batch.next_offset();
         }
     }
     for id in crate::log::snapshot::list(&dir).map_err(|e| CliError::new(e.to_string()))? {

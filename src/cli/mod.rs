@@ -50,6 +50,22 @@ pub struct StartArgs {
     /// Core placement (tuning/*.toml). Without it: every online core, roles spread by rule.
     #[arg(long = "tuning")]
     pub tuning: Option<PathBuf>,
+    /// Built-in load generator (`ringraft bench quorum`, tests): records per second appended
+    /// while this node leads.
+    #[arg(long = "load-rate", hide = true)]
+    pub load_rate: Option<u64>,
+    #[arg(long = "load-record-bytes", hide = true, default_value_t = 100)]
+    pub load_record_bytes: usize,
+    /// Measured seconds after the warm-up; 0 runs until stopped.
+    #[arg(long = "load-seconds", hide = true, default_value_t = 0)]
+    pub load_seconds: u64,
+    #[arg(long = "load-warmup-ms", hide = true, default_value_t = 1000)]
+    pub load_warmup_ms: u64,
+    #[arg(long = "load-report-ms", hide = true, default_value_t = 1000)]
+    pub load_report_ms: u64,
+    /// Where to write one line per committed append.
+    #[arg(long = "load-ack-file", hide = true)]
+    pub load_ack_file: Option<PathBuf>,
 }
 
 /// A failed command: the message goes to stderr, then the process exits with `code`.
@@ -126,5 +142,13 @@ fn start(args: &StartArgs) -> Result<(), CliError> {
             (config, true)
         }
     };
-    crate::node::run(config, tuning, embedded).map_err(|e| CliError::new(e.to_string()))
+    let load = args.load_rate.map(|rate| crate::node::load::LoadSpec {
+        rate_per_s: rate,
+        record_bytes: args.load_record_bytes,
+        seconds: args.load_seconds,
+        warmup_ms: args.load_warmup_ms,
+        report_ms: args.load_report_ms.max(1),
+        ack_file: args.load_ack_file.clone(),
+    });
+    crate::node::run(config, tuning, embedded, load).map_err(|e| CliError::new(e.to_string()))
 }

@@ -6,6 +6,7 @@
 //! only cross-thread state is the stop flag the signal handler sets. The raft shard is the
 //! coordinator: it watches that flag and tells the other shards to stop over the mesh.
 
+pub mod load;
 pub mod preflight;
 pub mod raft_driver;
 pub mod stop;
@@ -67,13 +68,19 @@ struct ShardContext {
     raft: RaftHandle,
     raft_inputs: Arc<Mutex<Option<RaftInputs>>>,
     raft_setup: RaftSetup,
+    load: Option<load::LoadSpec>,
 }
 
 type RaftInputs = futures_channel::mpsc::UnboundedReceiver<raft_driver::DriverInput>;
 
 /// Runs the node until SIGTERM/SIGINT. `embedded` means the built-in default config, which
 /// formats its directory on first start.
-pub fn run(config: ServerConfig, tuning: Tuning, embedded: bool) -> Result<(), NodeError> {
+pub fn run(
+    config: ServerConfig,
+    tuning: Tuning,
+    embedded: bool,
+    load: Option<load::LoadSpec>,
+) -> Result<(), NodeError> {
     init_tracing();
     let span = info_span!("ringraft", node = config.node_id, shard = "main");
     let _enter = span.enter();
@@ -92,7 +99,7 @@ pub fn run(config: ServerConfig, tuning: Tuning, embedded: bool) -> Result<(), N
     let listen = resolve_listeners(&config)?;
     let setup = raft_setup(&config, &identity.meta)?;
     let stop_flag = register_signals()?;
-    let shards = spawn_shards(&config, &tuning, listen, setup, stop_flag)?;
+    let shards = spawn_shards(&config, &tuning, listen, setup, load, stop_flag)?;
     let result = join_shards(shards);
     drop(identity); // releases the directory lock
     if result.is_ok() {
@@ -220,6 +227,7 @@ fn spawn_shards(
     tuning: &Tuning,
     listen: Vec<SocketAddr>,
     raft_setup: RaftSetup,
+    load: Option<load::LoadSpec>,
     stop_flag: Arc<AtomicBool>,
 ) -> Result<Vec<ShardHandle>, NodeError> {
     let n = tuning.shards.len();
@@ -250,6 +258,7 @@ fn spawn_shards(
         raft,
         raft_inputs: Arc::new(Mutex::new(Some(inputs))),
         raft_setup,
+        load,
     };
     if tuning.spin_before_park_us > 0 && crate::config::tuning::online_cpus().len() <= 2 {
         warn!("spin_before_park_us > 0 on a machine with 2 or fewer CPUs hurts latency");
@@ -359,6 +368,10 @@ async fn shard_body(ctx: ShardContext) -> Result<(), String> {
         };
         glommio::spawn_local(run.in_current_span())
     });
+    if let (true, Some(spec)) = (driver.is_some(), ctx.load.clone()) {
+        let task = load::run(spec, ctx.raft.clone(), ctx.node_id, stop.clone());
+        glommio::spawn_local(task.in_current_span()).detach();
+    }
     let mut serving = Vec::new();
     if ctx.roles.contains(&Role::Acceptor) {
         let state = Rc::new(ctx.state);

@@ -267,7 +267,14 @@ impl Driver {
             })
             .await;
             match event {
-                Event::Input(Some(input)) => self.handle(input)?,
+                Event::Input(Some(input)) => {
+                    self.handle(input)?;
+                    // Everything already queued joins the same Ready: one fsync for all the
+                    // appends and fetches that arrived during the last one (group commit).
+                    while let Ok(input) = inputs.try_recv() {
+                        self.handle(input)?;
+                    }
+                }
                 Event::Input(None) => return Ok(()),
                 Event::Tick => self.step(Input::Tick)?,
                 Event::Stop => {

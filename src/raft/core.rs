@@ -183,6 +183,8 @@ pub(super) struct Election {
     pub voted: Option<ReplicaKey>,
     pub granted: BTreeSet<i32>,
     pub rejected: BTreeSet<i32>,
+    /// Prospective only: voters that refused a pre-vote and will be asked again.
+    pub refusals: BTreeSet<i32>,
     pub election_deadline: u64,
 }
 
@@ -347,13 +349,15 @@ impl Raft {
                 voted: Some(local),
                 granted: BTreeSet::from([local.id]),
                 rejected: BTreeSet::new(),
+                refusals: BTreeSet::new(),
                 election_deadline: deadline,
             }));
         } else if let Some(leader) = stored.leader_id.filter(|l| self.voters.contains_id(*l)) {
+            let fetch_deadline = self.random_fetch_deadline(now);
             self.set_role(Role::Follower(FollowerState {
                 leader_id: leader,
                 voted: stored.voted_key,
-                fetch_deadline: now + self.config.fetch_timeout_ms,
+                fetch_deadline,
                 has_fetched: false,
                 download: None,
             }));
@@ -603,6 +607,14 @@ impl Raft {
         self.voters.contains_key(&self.config.local)
     }
 
+    /// The fetch timeout plus up to 10% jitter. Kafka's timer has none; without it the
+    /// followers of a dead leader, answered by the same long-poll, all turn Prospective in the
+    /// same millisecond and split the vote (seen in the 3-process failover test).
+    pub(super) fn random_fetch_deadline(&mut self, now: u64) -> u64 {
+        let t = self.config.fetch_timeout_ms;
+        now + t + self.rng.below(t / 10 + 1)
+    }
+
     pub(super) fn random_election_deadline(&mut self, now: u64) -> u64 {
         let t = self.config.election_timeout_ms;
         now + t + self.rng.below(t)
@@ -700,10 +712,11 @@ impl Raft {
             None
         };
         self.epoch = epoch;
+        let fetch_deadline = self.random_fetch_deadline(self.now_ms);
         self.set_role(Role::Follower(FollowerState {
             leader_id,
             voted,
-            fetch_deadline: self.now_ms + self.config.fetch_timeout_ms,
+            fetch_deadline,
             has_fetched: false,
             download: None,
         }));
@@ -719,6 +732,7 @@ impl Raft {
             voted,
             granted: BTreeSet::from([self.config.local.id]),
             rejected: BTreeSet::new(),
+            refusals: BTreeSet::new(),
             election_deadline,
         }));
         if self.voters.majority() <= 1 {
@@ -735,6 +749,7 @@ impl Raft {
             voted: Some(self.config.local),
             granted: BTreeSet::from([self.config.local.id]),
             rejected: BTreeSet::new(),
+            refusals: BTreeSet::new(),
             election_deadline,
         }));
         self.persist_election_state();
@@ -969,10 +984,11 @@ impl Raft {
             Role::Prospective(s) if s.election_deadline <= now => self.election_lost(),
             Role::Candidate(s) if s.election_deadline <= now => self.become_prospective(),
             Role::Follower(s) if s.fetch_deadline <= now => {
+                let deadline = self.random_fetch_deadline(now);
                 if self.is_voter() && !self.shutting_down {
                     self.become_prospective();
                 } else if let Role::Follower(s) = &mut self.role {
-                    s.fetch_deadline = now + self.config.fetch_timeout_ms;
+                    s.fetch_deadline = deadline;
                 }
             }
             Role::Resigned(s) if s.election_deadline <= now => {

@@ -9,6 +9,9 @@ use super::message::{
 use super::types::{OffsetAndEpoch, ReplicaKey};
 use crate::protocol::errors::ErrorCode;
 
+/// How long a Prospective waits before asking a voter that refused its pre-vote again.
+const PRE_VOTE_RETRY_MS: u64 = 100;
+
 impl Raft {
     pub(super) fn handle_request(
         &mut self,
@@ -317,12 +320,14 @@ impl Raft {
             Role::Prospective(s) | Role::Candidate(s) => {
                 if r.vote_granted {
                     s.granted.insert(from);
+                    s.refusals.remove(&from);
                 } else {
                     s.rejected.insert(from);
                 }
+                let refused = s.rejected.union(&s.refusals).count();
                 if s.granted.len() >= majority {
                     Some(true)
-                } else if s.rejected.len() > voters - majority {
+                } else if refused > voters - majority {
                     Some(false)
                 } else {
                     None
@@ -330,6 +335,17 @@ impl Raft {
             }
             _ => None,
         };
+        if outcome.is_none() && !r.vote_granted && matches!(self.role, Role::Prospective(_)) {
+            // A pre-vote refusal is not final: the refusing follower may time out on the same
+            // dead leader a moment later and then grant. Ask again after a pause (Kafka asks
+            // once per round, which costs a whole extra fetch timeout after a leader crash).
+            let until = self.now_ms + PRE_VOTE_RETRY_MS;
+            self.backoff_until.insert(from, until);
+            if let Role::Prospective(s) = &mut self.role {
+                s.rejected.remove(&from);
+                s.refusals.insert(from);
+            }
+        }
         match (outcome, &self.role) {
             (Some(true), Role::Prospective(_)) => self.become_candidate(),
             (Some(true), Role::Candidate(_)) => self.become_leader(),

@@ -314,10 +314,9 @@ impl Raft {
         if !self.follower_of(from) {
             return Ok(());
         }
-        let now = self.now_ms;
-        let fetch_timeout = self.config.fetch_timeout_ms;
+        let deadline = self.random_fetch_deadline(self.now_ms);
         if let Role::Follower(s) = &mut self.role {
-            s.fetch_deadline = now + fetch_timeout;
+            s.fetch_deadline = deadline;
             s.has_fetched = true;
         }
         if let Some(diverging) = r.diverging_epoch.filter(|d| d.epoch >= 0) {
@@ -472,12 +471,11 @@ impl Raft {
         if !self.follower_of(from) {
             return Ok(());
         }
-        let now = self.now_ms;
-        let fetch_timeout = self.config.fetch_timeout_ms;
+        let deadline = self.random_fetch_deadline(self.now_ms);
         let Role::Follower(s) = &mut self.role else {
             return Ok(());
         };
-        s.fetch_deadline = now + fetch_timeout;
+        s.fetch_deadline = deadline;
         s.has_fetched = true;
         let Some(mut download) = s.download else {
             return Ok(());

@@ -125,6 +125,12 @@ impl Node {
         unsafe { libc_kill(self.child.id() as i32, signal) };
     }
 
+    /// SIGKILL, and reap.
+    pub fn kill_now(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Waits for exit; returns the exit code (None if killed by a signal).
     pub fn wait_exit(&mut self, within: Duration) -> Option<i32> {
         let deadline = Instant::now() + within;

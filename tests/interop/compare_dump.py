@@ -37,7 +37,7 @@ def main():
     ours = []
     for line in open(sys.argv[2]):
         if line.startswith("batch "):
-            _, base, last, epoch, kind, count, crc = line.split()
+            _, base, last, epoch, kind, count, crc = line.split()[:7]
             ours.append((int(base), int(last), int(epoch), kind, int(count), int(crc)))
     if "Exception" in kafka_text or "Error" in kafka_text:
         sys.exit("Kafka's tool reported an error:\n" + kafka_text[-2000:])

@@ -1,0 +1,260 @@
+//! A built-in load generator in the shape of Kafka's `kafka.tools.TestRaftServer`: while this
+//! node leads, it appends records at a target rate through the application interface
+//! (`RaftHandle::append`) and measures commit latency. Open loop: record `i` is due at
+//! `start + i / rate` whether or not earlier ones have committed, and its latency is measured
+//! from when it was due, so a stall shows up in every record it delayed (no coordinated
+//! omission). Records due together go out as one batch, as Kafka's accumulator would group
+//! them. Used by `ringraft bench quorum` and the replication integration test; off unless
+//! `ringraft start --load-rate` is given.
+//!
+//! Output: one JSON line per report interval and one summary line on stdout; with `ack_file`,
+//! one line per committed append (`<last offset> <first sequence> <count>`), written after the
+//! commit is known.
+
+use std::cell::RefCell;
+use std::fs::File;
+use std::io::Write;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use tracing::{info, warn};
+
+use super::raft_driver::{RaftHandle, RaftListener};
+use super::stop::StopSignal;
+use crate::raft::{LeaderAndEpoch, OffsetAndEpoch};
+
+/// What to generate. `seconds == 0` runs until the node stops.
+#[derive(Debug, Clone)]
+pub struct LoadSpec {
+    pub rate_per_s: u64,
+    pub record_bytes: usize,
+    pub seconds: u64,
+    pub warmup_ms: u64,
+    pub report_ms: u64,
+    pub ack_file: Option<PathBuf>,
+}
+
+/// The most records one append carries (Kafka's accumulator caps batches by bytes; this keeps
+/// a stalled generator from building one enormous batch).
+const BATCH_RECORDS_MAX: u64 = 2_000;
+
+struct Leadership {
+    leading: Arc<AtomicBool>,
+    epoch: Arc<AtomicI32>,
+    local_id: i32,
+}
+
+impl RaftListener for Leadership {
+    fn handle_commit(&mut self, _batches: &[bytes::Bytes]) {}
+    fn handle_load_snapshot(&mut self, _id: OffsetAndEpoch) {}
+    fn handle_leader_change(&mut self, leader: LeaderAndEpoch) {
+        self.leading
+            .store(leader.leader_id == Some(self.local_id), Ordering::SeqCst);
+        self.epoch.store(leader.epoch, Ordering::SeqCst);
+    }
+}
+
+struct Stats {
+    interval: Histogram<u64>,
+    total: Histogram<u64>,
+    committed_records: u64,
+    interval_records: u64,
+    failed_records: u64,
+    acks: Option<File>,
+}
+
+impl Stats {
+    fn record(&mut self, latency_us: u64, count: u64, measured: bool) {
+        let v = latency_us.max(1);
+        let _ = self.interval.record_n(v, count);
+        if measured {
+            let _ = self.total.record_n(v, count);
+        }
+        self.committed_records += count;
+        self.interval_records += count;
+    }
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds")
+}
+
+/// Runs the generator until `stop`. Errors are logged; the node keeps running.
+pub async fn run(spec: LoadSpec, handle: RaftHandle, local_id: i32, stop: StopSignal) {
+    let leading = Arc::new(AtomicBool::new(false));
+    let epoch = Arc::new(AtomicI32::new(-1));
+    let listener = Leadership {
+        leading: leading.clone(),
+        epoch: epoch.clone(),
+        local_id,
+    };
+    if handle.register_listener(Box::new(listener)).is_err() {
+        return;
+    }
+    let acks = spec
+        .ack_file
+        .as_ref()
+        .and_then(|path| match File::create(path) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                warn!(path = %path.display(), error = %e, "cannot create the load ack file");
+                None
+            }
+        });
+    let stats = Rc::new(RefCell::new(Stats {
+        interval: histogram(),
+        total: histogram(),
+        committed_records: 0,
+        interval_records: 0,
+        failed_records: 0,
+        acks,
+    }));
+    let interval = Duration::from_nanos(1_000_000_000 / spec.rate_per_s.max(1));
+    let mut sequence: u64 = 0;
+    while !stop.is_stopped() {
+        while !leading.load(Ordering::SeqCst) {
+            if stop.is_stopped() {
+                return;
+            }
+            glommio::timer::sleep(Duration::from_millis(5)).await;
+        }
+        let led_epoch = epoch.load(Ordering::SeqCst);
+        info!(
+            epoch = led_epoch,
+            rate = spec.rate_per_s,
+            "load generator running"
+        );
+        let start = Instant::now();
+        let measure_from = start + Duration::from_millis(spec.warmup_ms);
+        let end = (spec.seconds > 0).then(|| measure_from + Duration::from_secs(spec.seconds));
+        let mut next_report = start + Duration::from_millis(spec.report_ms);
+        let mut scheduled: u64 = 0;
+        while leading.load(Ordering::SeqCst) && !stop.is_stopped() {
+            let now = Instant::now();
+            if end.is_some_and(|e| now >= e) {
+                print_summary(&spec, &stats.borrow(), led_epoch);
+                // Keep leading quietly: the summary is the result.
+                stop.wait().await;
+                return;
+            }
+            let due = due_records(start, now, interval).saturating_sub(scheduled);
+            if due > 0 {
+                let count = due.min(BATCH_RECORDS_MAX);
+                let intended = start + interval * (scheduled as u32);
+                scheduled += count;
+                let measured = intended >= measure_from;
+                let first = sequence;
+                sequence += count;
+                let batch = Batch {
+                    first,
+                    count,
+                    intended,
+                    measured,
+                    record_bytes: spec.record_bytes,
+                };
+                let task = append(handle.clone(), stats.clone(), batch);
+                glommio::spawn_local(task).detach();
+            }
+            if now >= next_report {
+                report(&spec, &stats, start);
+                next_report += Duration::from_millis(spec.report_ms);
+            }
+            let next_due = start + interval * (scheduled as u32);
+            let wake = next_due.min(next_report);
+            let wait = wake.saturating_duration_since(Instant::now());
+            if !wait.is_zero() {
+                glommio::timer::sleep(wait).await;
+            }
+        }
+        info!("load generator paused: not the leader");
+    }
+}
+
+fn due_records(start: Instant, now: Instant, interval: Duration) -> u64 {
+    (now.duration_since(start).as_nanos() / interval.as_nanos().max(1)) as u64 + 1
+}
+
+struct Batch {
+    first: u64,
+    count: u64,
+    intended: Instant,
+    measured: bool,
+    record_bytes: usize,
+}
+
+async fn append(handle: RaftHandle, stats: Rc<RefCell<Stats>>, batch: Batch) {
+    let Batch {
+        first,
+        count,
+        intended,
+        measured,
+        record_bytes,
+    } = batch;
+    let size = record_bytes.max(8);
+    let values: Vec<Vec<u8>> = (first..first + count)
+        .map(|seq| {
+            let mut v = vec![0u8; size];
+            v[..8].copy_from_slice(&seq.to_be_bytes());
+            v
+        })
+        .collect();
+    let refs: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+    let timestamp = unix_millis();
+    let result = handle.append(&refs, timestamp).await;
+    let mut stats = stats.borrow_mut();
+    match result {
+        Ok(last_offset) => {
+            let latency = intended.elapsed().as_micros() as u64;
+            stats.record(latency, count, measured);
+            if let Some(file) = stats.acks.as_mut() {
+                let _ = writeln!(file, "{last_offset} {first} {count}");
+            }
+        }
+        Err(_) => stats.failed_records += count,
+    }
+}
+
+fn percentiles(h: &Histogram<u64>) -> [u64; 4] {
+    [50.0, 75.0, 99.0, 99.9].map(|q| h.value_at_quantile(q / 100.0))
+}
+
+fn report(spec: &LoadSpec, stats: &Rc<RefCell<Stats>>, start: Instant) {
+    let mut stats = stats.borrow_mut();
+    let [p50, p75, p99, p999] = percentiles(&stats.interval);
+    let secs = spec.report_ms as f64 / 1000.0;
+    let bytes_per_s = stats.interval_records as f64 * spec.record_bytes as f64 / secs;
+    println!(
+        "{{\"t_ms\":{},\"records\":{},\"committed_bytes_per_s\":{:.0},\"p50_us\":{p50},\
+         \"p75_us\":{p75},\"p99_us\":{p99},\"p999_us\":{p999},\"failed\":{}}}",
+        start.elapsed().as_millis(),
+        stats.interval_records,
+        bytes_per_s,
+        stats.failed_records
+    );
+    stats.interval.reset();
+    stats.interval_records = 0;
+}
+
+fn print_summary(spec: &LoadSpec, stats: &Stats, epoch: i32) {
+    let [p50, p75, p99, p999] = percentiles(&stats.total);
+    let records = stats.total.len();
+    let bytes_per_s = records as f64 * spec.record_bytes as f64 / spec.seconds.max(1) as f64;
+    println!(
+        "{{\"summary\":true,\"epoch\":{epoch},\"records\":{records},\"committed_bytes_per_s\":{:.0},\
+         \"p50_us\":{p50},\"p75_us\":{p75},\"p99_us\":{p99},\"p999_us\":{p999},\"max_us\":{},\
+         \"failed\":{}}}",
+        bytes_per_s,
+        stats.total.max(),
+        stats.failed_records
+    );
+}
+
+fn unix_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
