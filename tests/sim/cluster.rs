@@ -176,10 +176,21 @@ pub struct Node {
 
 #[derive(Debug, Clone)]
 pub enum Event {
-    Deliver { to: i32, msg: Wire },
-    Tick { node: i32, incarnation: u64 },
-    ReadyDone { node: i32, incarnation: u64 },
+    Deliver {
+        to: i32,
+        msg: Wire,
+    },
+    Tick {
+        node: i32,
+        incarnation: u64,
+    },
+    ReadyDone {
+        node: i32,
+        incarnation: u64,
+    },
     ClientAppend,
+    /// Every node with committed data snapshots it, and sometimes drops the log below.
+    Snapshot,
     Fault(Fault),
 }
 
@@ -240,7 +251,11 @@ pub struct Cluster {
     pub checker: Checker,
     pub appended_values: u64,
     pub append_interval_ms: u64,
+    /// 0: no snapshots.
+    pub snapshot_interval_ms: u64,
     pub events_run: u64,
+    pub snapshot_downloads: u64,
+    pub truncations: u64,
     /// `RINGRAFT_SIM_TRACE=1`: print every delivered message (for replaying a seed).
     pub trace: bool,
 }
@@ -287,7 +302,10 @@ impl Cluster {
             checker: Checker::new(size),
             appended_values: 0,
             append_interval_ms: 20,
+            snapshot_interval_ms: 0,
             events_run: 0,
+            snapshot_downloads: 0,
+            truncations: 0,
             trace: std::env::var_os("RINGRAFT_SIM_TRACE").is_some(),
         }
     }
@@ -305,6 +323,9 @@ impl Cluster {
             self.start(id)?;
         }
         self.schedule(self.now + self.append_interval_ms, Event::ClientAppend);
+        if self.snapshot_interval_ms > 0 {
+            self.schedule(self.now + self.snapshot_interval_ms, Event::Snapshot);
+        }
         Ok(())
     }
 
@@ -403,8 +424,60 @@ impl Cluster {
                 self.schedule(next, Event::ClientAppend);
                 Ok(())
             }
+            Event::Snapshot => {
+                self.take_snapshots()?;
+                let next = self.now
+                    + self.snapshot_interval_ms / 2
+                    + self.rng.below(self.snapshot_interval_ms);
+                self.schedule(next, Event::Snapshot);
+                Ok(())
+            }
             Event::Fault(f) => self.fault(f),
         }
+    }
+
+    /// What a state machine does: snapshot at the last committed batch boundary (written
+    /// durably before the core hears of it), then maybe drop the log below it.
+    fn take_snapshots(&mut self) -> Result<(), String> {
+        for i in 0..self.nodes.len() {
+            let id = i as i32;
+            let node = &self.nodes[i];
+            let Some(raft) = node.raft.as_ref() else {
+                continue;
+            };
+            let Some(hwm) = raft.high_watermark() else {
+                continue;
+            };
+            let Some(boundary) = node
+                .disk
+                .log
+                .batches
+                .iter()
+                .map(|b| b.1)
+                .filter(|n| *n <= hwm)
+                .last()
+            else {
+                continue;
+            };
+            let Ok(snapshot) = raft.snapshot_id_for(boundary) else {
+                continue;
+            };
+            let content = Bytes::from(
+                format!("state at {} epoch {}", snapshot.offset, snapshot.epoch).repeat(8),
+            );
+            let size = content.len() as u64;
+            self.nodes[i].disk.log.snapshots.insert(snapshot, content);
+            self.step(id, Input::SnapshotCreated { id: snapshot, size })?;
+            if self.rng.below(2) == 0 {
+                self.step(
+                    id,
+                    Input::DeleteBefore {
+                        offset: snapshot.offset,
+                    },
+                )?;
+            }
+        }
+        Ok(())
     }
 
     pub fn fault(&mut self, f: Fault) -> Result<(), String> {
@@ -514,6 +587,11 @@ impl Cluster {
             .as_ref()
             .and_then(|r| r.high_watermark());
         for op in &ready.log_ops {
+            match op {
+                LogOp::SnapshotComplete { .. } => self.snapshot_downloads += 1,
+                LogOp::Truncate(_) => self.truncations += 1,
+                _ => {}
+            }
             let truncated = self.nodes[id as usize].disk.log.apply(op);
             self.checker.truncated(id, op, &truncated, hwm);
         }

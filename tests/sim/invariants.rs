@@ -156,6 +156,16 @@ impl Checker {
                 }
             }
         }
+        for node in nodes {
+            let log = &node.disk.log;
+            let at_start = log.snapshots.keys().any(|s| s.offset == log.start);
+            if log.start > 0 && !at_start {
+                return Err(format!(
+                    "SnapshotAtLogStart: node {} starts at {} without a snapshot there",
+                    node.id, log.start
+                ));
+            }
+        }
         self.check_leader_high_watermark(nodes, voters)?;
         self.check_committed_data(nodes)
     }

@@ -27,6 +27,8 @@ const FAULT_WINDOW_MS: u64 = 8_000;
 pub struct RunStats {
     pub events: u64,
     pub committed_batches: usize,
+    pub snapshot_downloads: u64,
+    pub truncations: u64,
 }
 
 pub fn random_net(rng: &mut Prng) -> NetConfig {
@@ -44,6 +46,11 @@ pub fn random_run(seed: u64, size: usize, mutations: Mutations) -> Result<RunSta
     let mut rng = Prng::new(seed);
     let net = random_net(&mut rng);
     let mut c = Cluster::new(seed, size, net);
+    // Half the seeds take snapshots and drop log prefixes, so lagging or wiped replicas must
+    // catch up through FetchSnapshot.
+    if rng.below(2) == 0 {
+        c.snapshot_interval_ms = 300 + rng.below(1_500);
+    }
     for node in &mut c.nodes {
         node.mutations = mutations;
     }
@@ -93,6 +100,8 @@ pub fn random_run(seed: u64, size: usize, mutations: Mutations) -> Result<RunSta
     Ok(RunStats {
         events: c.events_run,
         committed_batches: c.checker.committed_batches,
+        snapshot_downloads: c.snapshot_downloads,
+        truncations: c.truncations,
     })
 }
 
@@ -143,12 +152,14 @@ fn env_u64(name: &str, default: u64) -> u64 {
 /// Runs `count` seeds from `base`; panics with the first failure and its replay command.
 fn run_seeds(size: usize, count: u64) {
     let base = env_u64("RINGRAFT_SIM_BASE", 0);
-    let (mut events, mut committed) = (0u64, 0usize);
+    let (mut events, mut committed, mut downloads, mut truncations) = (0u64, 0usize, 0, 0);
     for seed in base..base + count {
         match random_run(seed, size, Mutations::default()) {
             Ok(stats) => {
                 events += stats.events;
                 committed += stats.committed_batches;
+                downloads += stats.snapshot_downloads;
+                truncations += stats.truncations;
             }
             Err(why) => panic!(
                 "seed {seed}, {size} nodes: {why}\nreplay: {}",
@@ -157,12 +168,16 @@ fn run_seeds(size: usize, count: u64) {
         }
     }
     println!(
-        "{count} seeds × {size} nodes: 0 violations, {events} events, {committed} committed batches"
+        "{count} seeds × {size} nodes: 0 violations, {events} events, {committed} committed \
+         batches, {truncations} divergence truncations, {downloads} snapshot downloads"
     );
     assert!(
         committed as u64 >= count,
         "the runs committed almost nothing"
     );
+    // The faults must reach the paths they exist for.
+    assert!(truncations > 0, "no run truncated a divergent suffix");
+    assert!(downloads > 0, "no run caught up through FetchSnapshot");
 }
 
 #[test]
