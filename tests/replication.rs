@@ -39,6 +39,7 @@ struct Probe {
     leader: i32,
     epoch: i32,
     high_watermark: i64,
+    log_start: i64,
 }
 
 impl Cluster {
@@ -98,23 +99,25 @@ impl Cluster {
     }
 
     fn start(&mut self, id: i32) {
+        self.start_with(id, &[]);
+    }
+
+    fn start_with(&mut self, id: i32, extra: &[&str]) {
         let dir = self.node_dir(id);
         let acks = dir.join(format!("acks-{}", self.ack_files(id).len()));
-        let node = Node::start(
-            &[
-                "start",
-                "-c",
-                "server.properties",
-                "--load-rate",
-                "2000",
-                "--load-warmup-ms",
-                "0",
-                "--load-ack-file",
-                acks.to_str().unwrap(),
-            ],
-            &dir,
-            self.ports[id as usize - 1],
-        );
+        let mut args = vec![
+            "start",
+            "-c",
+            "server.properties",
+            "--load-rate",
+            "2000",
+            "--load-warmup-ms",
+            "0",
+            "--load-ack-file",
+            acks.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let node = Node::start(&args, &dir, self.ports[id as usize - 1]);
         self.nodes[id as usize - 1] = Some(node);
     }
 
@@ -246,6 +249,7 @@ fn probe(port: u16) -> Option<Probe> {
             leader: f.leader_id,
             epoch: f.leader_epoch,
             high_watermark: f.high_watermark,
+            log_start: f.log_start_offset,
         }),
         _ => None,
     }
@@ -421,5 +425,75 @@ fn check_logs(c: &Cluster, hwm: i64, (stopped_early, its_hwm): (i32, i64)) {
                 }
             }
         }
+    }
+}
+
+/// A follower that was down while the leader snapshotted and dropped its log prefix comes back
+/// below the log start: the leader answers its Fetch with a SnapshotId, it downloads the
+/// snapshot with FetchSnapshot, replaces its log with it and catches up.
+#[test]
+fn a_follower_behind_the_log_start_catches_up_from_a_snapshot() {
+    let mut c = Cluster::new("snapshot-catch-up");
+    let snapshots = ["--load-snapshot-every", "1500"];
+    for id in 1..=3 {
+        c.start_with(id, &snapshots);
+    }
+    let (leader, _) = c
+        .wait_for(Duration::from_secs(20), Cluster::leader)
+        .expect("a leader within 20 s");
+    let follower = leader % 3 + 1;
+    let node = c.nodes[follower as usize - 1].as_mut().unwrap();
+    node.signal(SIGTERM);
+    assert_eq!(node.wait_exit(Duration::from_secs(10)), Some(0));
+    c.nodes[follower as usize - 1] = None;
+    let follower_end = c.log_lines(follower).last().map_or(0, |l| {
+        l.split(' ').nth(2).unwrap().parse::<i64>().unwrap() + 1
+    });
+    let moved = c.wait_for(Duration::from_secs(60), |c| {
+        c.probe(leader)
+            .filter(|p| p.log_start > follower_end + 1000)
+    });
+    let moved = moved.unwrap_or_else(|| {
+        panic!(
+            "the leader's log start never passed {follower_end}: {:?}",
+            c.probe(leader)
+        )
+    });
+    c.start_with(follower, &snapshots);
+    let target = moved.high_watermark;
+    let caught_up = c.wait_for(Duration::from_secs(30), |c| {
+        c.probe(follower).filter(|p| p.high_watermark >= target)
+    });
+    assert!(
+        caught_up.is_some(),
+        "node {follower} did not catch up to {target}: {:?}",
+        c.probe(follower)
+    );
+    let dir = c.node_dir(follower).join("data/__cluster_metadata-0");
+    let checkpoints = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".checkpoint"))
+        .count();
+    assert!(checkpoints > 0, "no snapshot file in {}", dir.display());
+    let log = c.nodes[follower as usize - 1].as_ref().unwrap().log_text();
+    assert!(
+        log.contains("loaded a snapshot from the leader"),
+        "node {follower} caught up without FetchSnapshot:\n{log}"
+    );
+    for node in c.nodes.iter_mut().flatten() {
+        node.signal(SIGTERM);
+        assert_eq!(node.wait_exit(Duration::from_secs(10)), Some(0));
+    }
+    // The caught-up follower's log starts at the snapshot and agrees with the leader's.
+    let ours = batches(&c.log_lines(follower));
+    let theirs = batches(&c.log_lines(leader));
+    let first = *ours.keys().next().expect("batches after the snapshot");
+    assert!(
+        first > follower_end,
+        "the log restarted at {first}, not past {follower_end}"
+    );
+    for (base, batch) in ours.range(..target) {
+        assert_eq!(theirs.get(base), Some(batch), "batch {base} differs");
     }
 }

@@ -66,6 +66,9 @@ pub struct StartArgs {
     /// Where to write one line per committed append.
     #[arg(long = "load-ack-file", hide = true)]
     pub load_ack_file: Option<PathBuf>,
+    /// Snapshot (and drop the log below it) every this many committed records.
+    #[arg(long = "load-snapshot-every", hide = true, default_value_t = 0)]
+    pub load_snapshot_every: u64,
 }
 
 /// A failed command: the message goes to stderr, then the process exits with `code`.
@@ -149,6 +152,7 @@ fn start(args: &StartArgs) -> Result<(), CliError> {
         warmup_ms: args.load_warmup_ms,
         report_ms: args.load_report_ms.max(1),
         ack_file: args.load_ack_file.clone(),
+        snapshot_every: args.load_snapshot_every,
     });
     crate::node::run(config, tuning, embedded, load).map_err(|e| CliError::new(e.to_string()))
 }

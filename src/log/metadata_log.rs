@@ -838,6 +838,58 @@ impl MetadataLog {
         Ok(())
     }
 
+    /// Replaces the whole log with an empty one that starts (and ends) at `offset`: what a
+    /// follower does after downloading a snapshot ending there (raft.md §10). The snapshot
+    /// file must already be durable. Durable on return.
+    pub async fn reset_to(&self, offset: i64) -> Result<(), LogError> {
+        let _permit = self.acquire_flush_lock().await?;
+        self.check_failed()?;
+        let result = self.reset_locked(offset).await;
+        self.poison_on_io_error(&result);
+        result
+    }
+
+    async fn reset_locked(&self, offset: i64) -> Result<(), LogError> {
+        let active = self
+            .state
+            .borrow_mut()
+            .active
+            .take()
+            .expect("active segment");
+        active.remove().await?;
+        let sealed = {
+            let mut state = self.state.borrow_mut();
+            state.unsealed_map = None;
+            state.indexes.clear();
+            state.pending.clear();
+            state.cache.clear();
+            state.cache_bytes = 0;
+            std::mem::take(&mut state.sealed)
+        };
+        for segment in sealed {
+            remove_segment_files(&self.dir, segment.base_offset)?;
+        }
+        let active =
+            ActiveSegment::open(&self.dir, offset, 0, self.config.preallocate_bytes).await?;
+        glommio::io::Directory::open(std::path::absolute(&self.dir)?)
+            .await
+            .map_err(|e| LogError::Io(io::Error::other(e.to_string())))?
+            .sync()
+            .await
+            .map_err(|e| LogError::Io(io::Error::other(e.to_string())))?;
+        let mut state = self.state.borrow_mut();
+        state.active = Some(active);
+        state.active_base = offset;
+        state.active_len = 0;
+        state.indexes.insert(offset, OffsetIndex::default());
+        state.start_offset = offset;
+        state.end_offset = offset;
+        state.flushed_offset = offset;
+        state.epochs = EpochCache::default();
+        state.epochs.write(&self.dir)?;
+        Ok(())
+    }
+
     /// Flushes, trims the active segment and closes it: the directory is then readable by
     /// Kafka's tools.
     pub async fn close(self) -> Result<(), LogError> {

@@ -36,6 +36,9 @@ pub struct LoadSpec {
     pub warmup_ms: u64,
     pub report_ms: u64,
     pub ack_file: Option<PathBuf>,
+    /// Every this many committed records, snapshot at the last committed offset and drop the
+    /// log below it (0: never).
+    pub snapshot_every: u64,
 }
 
 /// The most records one append carries (Kafka's accumulator caps batches by bytes; this keeps
@@ -65,6 +68,7 @@ struct Stats {
     interval_records: u64,
     failed_records: u64,
     acks: Option<File>,
+    snapshot_every: u64,
 }
 
 impl Stats {
@@ -112,6 +116,7 @@ pub async fn run(spec: LoadSpec, handle: RaftHandle, local_id: i32, stop: StopSi
         interval_records: 0,
         failed_records: 0,
         acks,
+        snapshot_every: spec.snapshot_every,
     }));
     let interval = Duration::from_nanos(1_000_000_000 / spec.rate_per_s.max(1));
     let mut sequence: u64 = 0;
@@ -209,12 +214,31 @@ async fn append(handle: RaftHandle, stats: Rc<RefCell<Stats>>, batch: Batch) {
     match result {
         Ok(last_offset) => {
             let latency = intended.elapsed().as_micros() as u64;
+            let before = stats.committed_records;
             stats.record(latency, count, measured);
+            let every = stats.snapshot_every;
+            if every > 0 && before / every != stats.committed_records / every {
+                let task = snapshot(handle.clone(), last_offset + 1);
+                glommio::spawn_local(task).detach();
+            }
             if let Some(file) = stats.acks.as_mut() {
                 let _ = writeln!(file, "{last_offset} {first} {count}");
             }
         }
         Err(_) => stats.failed_records += count,
+    }
+}
+
+/// A snapshot at `offset` standing for the generator's state (its next sequence number).
+async fn snapshot(handle: RaftHandle, offset: i64) {
+    let state = vec![offset.to_be_bytes().to_vec()];
+    match handle.create_snapshot(offset, state, true).await {
+        Ok(id) => info!(
+            offset = id.offset,
+            epoch = id.epoch,
+            "snapshot written; log prefix dropped"
+        ),
+        Err(e) => warn!(offset, error = %e, "no snapshot"),
     }
 }
 

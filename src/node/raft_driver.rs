@@ -70,6 +70,12 @@ pub enum DriverInput {
         reply: oneshot::Sender<Result<i64, ClientError>>,
     },
     Listen(Box<dyn RaftListener>),
+    Snapshot {
+        offset: i64,
+        values: Vec<Vec<u8>>,
+        delete_log_before: bool,
+        reply: oneshot::Sender<Result<OffsetAndEpoch, ClientError>>,
+    },
 }
 
 /// A cheap, `Send` handle to the raft shard's driver, for any shard and the application.
@@ -107,6 +113,28 @@ impl RaftHandle {
         let batch = builder.finish();
         self.tx
             .unbounded_send(DriverInput::Append { batch, reply })
+            .map_err(|_| ClientError::Stopped)?;
+        answer.await.map_err(|_| ClientError::Stopped)?
+    }
+
+    /// Writes a snapshot holding `values` that covers the log below `offset` (a committed
+    /// batch boundary), as a state machine does (Kafka's `createSnapshot`). Resolves with the
+    /// snapshot id once the file is durable. `delete_log_before` then drops the log below it
+    /// (raft.md §11.5), so replicas that fall behind catch up through FetchSnapshot.
+    pub async fn create_snapshot(
+        &self,
+        offset: i64,
+        values: Vec<Vec<u8>>,
+        delete_log_before: bool,
+    ) -> Result<OffsetAndEpoch, ClientError> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .unbounded_send(DriverInput::Snapshot {
+                offset,
+                values,
+                delete_log_before,
+                reply,
+            })
             .map_err(|_| ClientError::Stopped)?;
         answer.await.map_err(|_| ClientError::Stopped)?
     }
@@ -320,6 +348,22 @@ impl Driver {
                 }
                 Ok(())
             }
+            DriverInput::Snapshot {
+                offset,
+                values,
+                delete_log_before,
+                reply,
+            } => {
+                let result = self.write_snapshot(offset, &values);
+                if let Ok((id, size)) = result {
+                    self.step(Input::SnapshotCreated { id, size })?;
+                    if delete_log_before {
+                        self.step(Input::DeleteBefore { offset: id.offset })?;
+                    }
+                }
+                let _ = reply.send(result.map(|(id, _)| id));
+                Ok(())
+            }
             DriverInput::Listen(mut listener) => {
                 listener.handle_leader_change(LeaderAndEpoch {
                     leader_id: self.raft.leader_id(),
@@ -329,6 +373,49 @@ impl Driver {
                 Ok(())
             }
         }
+    }
+
+    /// Writes the snapshot file (blocking file I/O on this shard: snapshots are rare and the
+    /// streaming writer is synchronous today) and returns its id and size.
+    fn write_snapshot(
+        &self,
+        offset: i64,
+        values: &[Vec<u8>],
+    ) -> Result<(OffsetAndEpoch, u64), ClientError> {
+        let id = self
+            .raft
+            .snapshot_id_for(offset)
+            .map_err(ClientError::Invalid)?;
+        let boundary = offset == self.log.end_offset()
+            || self
+                .log
+                .read(offset, 1)
+                .ok()
+                .and_then(|b| b.into_iter().next())
+                .is_some_and(|b| {
+                    crate::records::batch::Batch::parse(&b)
+                        .is_ok_and(|(batch, _)| batch.base_offset() == offset)
+                });
+        if !boundary {
+            return Err(ClientError::Invalid(format!(
+                "{offset} is not a batch boundary"
+            )));
+        }
+        let sid = crate::log::snapshot::SnapshotId {
+            end_offset: id.offset,
+            epoch: id.epoch,
+        };
+        let now = unix_millis();
+        let io = |e: std::io::Error| ClientError::Invalid(format!("snapshot write failed: {e}"));
+        let mut writer = crate::log::snapshot::SnapshotWriter::create(&self.dir, sid, now, 0, None)
+            .map_err(io)?;
+        for chunk in values.chunks(1000) {
+            let refs: Vec<&[u8]> = chunk.iter().map(Vec::as_slice).collect();
+            writer.append(&refs, now).map_err(io)?;
+        }
+        let path = writer.finish(now).map_err(io)?;
+        let size = std::fs::metadata(path).map_err(io)?.len();
+        Ok((id, size))
     }
 
     /// Executes one `Ready` in its contract's order (see `raft::Ready`).
@@ -401,7 +488,11 @@ impl Driver {
                 .delete_before(*offset)
                 .await
                 .map_err(|e| format!("deleting the log below {offset} failed: {e}")),
-            LogOp::SnapshotChunk { id, position, bytes } => {
+            LogOp::SnapshotChunk {
+                id,
+                position,
+                bytes,
+            } => {
                 let part = self.download.get_or_insert((*id, Vec::new()));
                 if part.0 != *id || part.1.len() as u64 != *position {
                     *part = (*id, Vec::new());
@@ -409,10 +500,33 @@ impl Driver {
                 part.1.extend_from_slice(bytes);
                 Ok(())
             }
-            LogOp::SnapshotComplete { id } => Err(format!(
-                "snapshot {}-{} downloaded, but replacing the log with a snapshot is not supported yet",
-                id.offset, id.epoch
-            )),
+            LogOp::SnapshotComplete { id } => {
+                let Some((downloaded, bytes)) = self.download.take().filter(|d| d.0 == *id) else {
+                    return Err(format!(
+                        "snapshot {}-{} completed without its bytes",
+                        id.offset, id.epoch
+                    ));
+                };
+                let path = crate::log::layout::snapshot_file(
+                    &self.dir,
+                    downloaded.offset,
+                    downloaded.epoch,
+                );
+                crate::log::durable::replace_file_async(&path, &bytes)
+                    .await
+                    .map_err(|e| format!("writing snapshot {}: {e}", path.display()))?;
+                self.log
+                    .reset_to(id.offset)
+                    .await
+                    .map_err(|e| format!("replacing the log with snapshot {}: {e}", id.offset))?;
+                info!(
+                    offset = id.offset,
+                    epoch = id.epoch,
+                    bytes = bytes.len(),
+                    "loaded a snapshot from the leader"
+                );
+                Ok(())
+            }
         }
     }
 
@@ -631,4 +745,10 @@ async fn exchange(
         warn!(error = %e, "undecodable response");
         Failure::Disconnected
     })
+}
+
+fn unix_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
