@@ -172,6 +172,9 @@ pub struct Node {
     pub clock_offset_ms: u64,
     pub mutations: Mutations,
     tick_at: Option<u64>,
+    /// The committed bound the runtime has delivered (the last finished `Ready`'s), which is
+    /// what the state machine has seen. The core's own may run one `Ready` ahead of the disk.
+    pub delivered_high_watermark: Option<i64>,
 }
 
 #[derive(Debug, Clone)]
@@ -283,6 +286,7 @@ impl Cluster {
                 clock_offset_ms: 0,
                 mutations: Mutations::default(),
                 tick_at: None,
+                delivered_high_watermark: None,
             })
             .collect();
         Cluster {
@@ -363,6 +367,7 @@ impl Cluster {
         }
         node.in_flight_ready = None;
         node.tick_at = None;
+        node.delivered_high_watermark = None;
         node.disk.log.crash();
         node.incarnation += 1;
     }
@@ -481,6 +486,9 @@ impl Cluster {
     }
 
     pub fn fault(&mut self, f: Fault) -> Result<(), String> {
+        if self.trace {
+            eprintln!("{} ms: FAULT {f:?}", self.now);
+        }
         match f {
             Fault::Crash(id) => self.crash(id),
             Fault::Restart(id) => {
@@ -586,6 +594,19 @@ impl Cluster {
             .raft
             .as_ref()
             .and_then(|r| r.high_watermark());
+        if self.trace {
+            let hwm = self.nodes[id as usize].raft.as_ref().and_then(|r| r.high_watermark());
+            for op in &ready.log_ops {
+                let op = match op {
+                    LogOp::Append(b) => format!("Append({} bytes)", b.len()),
+                    other => format!("{other:?}"),
+                };
+                eprintln!("{} ms: node {id} LOG {op} (hwm {hwm:?})", self.now);
+            }
+            if let Some(state) = &ready.election_state {
+                eprintln!("{} ms: node {id} ELECTION {state:?}", self.now);
+            }
+        }
         for op in &ready.log_ops {
             match op {
                 LogOp::SnapshotComplete { .. } => self.snapshot_downloads += 1,
@@ -630,6 +651,9 @@ impl Cluster {
         }
         for msg in ready.messages.clone() {
             self.send(id, msg)?;
+        }
+        if let Some(h) = ready.high_watermark {
+            self.nodes[id as usize].delivered_high_watermark = Some(h);
         }
         let now = self.node_now(id);
         if let Some(raft) = self.nodes[id as usize].raft.as_mut() {

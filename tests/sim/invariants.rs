@@ -223,7 +223,7 @@ impl Checker {
     /// ConsistentCommittedData: every node holds the same batch at every committed offset.
     fn check_committed_data(&mut self, nodes: &[Node]) -> Result<(), String> {
         for node in nodes {
-            let Some(hwm) = node.raft.as_ref().and_then(|r| r.high_watermark()) else {
+            let Some(hwm) = node.delivered_high_watermark else {
                 continue;
             };
             let from = self.checked_up_to[node.id as usize];
