@@ -590,12 +590,13 @@ impl Cluster {
 
     /// Phase A: log operations, early messages; then the flush is scheduled.
     fn begin_ready(&mut self, id: i32, ready: Ready) -> Result<(), String> {
-        let hwm = self.nodes[id as usize]
-            .raft
-            .as_ref()
-            .and_then(|r| r.high_watermark());
+        // What the state machine has seen: nothing below it may be truncated.
+        let hwm = self.nodes[id as usize].delivered_high_watermark;
         if self.trace {
-            let hwm = self.nodes[id as usize].raft.as_ref().and_then(|r| r.high_watermark());
+            let hwm = self.nodes[id as usize]
+                .raft
+                .as_ref()
+                .and_then(|r| r.high_watermark());
             for op in &ready.log_ops {
                 let op = match op {
                     LogOp::Append(b) => format!("Append({} bytes)", b.len()),
