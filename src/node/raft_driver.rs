@@ -472,7 +472,8 @@ impl Driver {
     async fn apply(&mut self, op: &LogOp) -> Result<(), String> {
         match op {
             LogOp::Truncate(offset) => {
-                let floor = self.raft.high_watermark().unwrap_or(0).min(*offset);
+                // What listeners were given is committed: the log refuses to cut below it.
+                let floor = self.delivered;
                 self.log
                     .truncate_to(*offset, floor)
                     .await
