@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{free_port, read_frame, run, send_frame, Node, TempDir, SIGTERM};
+use common::{free_port, read_frame, run, Node, TempDir, SIGTERM};
 use ringraft::net::raft_rpc;
 use ringraft::protocol::apis::{self, ApiKey};
 use ringraft::protocol::codec::Reader;
@@ -239,7 +239,8 @@ fn probe(port: u16) -> Option<Probe> {
         client_id: Some("probe".into()),
     };
     let frame = encode_request_frame(&header, spec, |w| raft_rpc::encode_request(&request, 17, w));
-    send_frame(&mut stream, &frame[4..]);
+    // Not `send_frame`: a node being stopped may reset the connection, which is "no answer".
+    std::io::Write::write_all(&mut stream, &frame).ok()?;
     let body = Bytes::from(read_frame(&mut stream)?);
     let mut r = Reader::new(&body);
     decode_response_header(&mut r, 1).ok()?;

@@ -6,6 +6,8 @@
 //! sequential O_DIRECT 1 MiB writes at queue depth 8, then one fdatasync (bandwidth).
 //! ringraft: (c) one 256-byte record per append, closed loop, durable before the next;
 //! (d) many concurrent writers appending batches of 256-byte records, each durable.
+//!
+//! `bench quorum` (bench_quorum.rs): 3-voter commit latency against an ideal floor.
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -19,10 +21,17 @@ use super::CliError;
 use crate::log::{LogConfig, MetadataLog};
 use crate::records::BatchBuilder;
 
+use super::bench_quorum as quorum;
+
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
     /// Durable append latency and throughput against the raw disk, with ratios.
     Log(LogBenchArgs),
+    /// 3-voter commit latency at a target rate against an ideal floor, with ratios.
+    Quorum(quorum::QuorumBenchArgs),
+    /// One process of `bench quorum`'s floor (spawned by it).
+    #[command(hide = true)]
+    QuorumFloorNode(quorum::FloorNodeArgs),
 }
 
 #[derive(Debug, Args)]
@@ -49,7 +58,11 @@ pub struct LogBenchArgs {
 }
 
 pub fn run(command: BenchCommand) -> Result<(), CliError> {
-    let BenchCommand::Log(args) = command;
+    let args = match command {
+        BenchCommand::Log(args) => args,
+        BenchCommand::Quorum(args) => return quorum::run(args),
+        BenchCommand::QuorumFloorNode(args) => return quorum::run_floor_node(args),
+    };
     std::fs::create_dir_all(&args.dir)
         .map_err(|e| CliError::new(format!("cannot create {}: {e}", args.dir.display())))?;
     bench_log(&args).map_err(|e| CliError::new(format!("bench failed: {e}")))

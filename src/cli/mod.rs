@@ -2,6 +2,7 @@
 //! library; nothing here holds state. Errors end the process with a message and exit code 1.
 
 pub mod bench;
+pub mod bench_quorum;
 pub mod debug;
 pub mod storage;
 

@@ -170,7 +170,7 @@ pub fn send_frame(stream: &mut TcpStream, body: &[u8]) {
 pub fn read_frame(stream: &mut TcpStream) -> Option<Vec<u8>> {
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
+        .ok()?;
     let mut size = [0u8; 4];
     if stream.read_exact(&mut size).is_err() {
         return None;
