@@ -616,10 +616,12 @@ impl MetadataLog {
         }
         if let Some(&(first, _, _)) = state.cache.front() {
             if offset >= first {
+                // Binary search: a fetch at the tail must not walk a 32 MiB cache.
+                let from = state.cache.partition_point(|(_, last, _)| *last < offset);
                 return Ok(take_batches(
                     state
                         .cache
-                        .iter()
+                        .range(from..)
                         .map(|(b, l, bytes)| (*b, *l, bytes.clone())),
                     offset,
                     max_bytes,
@@ -647,19 +649,21 @@ impl MetadataLog {
         };
         // Batches on disk were validated when appended or recovered: walk them by their
         // length fields without checking CRCs again (the data ends where a length does not fit).
-        let mut batches = Vec::new();
-        let mut rest = bytes.clone();
-        while let Ok(len) = crate::records::batch_size(&rest) {
-            let (header, _) = crate::records::BatchHeader::ref_from_prefix(&rest).expect("sized");
+        // Lazily: only as far as `max_bytes` needs, not to the end of the segment.
+        let mut rest = bytes;
+        let batches = std::iter::from_fn(move || {
+            let len = crate::records::batch_size(&rest).ok()?;
+            let (header, _) = crate::records::BatchHeader::ref_from_prefix(&rest).ok()?;
             let base = header.base_offset.get();
             let last = base + i64::from(header.last_offset_delta.get());
             if base < 0 || header.magic != 2 {
-                break; // pre-allocated zeros or a batch not yet written
+                return None; // pre-allocated zeros or a batch not yet written
             }
-            batches.push((base, last, rest.slice(..len)));
+            let batch = rest.slice(..len);
             rest = rest.slice(len..);
-        }
-        Ok(take_batches(batches.into_iter(), offset, max_bytes))
+            Some((base, last, batch))
+        });
+        Ok(take_batches(batches, offset, max_bytes))
     }
 
     /// A map of the unsealed segment at `base` covering `position`, reused while it does.
