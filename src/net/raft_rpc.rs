@@ -642,3 +642,62 @@ fn core_epoch_response(
         leader_endpoints: leader_from_nodes(leader_id, nodes),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::raft::message as m;
+
+    fn vote() -> Request {
+        Request::Vote(m::VoteRequest {
+            cluster_id: Some("c".into()),
+            voter: ReplicaKey::new(1, Some(uuid::Uuid::from_u128(5))),
+            replica_epoch: 3,
+            candidate: ReplicaKey::new(2, Some(uuid::Uuid::from_u128(6))),
+            last_offset_epoch: 2,
+            last_offset: 40,
+            pre_vote: true,
+        })
+    }
+
+    fn wire(request: &Request, version: i16) -> RequestBody {
+        let mut w = Writer::new();
+        encode_request(request, version, &mut w);
+        let bytes = Bytes::from(w.into_vec());
+        let mut r = Reader::new(&bytes);
+        RequestBody::Vote(vote::VoteRequest::decode(&mut r, version, &bytes).unwrap())
+    }
+
+    #[test]
+    fn a_request_survives_the_wire() {
+        assert_eq!(request_from_wire(&wire(&vote(), 2)), Some(vote()));
+    }
+
+    #[test]
+    fn wrong_shapes_never_reach_the_core() {
+        let RequestBody::Vote(good) = wire(&vote(), 2) else {
+            unreachable!()
+        };
+        let mut two_topics = good.clone();
+        two_topics.topics.push(two_topics.topics[0].clone());
+        let mut other_topic = good.clone();
+        other_topic.topics[0].topic_name = "orders".into();
+        let mut partition_one = good.clone();
+        partition_one.topics[0].partitions[0].partition_index = 1;
+        let mut no_partition = good;
+        no_partition.topics[0].partitions.clear();
+        for bad in [two_topics, other_topic, partition_one, no_partition] {
+            assert_eq!(request_from_wire(&RequestBody::Vote(bad)), None);
+        }
+    }
+
+    #[test]
+    fn pre_vote_needs_vote_v2() {
+        assert_eq!(min_version(&vote()), 2);
+        let Request::Vote(mut standard) = vote() else {
+            unreachable!()
+        };
+        standard.pre_vote = false;
+        assert_eq!(min_version(&Request::Vote(standard)), 0);
+    }
+}

@@ -455,3 +455,119 @@ fn checker_catches_two_leaders_in_one_epoch() {
     let why = checker.election_persisted(0, &back).unwrap_err();
     assert!(why.contains("MonotonicEpoch"), "{why}");
 }
+
+/// KIP-996 fallback (raft.md §5.6): a peer that cannot carry PreVote (no Vote v2) makes the
+/// Prospective go straight to Candidate.
+#[test]
+fn pre_vote_falls_back_to_a_standard_election_when_a_peer_lacks_vote_v2() {
+    let mut disk = None;
+    let mut raft = core(0, 3, None, Mutations::default());
+    drain(&mut raft, &mut disk);
+    raft.step(2_000, Input::Tick).unwrap();
+    assert_eq!(raft.state_name(), "Prospective");
+    let out = drain(&mut raft, &mut disk);
+    let id = out
+        .iter()
+        .find_map(|m| match m {
+            Outbound::Request {
+                id,
+                request: Request::Vote(v),
+                ..
+            } if v.pre_vote => Some(*id),
+            _ => None,
+        })
+        .expect("a pre-vote");
+    let failure = ringraft::raft::Failure::UnsupportedVersion;
+    raft.step(2_001, Input::Failure { id, failure }).unwrap();
+    assert_eq!(raft.state_name(), "Candidate");
+    assert_eq!(raft.epoch(), 1);
+    assert_eq!(
+        disk.as_ref().and_then(|s| s.voted_key),
+        None,
+        "not durable before the Ready"
+    );
+    let out = drain(&mut raft, &mut disk);
+    assert_eq!(disk.unwrap().voted_key, Some(ReplicaKey::new(0, None)));
+    assert!(out.iter().any(|m| matches!(m,
+        Outbound::Request { request: Request::Vote(v), .. } if !v.pre_vote && v.replica_epoch == 1)));
+}
+
+fn answer(raft: &mut Raft, request: Request) -> Response {
+    let mut disk = None;
+    raft.step(3_000, Input::Request { token: 77, request })
+        .unwrap();
+    drain(raft, &mut disk)
+        .into_iter()
+        .find_map(|m| match m {
+            Outbound::Response {
+                token: 77,
+                response,
+            } => Some(response),
+            _ => None,
+        })
+        .expect("an answer")
+}
+
+/// raft.md §13: the errors a compatible node answers with, top level or per partition.
+#[test]
+fn error_matrix() {
+    let (mut leader, _) = elected_leader();
+    let epoch = leader.epoch();
+    let errors = |r: Response| r.errors();
+    let mut wrong_cluster = fetch(1, 0, epoch);
+    if let Request::Fetch(f) = &mut wrong_cluster {
+        f.cluster_id = Some("another-cluster".into());
+    }
+    assert_eq!(
+        errors(answer(&mut leader, wrong_cluster)),
+        (ErrorCode::INCONSISTENT_CLUSTER_ID, ErrorCode::NONE)
+    );
+    let mut empty_cluster = fetch(1, 0, epoch);
+    if let Request::Fetch(f) = &mut empty_cluster {
+        f.cluster_id = Some(String::new());
+    }
+    assert_eq!(
+        errors(answer(&mut leader, empty_cluster)).0,
+        ErrorCode::INCONSISTENT_CLUSTER_ID
+    );
+    let stale = answer(&mut leader, fetch(1, 0, epoch - 1));
+    assert_eq!(errors(stale.clone()).1, ErrorCode::FENCED_LEADER_EPOCH);
+    assert_eq!(stale.leader().0, 0, "errors still name the leader");
+    assert_eq!(
+        errors(answer(&mut leader, fetch(1, 0, epoch + 1))).1,
+        ErrorCode::UNKNOWN_LEADER_EPOCH
+    );
+    let mut bad_offset = fetch(1, 0, epoch);
+    if let Request::Fetch(f) = &mut bad_offset {
+        f.fetch_offset = -5;
+    }
+    assert_eq!(
+        errors(answer(&mut leader, bad_offset)).1,
+        ErrorCode::INVALID_REQUEST
+    );
+    // A follower answers leader-only requests with NOT_LEADER_OR_FOLLOWER and the leader.
+    let stored = ElectionState {
+        epoch: 3,
+        leader_id: Some(1),
+        voted_key: None,
+    };
+    let mut follower = core(2, 3, Some(stored), Mutations::default());
+    let not_leader = answer(&mut follower, fetch(0, 0, 3));
+    assert_eq!(
+        errors(not_leader.clone()).1,
+        ErrorCode::NOT_LEADER_OR_FOLLOWER
+    );
+    assert_eq!(not_leader.leader().0, 1);
+    // Votes: a stale candidate is fenced; a vote for another replica is refused by key.
+    let stale_vote = answer(&mut follower, vote(0, 2, false));
+    assert_eq!(errors(stale_vote).1, ErrorCode::FENCED_LEADER_EPOCH);
+    let mut misaddressed = vote(0, 4, false);
+    if let Request::Vote(v) = &mut misaddressed {
+        v.voter = ReplicaKey::new(1, None);
+        v.last_offset_epoch = 3;
+    }
+    assert_eq!(
+        errors(answer(&mut follower, misaddressed)).1,
+        ErrorCode::INVALID_VOTER_KEY
+    );
+}
