@@ -293,3 +293,32 @@ fn the_raft_shard_opens_the_log_and_a_corrupt_log_stops_the_node_clearly() {
     );
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// KAFKA-14240: a log whose start was moved past 0 needs a snapshot covering what came before;
+/// without one the node refuses to start instead of serving a log with a hole.
+#[test]
+fn a_log_starting_past_zero_without_a_snapshot_is_refused() {
+    let (dir, mut node) = formatted_node("no-snapshot");
+    node.signal(SIGTERM);
+    assert_eq!(node.wait_exit(Duration::from_secs(10)), Some(0));
+    let partition = dir.path().join("data/__cluster_metadata-0");
+    for entry in std::fs::read_dir(&partition).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".log") || name.ends_with("index") || name.ends_with(".checkpoint") {
+            std::fs::remove_file(entry.path()).unwrap();
+        }
+    }
+    let mut b = ringraft::records::BatchBuilder::new(100, 1, 0, false);
+    b.append(None, Some(b"after a deleted prefix"));
+    std::fs::write(partition.join("00000000000000000100.log"), b.finish()).unwrap();
+    let _ = std::fs::remove_file(partition.join("leader-epoch-checkpoint"));
+    let config = dir.path().join("server.properties");
+    let out = run(&["start", "-c", config.to_str().unwrap()], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("starts at offset 100") && err.contains("no snapshot"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}

@@ -427,6 +427,7 @@ async fn open_log(
     }
     let quorum = crate::log::QuorumStateData::read(dir)
         .map_err(|e| format!("cannot read quorum-state: {e}"))?;
+    reconcile_snapshots(&log).await?;
     info!(
         start = log.start_offset(),
         end = log.end_offset(),
@@ -437,6 +438,35 @@ async fn open_log(
         "metadata log open"
     );
     Ok((log, quorum))
+}
+
+/// raft.md §11.4 at start: a log that starts past 0 needs a snapshot at or above its start
+/// (KAFKA-14240: otherwise the state before it is gone and the node must refuse), and a
+/// snapshot past the log's end (a crash between installing a downloaded snapshot and
+/// resetting the log) replaces the log.
+async fn reconcile_snapshots(log: &crate::log::MetadataLog) -> Result<(), String> {
+    let snapshots = crate::log::snapshot::list(log.dir())
+        .map_err(|e| format!("cannot list snapshots in {}: {e}", log.dir().display()))?;
+    let latest = snapshots.iter().filter(|s| s.end_offset > 0).max().copied();
+    let start = log.start_offset();
+    if start > 0 && latest.is_none_or(|s| s.end_offset < start) {
+        return Err(format!(
+            "the metadata log in {} starts at offset {start} but no snapshot covers the \
+             offsets before it; the directory is incomplete",
+            log.dir().display()
+        ));
+    }
+    if let Some(s) = latest.filter(|s| s.end_offset > log.end_offset()) {
+        warn!(
+            snapshot = s.end_offset,
+            log_end = log.end_offset(),
+            "a snapshot is past the log's end; replacing the log with it"
+        );
+        log.reset_to(s.end_offset)
+            .await
+            .map_err(|e| format!("cannot reset the log to snapshot {}: {e}", s.end_offset))?;
+    }
+    Ok(())
 }
 
 /// Joins the mesh, giving up if the node is told to stop first (a shard failed to start).
