@@ -206,10 +206,38 @@ pub(super) struct Download {
 
 #[derive(Debug, Default, Clone)]
 pub(super) struct ReplicaProgress {
+    pub directory_id: Option<uuid::Uuid>,
     pub end_offset: Option<i64>,
     pub last_fetch_ms: Option<u64>,
     pub last_caught_up_ms: Option<u64>,
+    /// The leader's log end when this replica last fetched (for `last_caught_up_ms`).
+    pub leader_end_at_last_fetch: Option<i64>,
 }
+
+/// One replica as the leader sees it (DescribeQuorum, raft.md §12). Times are the core's
+/// milliseconds (the `now_ms` it is stepped with).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaDescription {
+    pub key: ReplicaKey,
+    /// −1 while unknown.
+    pub log_end_offset: i64,
+    pub last_fetch_ms: Option<u64>,
+    pub last_caught_up_ms: Option<u64>,
+}
+
+/// The quorum as its leader describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuorumDescription {
+    pub leader_id: i32,
+    pub epoch: i32,
+    /// −1 while unknown.
+    pub high_watermark: i64,
+    pub voters: Vec<ReplicaDescription>,
+    pub observers: Vec<ReplicaDescription>,
+}
+
+/// Observers that have not fetched for this long are forgotten (Kafka's 5 minutes).
+pub const OBSERVER_SESSION_MS: u64 = 300_000;
 
 #[derive(Debug)]
 pub(super) struct Parked {
@@ -537,6 +565,55 @@ impl Raft {
 
     pub fn epoch(&self) -> i32 {
         self.epoch
+    }
+
+    /// DescribeQuorum's content (raft.md §12); `None` unless this replica leads.
+    pub fn describe_quorum(&self) -> Option<QuorumDescription> {
+        let Role::Leader(s) = &self.role else {
+            return None;
+        };
+        let now = self.now_ms;
+        let local = self.config.local;
+        let describe = |key: ReplicaKey, p: Option<&ReplicaProgress>| ReplicaDescription {
+            key: ReplicaKey::new(key.id, p.and_then(|p| p.directory_id).or(key.directory_id)),
+            log_end_offset: p.and_then(|p| p.end_offset).unwrap_or(-1),
+            last_fetch_ms: p.and_then(|p| p.last_fetch_ms),
+            last_caught_up_ms: p.and_then(|p| p.last_caught_up_ms),
+        };
+        let voters = self
+            .voters
+            .voters()
+            .iter()
+            .map(|v| {
+                if v.key.id == local.id {
+                    ReplicaDescription {
+                        key: local,
+                        log_end_offset: self.log.end_offset(),
+                        last_fetch_ms: Some(now),
+                        last_caught_up_ms: Some(now),
+                    }
+                } else {
+                    describe(v.key, s.replicas.get(&v.key.id))
+                }
+            })
+            .collect();
+        let observers = s
+            .replicas
+            .iter()
+            .filter(|(id, _)| !self.voters.contains_id(**id))
+            .filter(|(_, p)| {
+                p.last_fetch_ms
+                    .is_some_and(|t| t + OBSERVER_SESSION_MS >= now)
+            })
+            .map(|(id, p)| describe(ReplicaKey::new(*id, None), Some(p)))
+            .collect();
+        Some(QuorumDescription {
+            leader_id: local.id,
+            epoch: self.epoch,
+            high_watermark: s.high_watermark.unwrap_or(-1),
+            voters,
+            observers,
+        })
     }
 
     pub fn leader_id(&self) -> Option<i32> {

@@ -39,8 +39,8 @@ pub mod replication;
 pub mod types;
 
 pub use self::core::{
-    AppendError, FatalError, Input, LogOp, Mutations, Raft, RaftConfig, Ready, FETCH_MAX_BYTES,
-    FETCH_MAX_WAIT_MS,
+    AppendError, FatalError, Input, LogOp, Mutations, QuorumDescription, Raft, RaftConfig, Ready,
+    ReplicaDescription, FETCH_MAX_BYTES, FETCH_MAX_WAIT_MS,
 };
 pub use log_view::LogInfo;
 pub use message::{Failure, Outbound, Request, RequestId, Response, Token};

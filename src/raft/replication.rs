@@ -145,11 +145,20 @@ impl Raft {
             return;
         }
         let progress = s.replicas.entry(replica.id).or_default();
+        // Caught up: at the leader's end now, or at least where the leader's end was when this
+        // replica last fetched — then it was caught up as of that fetch (raft.md §12).
         if fetch_offset >= leader_end {
             progress.last_caught_up_ms = Some(now);
+        } else if progress
+            .leader_end_at_last_fetch
+            .is_some_and(|end| fetch_offset >= end)
+        {
+            progress.last_caught_up_ms = progress.last_fetch_ms;
         }
+        progress.directory_id = replica.directory_id.or(progress.directory_id);
         progress.end_offset = Some(fetch_offset);
         progress.last_fetch_ms = Some(now);
+        progress.leader_end_at_last_fetch = Some(leader_end);
         if is_voter {
             s.fetched_voters.insert(replica.id);
             s.begin_acked.insert(replica.id);

@@ -571,3 +571,62 @@ fn error_matrix() {
         ErrorCode::INVALID_VOTER_KEY
     );
 }
+
+/// DescribeQuorum's content (raft.md §12): the leader's row is "now", followers show their
+/// fetch offsets and times, observers that fetched recently are listed apart from voters.
+#[test]
+fn the_leader_describes_voters_and_observers() {
+    let (mut leader, start) = elected_leader();
+    let epoch = leader.epoch();
+    assert!(core(1, 3, None, Mutations::default())
+        .describe_quorum()
+        .is_none());
+    leader
+        .step(
+            2_100,
+            Input::Request {
+                token: 1,
+                request: fetch(1, start + 1, epoch),
+            },
+        )
+        .unwrap();
+    leader
+        .step(
+            2_200,
+            Input::Request {
+                token: 2,
+                request: fetch(7, 0, epoch),
+            },
+        )
+        .unwrap();
+    let d = leader.describe_quorum().unwrap();
+    assert_eq!(
+        (d.leader_id, d.epoch, d.high_watermark),
+        (0, epoch, start + 1)
+    );
+    let ids: Vec<i32> = d.voters.iter().map(|v| v.key.id).collect();
+    assert_eq!(ids, vec![0, 1, 2]);
+    assert_eq!(
+        d.voters[0].last_fetch_ms,
+        Some(2_200),
+        "the leader's own row is now"
+    );
+    assert_eq!(d.voters[1].log_end_offset, start + 1);
+    assert_eq!(d.voters[1].last_fetch_ms, Some(2_100));
+    assert_eq!(
+        d.voters[1].last_caught_up_ms,
+        Some(2_100),
+        "fetched at the leader's end"
+    );
+    assert_eq!(d.voters[2].log_end_offset, -1, "never fetched");
+    assert_eq!(d.observers.len(), 1);
+    assert_eq!(
+        (d.observers[0].key.id, d.observers[0].log_end_offset),
+        (7, 0)
+    );
+    // Five minutes later the observer is forgotten.
+    leader.step(2_200 + 300_001, Input::Tick).unwrap();
+    assert!(leader
+        .describe_quorum()
+        .map_or(true, |d| d.observers.is_empty()));
+}
