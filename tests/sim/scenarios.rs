@@ -628,5 +628,5 @@ fn the_leader_describes_voters_and_observers() {
     leader.step(2_200 + 300_001, Input::Tick).unwrap();
     assert!(leader
         .describe_quorum()
-        .map_or(true, |d| d.observers.is_empty()));
+        .is_none_or(|d| d.observers.is_empty()));
 }
