@@ -5,6 +5,8 @@ pub mod api_versions;
 pub mod apis;
 pub mod begin_quorum_epoch;
 pub mod codec;
+pub mod describe_cluster;
+pub mod describe_quorum;
 pub mod end_quorum_epoch;
 pub mod errors;
 pub mod fetch;
