@@ -155,6 +155,29 @@ fn kraft_seeds() -> Vec<Vec<u8>> {
         }),
     ];
     let mut out = Vec::new();
+    // The admin APIs the raft shard answers: DescribeQuorum and DescribeCluster, every version.
+    for version in 0..=2i16 {
+        let header = |key: i16| RequestHeader {
+            api_key: key,
+            api_version: version,
+            correlation_id: 3,
+            client_id: Some("adminclient-1".into()),
+        };
+        let dq = ringraft::protocol::describe_quorum::DescribeQuorumRequest {
+            topics: vec![ringraft::protocol::describe_quorum::RequestTopicData {
+                topic_name: "__cluster_metadata".into(),
+                partitions: vec![Default::default()],
+            }],
+        };
+        let spec = apis::served(ringraft::protocol::ApiKey::DESCRIBE_QUORUM).unwrap();
+        out.push(encode_request_frame(&header(55), spec, |w| dq.encode(w, version))[4..].to_vec());
+        let dc = ringraft::protocol::describe_cluster::DescribeClusterRequest {
+            endpoint_type: 2,
+            ..Default::default()
+        };
+        let spec = apis::served(ringraft::protocol::ApiKey::DESCRIBE_CLUSTER).unwrap();
+        out.push(encode_request_frame(&header(60), spec, |w| dc.encode(w, version))[4..].to_vec());
+    }
     for request in &requests {
         let spec = apis::served(api_key(request)).unwrap();
         for version in spec.min_version..=spec.max_version {

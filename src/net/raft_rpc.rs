@@ -225,7 +225,9 @@ pub fn request_from_wire(body: &RequestBody) -> Option<Request> {
                 max_bytes: r.max_bytes,
             })
         }
-        RequestBody::ApiVersions(_) => return None,
+        RequestBody::ApiVersions(_)
+        | RequestBody::DescribeQuorum(_)
+        | RequestBody::DescribeCluster(_) => return None,
     })
 }
 
@@ -252,11 +254,23 @@ pub fn encode_top_level_error(key: ApiKey, version: i16, error: ErrorCode, w: &m
             ..Default::default()
         }
         .encode(w, version),
-        _ => fsn::FetchSnapshotResponse {
+        ApiKey::FETCH_SNAPSHOT => fsn::FetchSnapshotResponse {
             error_code: error,
             ..Default::default()
         }
         .encode(w, version),
+        ApiKey::DESCRIBE_QUORUM => crate::protocol::describe_quorum::DescribeQuorumResponse {
+            error_code: error,
+            ..Default::default()
+        }
+        .encode(w, version),
+        ApiKey::DESCRIBE_CLUSTER => crate::protocol::describe_cluster::DescribeClusterResponse {
+            error_code: error,
+            ..Default::default()
+        }
+        .encode(w, version),
+        // ApiVersions is answered before raft; nothing else reaches here.
+        other => debug_assert!(false, "{} has no raft error response", other.name()),
     }
 }
 

@@ -22,8 +22,10 @@ use crate::log::{MetadataLog, QuorumStateData};
 use crate::net::dispatch::RaftCall;
 use crate::net::peer::PeerConnection;
 use crate::net::raft_rpc;
+use crate::protocol::describe_cluster as dc;
+use crate::protocol::describe_quorum as dq;
 use crate::protocol::request::encode_response_frame;
-use crate::protocol::{apis, ErrorCode, Writer};
+use crate::protocol::{apis, ErrorCode, RequestBody, Writer, METADATA_TOPIC_NAME};
 use crate::raft::message::{Records, SnapshotBytes};
 use crate::raft::{
     ElectionState, Failure, Input, LeaderAndEpoch, LogInfo, LogOp, OffsetAndEpoch, Outbound, Raft,
@@ -170,6 +172,7 @@ pub struct Driver {
     next_token: Token,
     commits: BTreeMap<i64, Vec<oneshot::Sender<Result<i64, ClientError>>>>,
     listeners: Vec<Box<dyn RaftListener>>,
+    cluster_id: String,
     delivered: i64,
     download: Option<(OffsetAndEpoch, Vec<u8>)>,
 }
@@ -213,6 +216,7 @@ impl Driver {
             peers.insert(id, tx);
         }
         Driver {
+            cluster_id: setup.config.cluster_id.clone(),
             raft,
             delivered: log.start_offset(),
             log,
@@ -322,6 +326,15 @@ impl Driver {
     fn handle(&mut self, input: DriverInput) -> Result<(), String> {
         match input {
             DriverInput::Call { call, reply } => {
+                let admin = match &call.body {
+                    RequestBody::DescribeQuorum(r) => Some(self.describe_quorum(&call, r)),
+                    RequestBody::DescribeCluster(r) => Some(self.describe_cluster(&call, r)),
+                    _ => None,
+                };
+                if let Some(frame) = admin {
+                    let _ = reply.send(Some(frame));
+                    return Ok(());
+                }
                 let Some(request) = raft_rpc::request_from_wire(&call.body) else {
                     let frame = error_frame(&call, ErrorCode::INVALID_REQUEST);
                     let _ = reply.send(Some(frame));
@@ -373,6 +386,130 @@ impl Driver {
                 Ok(())
             }
         }
+    }
+
+    /// Unix milliseconds of a core time (the core counts from this driver's start).
+    fn wall_ms(&self, core_ms: Option<u64>) -> i64 {
+        let Some(t) = core_ms else { return -1 };
+        unix_millis() - self.now_ms().saturating_sub(t) as i64
+    }
+
+    /// DescribeQuorum v0–2 (raft.md §12): the leader's view, or NOT_LEADER_OR_FOLLOWER.
+    fn describe_quorum(&self, call: &RaftCall, r: &dq::DescribeQuorumRequest) -> Vec<u8> {
+        let ours = matches!(&r.topics[..], [t] if t.topic_name == METADATA_TOPIC_NAME
+            && matches!(&t.partitions[..], [p] if p.partition_index == 0));
+        let mut partition = dq::PartitionData {
+            partition_index: 0,
+            error_code: ErrorCode::NONE,
+            error_message: None,
+            leader_id: self.raft.leader_id().unwrap_or(-1),
+            leader_epoch: self.raft.epoch(),
+            high_watermark: -1,
+            current_voters: vec![],
+            observers: vec![],
+        };
+        let mut nodes = vec![];
+        match self.raft.describe_quorum() {
+            _ if !ours => {
+                partition.error_code = ErrorCode::UNKNOWN_TOPIC_OR_PARTITION;
+                partition.error_message = Some("only __cluster_metadata-0 exists".into());
+            }
+            None => {
+                partition.error_code = ErrorCode::NOT_LEADER_OR_FOLLOWER;
+                partition.error_message = Some("this controller is not the leader".into());
+            }
+            Some(d) => {
+                let row = |v: &crate::raft::ReplicaDescription| dq::ReplicaState {
+                    replica_id: v.key.id,
+                    replica_directory_id: v.key.wire_directory_id(),
+                    log_end_offset: v.log_end_offset,
+                    last_fetch_timestamp: self.wall_ms(v.last_fetch_ms),
+                    last_caught_up_timestamp: self.wall_ms(v.last_caught_up_ms),
+                };
+                partition.high_watermark = d.high_watermark;
+                partition.current_voters = d.voters.iter().map(row).collect();
+                partition.observers = d.observers.iter().map(row).collect();
+                nodes = self
+                    .raft
+                    .voters()
+                    .voters()
+                    .iter()
+                    .map(|v| dq::Node {
+                        node_id: v.key.id,
+                        listeners: v
+                            .endpoints
+                            .iter()
+                            .map(|e| dq::Listener {
+                                name: e.name.clone(),
+                                host: e.host.clone(),
+                                port: e.port,
+                            })
+                            .collect(),
+                    })
+                    .collect();
+            }
+        }
+        let response = dq::DescribeQuorumResponse {
+            error_code: ErrorCode::NONE,
+            error_message: None,
+            topics: vec![dq::TopicData {
+                topic_name: METADATA_TOPIC_NAME.into(),
+                partitions: vec![partition],
+            }],
+            nodes,
+        };
+        encode_response_frame(call.correlation_id, call.response_header_version, |w| {
+            response.encode(w, call.version)
+        })
+    }
+
+    /// DescribeCluster v0–2 on a controller (KIP-919, wire.md §8.8): only EndpointType
+    /// CONTROLLER; the voters are the nodes and the raft leader the controller.
+    fn describe_cluster(&self, call: &RaftCall, r: &dc::DescribeClusterRequest) -> Vec<u8> {
+        let mut response = dc::DescribeClusterResponse {
+            endpoint_type: dc::ENDPOINT_TYPE_CONTROLLER,
+            cluster_id: self.cluster_id.clone(),
+            ..Default::default()
+        };
+        let error = match (call.version, r.endpoint_type) {
+            (0, _) => Some(ErrorCode::INVALID_REQUEST),
+            (_, dc::ENDPOINT_TYPE_CONTROLLER) => None,
+            (_, dc::ENDPOINT_TYPE_BROKER) => Some(ErrorCode::MISMATCHED_ENDPOINT_TYPE),
+            _ => Some(ErrorCode::UNSUPPORTED_ENDPOINT_TYPE),
+        };
+        if let Some(error) = error {
+            response.error_code = error;
+            response.error_message = Some(format!(
+                "a controller answers DescribeCluster for endpoint type {} (controllers) only",
+                dc::ENDPOINT_TYPE_CONTROLLER
+            ));
+        } else {
+            response.brokers = self
+                .raft
+                .voters()
+                .voters()
+                .iter()
+                .filter_map(|v| {
+                    let e = v.endpoints.first()?;
+                    Some(dc::DescribeClusterBroker {
+                        broker_id: v.key.id,
+                        host: e.host.clone(),
+                        port: i32::from(e.port),
+                        rack: None,
+                        is_fenced: false,
+                    })
+                })
+                .collect();
+            let leader = self.raft.leader_id().unwrap_or(-1);
+            response.controller_id = if response.brokers.iter().any(|b| b.broker_id == leader) {
+                leader
+            } else {
+                -1
+            };
+        }
+        encode_response_frame(call.correlation_id, call.response_header_version, |w| {
+            response.encode(w, call.version)
+        })
     }
 
     /// Writes the snapshot file (blocking file I/O on this shard: snapshots are rare and the

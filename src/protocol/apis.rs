@@ -119,9 +119,21 @@ pub const SERVED: &[ApiSpec] = &[
         flexible_from: 1,
     },
     ApiSpec {
+        key: ApiKey::DESCRIBE_QUORUM,
+        min_version: 0,
+        max_version: 2,
+        flexible_from: 0,
+    },
+    ApiSpec {
         key: ApiKey::FETCH_SNAPSHOT,
         min_version: 0,
         max_version: 1,
+        flexible_from: 0,
+    },
+    ApiSpec {
+        key: ApiKey::DESCRIBE_CLUSTER,
+        min_version: 0,
+        max_version: 2,
         flexible_from: 0,
     },
 ];

@@ -21,6 +21,8 @@ impl ErrorCode {
     pub const SNAPSHOT_NOT_FOUND: ErrorCode = ErrorCode(98);
     pub const POSITION_OUT_OF_RANGE: ErrorCode = ErrorCode(99);
     pub const INCONSISTENT_CLUSTER_ID: ErrorCode = ErrorCode(104);
+    pub const MISMATCHED_ENDPOINT_TYPE: ErrorCode = ErrorCode(114);
+    pub const UNSUPPORTED_ENDPOINT_TYPE: ErrorCode = ErrorCode(115);
     pub const INVALID_VOTER_KEY: ErrorCode = ErrorCode(125);
 
     pub fn name(self) -> &'static str {
@@ -39,6 +41,8 @@ impl ErrorCode {
             98 => "SNAPSHOT_NOT_FOUND",
             99 => "POSITION_OUT_OF_RANGE",
             104 => "INCONSISTENT_CLUSTER_ID",
+            114 => "MISMATCHED_ENDPOINT_TYPE",
+            115 => "UNSUPPORTED_ENDPOINT_TYPE",
             125 => "INVALID_VOTER_KEY",
             _ => "UNKNOWN",
         }

@@ -24,6 +24,8 @@ pub enum RequestBody {
     EndQuorumEpoch(super::end_quorum_epoch::EndQuorumEpochRequest),
     Fetch(super::fetch::FetchRequest),
     FetchSnapshot(super::fetch_snapshot::FetchSnapshotRequest),
+    DescribeQuorum(super::describe_quorum::DescribeQuorumRequest),
+    DescribeCluster(super::describe_cluster::DescribeClusterRequest),
 }
 
 /// A decoded request frame.
@@ -130,6 +132,14 @@ pub fn decode_request(frame: &[u8]) -> Result<Decoded, RequestError> {
         ApiKey::FETCH_SNAPSHOT => RequestBody::FetchSnapshot(
             FetchSnapshotRequest::decode(&mut r, version, &none).map_err(malformed)?,
         ),
+        ApiKey::DESCRIBE_QUORUM => RequestBody::DescribeQuorum(
+            super::describe_quorum::DescribeQuorumRequest::decode(&mut r, version, &none)
+                .map_err(malformed)?,
+        ),
+        ApiKey::DESCRIBE_CLUSTER => RequestBody::DescribeCluster(
+            super::describe_cluster::DescribeClusterRequest::decode(&mut r, version, &none)
+                .map_err(malformed)?,
+        ),
         other => unreachable!("{} is in the served table without a decoder", other.name()),
     };
     Ok(Decoded::Request { header, spec, body })
@@ -201,10 +211,10 @@ mod tests {
             decode_request(&[0, 18]),
             Err(RequestError::TooShort { len: 2 })
         );
-        let describe_quorum = [0, 55, 0, 0, 0, 0, 0, 1, 0, 0];
+        let add_raft_voter = [0, 80, 0, 0, 0, 0, 0, 1, 0, 0];
         assert!(matches!(
-            decode_request(&describe_quorum),
-            Err(RequestError::UnknownApi { key: 55, .. })
+            decode_request(&add_raft_voter),
+            Err(RequestError::UnknownApi { key: 80, .. })
         ));
         let vote_v3 = [0, 52, 0, 3, 0, 0, 0, 1, 0, 0];
         assert!(matches!(
