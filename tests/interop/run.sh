@@ -88,7 +88,8 @@ controller.listener.names=CONTROLLER
 controller.quorum.voters=1@127.0.0.1:$PORT
 metadata.log.dir=$RUN/data
 PROPS
-"$RINGRAFT" storage format -t "$("$RINGRAFT" storage random-uuid)" -c "$RUN/server.properties" >/dev/null
+CLUSTER_ID=$("$RINGRAFT" storage random-uuid)
+"$RINGRAFT" storage format -t "$CLUSTER_ID" -c "$RUN/server.properties" >/dev/null
 RUST_LOG=debug "$RINGRAFT" start -c "$RUN/server.properties" > "$RUN/node.log" 2>&1 &
 NODE_PID=$!
 PIDS+=("$NODE_PID")
@@ -137,19 +138,21 @@ java_admin() {
   local v=$1
   proxy "java-$v"
   timeout 60 java -cp "$WORK/classes-$v:$WORK/kafka-$v/*" AdminHandshake "127.0.0.1:$PROXY_PORT" \
-    2>&1 | grep -v '^SLF4J' || return 1
-  # On the wire: ApiVersions at the client's newest version and nothing else, or (clients newer
-  # than our v4, like Kafka 4.4's v5) that, our v0-format UNSUPPORTED_VERSION answer, and one
-  # retry at v4 on the same connection (KIP-511). Anything more means the answer was not taken.
+    "$CLUSTER_ID" 1 2>&1 | grep -v '^SLF4J' || return 1
+  # On the wire: ApiVersions at the client's newest version, or (clients newer than our v4,
+  # like Kafka 4.4's v5) that, our v0-format UNSUPPORTED_VERSION answer and one retry at v4 on
+  # the same connection (KIP-511); then DescribeCluster (key 60) at v1 or later, which needs
+  # EndpointType. Anything else means an answer was not taken.
   local requests
   requests=$(grep -v ready "$PROXY_LOG" | tr '\n' ' ')
   case "$requests" in
-    "0 18 4 "|"0 18 5 0 18 4 ") echo "requests on the wire (conn key version): $requests" ;;
+    "0 18 4 0 60 "[12]" "*|"0 18 5 0 18 4 0 60 "[12]" "*)
+      echo "requests on the wire (conn key version): $requests" ;;
     *) echo "unexpected requests: $requests"; return 1 ;;
   esac
 }
 for v in $KAFKA_VERSIONS; do
-  check "Java Admin $v: ApiVersions handshake" java_admin "$v"
+  check "Java Admin $v: ApiVersions handshake, then DescribeCluster names the controller" java_admin "$v"
   check "Java Admin $v: request bytes match tests/golden" golden "java-$v"
 done
 
@@ -303,6 +306,51 @@ ringraft_reads_kafka_log() {
 for v in $KAFKA_VERSIONS; do
   check "kafka-dump-log $v reads ringraft's segments and snapshot" kafka_reads_ringraft_log "$v"
   check "ringraft reads the metadata log of a real Kafka $v controller" ringraft_reads_kafka_log "$v"
+done
+
+# ---- kafka-metadata-quorum against a 3-voter ringraft quorum --------------------------------
+QUORUM_ID=$("$RINGRAFT" storage random-uuid)
+QPORTS=("$(free_port)" "$(free_port)" "$(free_port)")
+QVOTERS="1@127.0.0.1:${QPORTS[0]},2@127.0.0.1:${QPORTS[1]},3@127.0.0.1:${QPORTS[2]}"
+VOTER_ARG=""
+for i in 1 2 3; do
+  dir="$RUN/q$i"; mkdir -p "$dir"
+  cat > "$dir/server.properties" <<PROPS
+process.roles=controller
+node.id=$i
+listeners=CONTROLLER://127.0.0.1:${QPORTS[$((i - 1))]}
+controller.listener.names=CONTROLLER
+controller.quorum.voters=$QVOTERS
+metadata.log.dir=$dir/data
+PROPS
+  "$RINGRAFT" storage format -t "$QUORUM_ID" -c "$dir/server.properties" >/dev/null
+  dirid=$(sed -n 's/^directory.id=//p' "$dir/data/meta.properties")
+  VOTER_ARG="$VOTER_ARG${VOTER_ARG:+,}$i=$dirid@${QPORTS[$((i - 1))]}"
+  RUST_LOG=info "$RINGRAFT" start -c "$dir/server.properties" > "$dir/node.log" 2>&1 &
+  PIDS+=("$!")
+done
+quorum_elected() {
+  for _ in $(seq 100); do
+    grep -q 'state="Leader"' "$RUN"/q*/node.log 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "no leader within 10 s"; tail -5 "$RUN"/q*/node.log; return 1
+}
+check "a 3-voter ringraft quorum elects a leader" quorum_elected
+sleep 1 # followers fetch at least once, so their rows carry times
+
+# Through node 3's port: the tool must find the leader through DescribeCluster.
+metadata_quorum() { # metadata_quorum VERSION MODE
+  local v=$1 mode=$2 out="$RUN/mq-$1-$2.out"
+  timeout 60 java -cp "$WORK/kafka-$v/*" org.apache.kafka.tools.MetadataQuorumCommand \
+    --bootstrap-controller "127.0.0.1:${QPORTS[2]}" describe "--$mode" > "$out" 2>&1 \
+    || { cat "$out"; return 1; }
+  grep -v '^SLF4J' "$out"
+  python3 "$HERE/check_quorum.py" "$mode" "$out" --cluster-id "$QUORUM_ID" --voters "$VOTER_ARG"
+}
+for v in $KAFKA_VERSIONS; do
+  check "kafka-metadata-quorum $v describe --status, field by field" metadata_quorum "$v" status
+  check "kafka-metadata-quorum $v describe --replication, field by field" metadata_quorum "$v" replication
 done
 
 # ---- the node stops cleanly ------------------------------------------------------------------
