@@ -25,6 +25,9 @@ use ringraft::raft::message::FetchRequest;
 use ringraft::raft::{ReplicaKey, Request, Response};
 
 const ELECTION_TIMEOUT_MS: u64 = 1000;
+
+/// The tests here time fail-overs on a 2-core machine: one three-node cluster at a time.
+static ONE_CLUSTER_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 const RECORDS: u64 = 10_000;
 
 struct Cluster {
@@ -273,6 +276,7 @@ fn committed_records(c: &Cluster) -> u64 {
 
 #[test]
 fn three_voters_replicate_fail_over_and_heal() {
+    let _serial = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut c = Cluster::new("replication");
     for id in 1..=3 {
         c.start(id);
@@ -434,6 +438,7 @@ fn check_logs(c: &Cluster, hwm: i64, (stopped_early, its_hwm): (i32, i64)) {
 /// snapshot with FetchSnapshot, replaces its log with it and catches up.
 #[test]
 fn a_follower_behind_the_log_start_catches_up_from_a_snapshot() {
+    let _serial = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut c = Cluster::new("snapshot-catch-up");
     let snapshots = ["--load-snapshot-every", "1500"];
     for id in 1..=3 {
