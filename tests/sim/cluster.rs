@@ -259,6 +259,8 @@ pub struct Cluster {
     pub events_run: u64,
     pub snapshot_downloads: u64,
     pub truncations: u64,
+    /// Timer wake-ups per node (KAFKA-17751: an idle replica must not spin).
+    pub ticks: Vec<u64>,
     /// `RINGRAFT_SIM_TRACE=1`: print every delivered message (for replaying a seed).
     pub trace: bool,
 }
@@ -310,6 +312,7 @@ impl Cluster {
             events_run: 0,
             snapshot_downloads: 0,
             truncations: 0,
+            ticks: vec![0; size],
             trace: std::env::var_os("RINGRAFT_SIM_TRACE").is_some(),
         }
     }
@@ -413,6 +416,7 @@ impl Cluster {
                     if self.nodes[node as usize].tick_at == Some(self.now) {
                         self.nodes[node as usize].tick_at = None;
                     }
+                    self.ticks[node as usize] += 1;
                     self.step(node, Input::Tick)?;
                 }
                 Ok(())

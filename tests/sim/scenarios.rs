@@ -630,3 +630,25 @@ fn the_leader_describes_voters_and_observers() {
         .describe_quorum()
         .is_none_or(|d| d.observers.is_empty()));
 }
+
+/// KAFKA-17751 / KAFKA-19605: an idle quorum does not busy-loop. With no appends, every
+/// replica wakes for its timers a bounded number of times per second.
+#[test]
+fn an_idle_quorum_does_not_spin() {
+    let mut c = Cluster::new(16, 3, quiet_net());
+    c.append_interval_ms = 1 << 40; // no client appends
+    c.start_all().unwrap();
+    wait_for_leader(&mut c, 10_000);
+    c.run_until(c.now + 1_000).unwrap();
+    let before = c.ticks.clone();
+    let seconds = 60;
+    c.run_until(c.now + seconds * 1_000).unwrap();
+    for (node, (after, before)) in c.ticks.iter().zip(&before).enumerate() {
+        let per_second = (after - before) / seconds;
+        println!("node {node}: {per_second} wake-ups/s");
+        assert!(
+            per_second <= 20,
+            "node {node} woke {per_second} times a second while idle"
+        );
+    }
+}
