@@ -276,7 +276,9 @@ fn committed_records(c: &Cluster) -> u64 {
 
 #[test]
 fn three_voters_replicate_fail_over_and_heal() {
-    let _serial = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = ONE_CLUSTER_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     let mut c = Cluster::new("replication");
     for id in 1..=3 {
         c.start(id);
@@ -438,7 +440,9 @@ fn check_logs(c: &Cluster, hwm: i64, (stopped_early, its_hwm): (i32, i64)) {
 /// snapshot with FetchSnapshot, replaces its log with it and catches up.
 #[test]
 fn a_follower_behind_the_log_start_catches_up_from_a_snapshot() {
-    let _serial = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = ONE_CLUSTER_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     let mut c = Cluster::new("snapshot-catch-up");
     let snapshots = ["--load-snapshot-every", "1500"];
     for id in 1..=3 {
