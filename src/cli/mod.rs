@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod bench_quorum;
 pub mod debug;
+pub mod quorum;
 pub mod storage;
 
 use std::fmt;
@@ -33,6 +34,9 @@ pub enum Command {
     /// Prepare or inspect log directories (like kafka-storage).
     #[command(subcommand)]
     Storage(storage::StorageCommand),
+    /// Describe the metadata quorum through a controller (like kafka-metadata-quorum).
+    #[command(subcommand)]
+    Quorum(quorum::QuorumCommand),
     /// Benchmarks that print ratios against baselines measured in the same run.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -126,6 +130,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command.unwrap_or(Command::Start(StartArgs::default())) {
         Command::Start(args) => start(&args),
         Command::Storage(command) => storage::run(command),
+        Command::Quorum(command) => quorum::run(command),
         Command::Debug(command) => debug::run(command),
         Command::Bench(command) => bench::run(command),
         Command::Version => {

@@ -348,6 +348,16 @@ metadata_quorum() { # metadata_quorum VERSION MODE
   grep -v '^SLF4J' "$out"
   python3 "$HERE/check_quorum.py" "$mode" "$out" --cluster-id "$QUORUM_ID" --voters "$VOTER_ARG"
 }
+# ringraft's own `quorum describe` must print what Kafka's tool prints, checked the same way.
+ringraft_quorum() { # ringraft_quorum MODE
+  local mode=$1 out="$RUN/rq-$1.out"
+  "$RINGRAFT" quorum describe "--$mode" --bootstrap-controller "127.0.0.1:${QPORTS[2]}" > "$out" 2>&1 \
+    || { cat "$out"; return 1; }
+  cat "$out"
+  python3 "$HERE/check_quorum.py" "$mode" "$out" --cluster-id "$QUORUM_ID" --voters "$VOTER_ARG"
+}
+check "ringraft quorum describe --status, field by field" ringraft_quorum status
+check "ringraft quorum describe --replication, field by field" ringraft_quorum replication
 for v in $KAFKA_VERSIONS; do
   check "kafka-metadata-quorum $v describe --status, field by field" metadata_quorum "$v" status
   check "kafka-metadata-quorum $v describe --replication, field by field" metadata_quorum "$v" replication
