@@ -787,8 +787,15 @@ impl MetadataLog {
             .map(|(b, _)| b)
             .expect("a segment");
         let from = state.indexes[&base].lookup(offset);
-        let path = layout::segment_file(&self.dir, base);
-        let bytes = std::fs::read(&path)?;
+        // The mapped segment, not a read of the whole file: truncation runs on the raft shard.
+        let sealed = state.sealed.iter().find(|s| s.base_offset == base);
+        let bytes = match sealed {
+            Some(segment) => segment.map.clone(),
+            None => {
+                drop(state);
+                self.unsealed_map(base, from)?
+            }
+        };
         let mut position = from;
         while position < bytes.len() {
             let Ok((batch, _)) = Batch::parse(&bytes[position..]) else {
