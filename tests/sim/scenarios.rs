@@ -652,3 +652,104 @@ fn an_idle_quorum_does_not_spin() {
         );
     }
 }
+
+/// KAFKA-15100: a Fetch that must be told to truncate (DivergingEpoch) or to download a
+/// snapshot is answered at once, never parked for the long-poll.
+#[test]
+fn kafka_15100_divergence_and_snapshot_answers_are_not_parked() {
+    let (mut leader, start) = elected_leader();
+    let epoch = leader.epoch();
+    let long_poll = |raft: &mut Raft, request: Request| {
+        let Request::Fetch(mut f) = request else {
+            unreachable!()
+        };
+        f.max_wait_ms = 500;
+        answer(raft, Request::Fetch(f))
+    };
+    // The follower claims an epoch-0 suffix the leader's log does not have.
+    let mut diverged = fetch(1, start + 5, epoch);
+    if let Request::Fetch(f) = &mut diverged {
+        f.last_fetched_epoch = 0;
+    }
+    let Response::Fetch(r) = long_poll(&mut leader, diverged) else {
+        unreachable!()
+    };
+    assert!(
+        r.diverging_epoch.is_some(),
+        "answered at once with the divergence: {r:?}"
+    );
+    // A caught-up fetch with nothing new is parked instead: no answer in the same step.
+    let mut disk = None;
+    let mut caught_up = fetch(1, start + 1, epoch);
+    if let Request::Fetch(f) = &mut caught_up {
+        f.max_wait_ms = 500;
+    }
+    leader
+        .step(
+            3_100,
+            Input::Request {
+                token: 9,
+                request: caught_up,
+            },
+        )
+        .unwrap();
+    let out = drain(&mut leader, &mut disk);
+    assert!(
+        !out.iter()
+            .any(|m| matches!(m, Outbound::Response { token: 9, .. })),
+        "a caught-up fetch waits for data"
+    );
+}
+
+/// KAFKA-14618: a snapshot id's offset is exclusive (records below it are contained) and its
+/// epoch is that of the batch holding offset − 1.
+#[test]
+fn kafka_14618_snapshot_ids_end_exclusively() {
+    let (mut leader, start) = elected_leader();
+    let epoch = leader.epoch();
+    let mut b = BatchBuilder::new(0, 0, 0, false);
+    b.append(None, Some(b"x"));
+    let (first, last) = leader.append(b.finish()).unwrap();
+    assert_eq!(first, start + 1);
+    // Commit everything: the follower fetches past the last record.
+    leader
+        .step(
+            3_000,
+            Input::Request {
+                token: 1,
+                request: fetch(1, last + 1, epoch),
+            },
+        )
+        .unwrap();
+    let mut disk = None;
+    drain(&mut leader, &mut disk);
+    assert_eq!(leader.high_watermark(), Some(last + 1));
+    let id = leader.snapshot_id_for(last + 1).unwrap();
+    assert_eq!(
+        (id.offset, id.epoch),
+        (last + 1, epoch),
+        "covers offsets below {}",
+        last + 1
+    );
+    assert!(
+        leader.snapshot_id_for(last + 2).is_err(),
+        "not above the high watermark"
+    );
+    // With the log below the snapshot gone, a replica starting from 0 is sent to the snapshot
+    // at once, even on a long-poll (KAFKA-15100's other half).
+    leader
+        .step(3_001, Input::SnapshotCreated { id, size: 100 })
+        .unwrap();
+    leader
+        .step(3_002, Input::DeleteBefore { offset: id.offset })
+        .unwrap();
+    assert_eq!(leader.log_start_offset(), id.offset);
+    let mut from_zero = fetch(2, 0, epoch);
+    if let Request::Fetch(f) = &mut from_zero {
+        f.max_wait_ms = 500;
+    }
+    let Response::Fetch(r) = answer(&mut leader, from_zero) else {
+        unreachable!()
+    };
+    assert_eq!(r.snapshot_id, Some(id));
+}
