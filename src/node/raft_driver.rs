@@ -174,7 +174,7 @@ pub struct Driver {
     listeners: Vec<Box<dyn RaftListener>>,
     cluster_id: String,
     delivered: i64,
-    download: Option<(OffsetAndEpoch, Vec<u8>)>,
+    download: Option<Download>,
 }
 
 impl Driver {
@@ -631,28 +631,34 @@ impl Driver {
                 position,
                 bytes,
             } => {
-                let part = self.download.get_or_insert((*id, Vec::new()));
-                if part.0 != *id || part.1.len() as u64 != *position {
-                    *part = (*id, Vec::new());
+                let current = self
+                    .download
+                    .as_ref()
+                    .is_some_and(|d| d.id == *id && d.written == *position);
+                if !current {
+                    if *position != 0 {
+                        return Err(format!(
+                            "snapshot {}-{} chunk at {position} without its start",
+                            id.offset, id.epoch
+                        ));
+                    }
+                    if let Some(old) = self.download.take() {
+                        old.abandon().await;
+                    }
+                    self.download = Some(Download::start(&self.dir, *id).await?);
                 }
-                part.1.extend_from_slice(bytes);
-                Ok(())
+                let download = self.download.as_mut().expect("started above");
+                download.append(bytes).await
             }
             LogOp::SnapshotComplete { id } => {
-                let Some((downloaded, bytes)) = self.download.take().filter(|d| d.0 == *id) else {
+                let download = self.download.take().filter(|d| d.id == *id);
+                let Some(download) = download else {
                     return Err(format!(
                         "snapshot {}-{} completed without its bytes",
                         id.offset, id.epoch
                     ));
                 };
-                let path = crate::log::layout::snapshot_file(
-                    &self.dir,
-                    downloaded.offset,
-                    downloaded.epoch,
-                );
-                crate::log::durable::replace_file_async(&path, &bytes)
-                    .await
-                    .map_err(|e| format!("writing snapshot {}: {e}", path.display()))?;
+                let bytes = download.finish().await?;
                 self.log
                     .reset_to(id.offset)
                     .await
@@ -660,7 +666,7 @@ impl Driver {
                 info!(
                     offset = id.offset,
                     epoch = id.epoch,
-                    bytes = bytes.len(),
+                    bytes,
                     "loaded a snapshot from the leader"
                 );
                 Ok(())
@@ -772,6 +778,83 @@ impl Driver {
             },
             _ => None,
         }
+    }
+}
+
+/// A snapshot being downloaded (FetchSnapshot), streamed into `<id>.checkpoint.part` on the
+/// glommio ring and renamed into place only once complete and durable. A crash leaves a
+/// `.part` file that recovery deletes.
+struct Download {
+    id: OffsetAndEpoch,
+    file: glommio::io::BufferedFile,
+    part: PathBuf,
+    done: PathBuf,
+    written: u64,
+}
+
+impl Download {
+    async fn start(dir: &std::path::Path, id: OffsetAndEpoch) -> Result<Download, String> {
+        let done = std::path::absolute(crate::log::layout::snapshot_file(dir, id.offset, id.epoch))
+            .map_err(|e| format!("snapshot path: {e}"))?;
+        let mut part = done.clone().into_os_string();
+        part.push(".part");
+        let part = PathBuf::from(part);
+        let file = glommio::io::BufferedFile::create(&part)
+            .await
+            .map_err(|e| format!("cannot create {}: {e}", part.display()))?;
+        Ok(Download {
+            id,
+            file,
+            part,
+            done,
+            written: 0,
+        })
+    }
+
+    async fn append(&mut self, bytes: &[u8]) -> Result<(), String> {
+        let mut at = 0;
+        while at < bytes.len() {
+            let n = self
+                .file
+                .write_at(bytes[at..].to_vec(), self.written)
+                .await
+                .map_err(|e| format!("writing {}: {e}", self.part.display()))?;
+            if n == 0 {
+                return Err(format!("short write to {}", self.part.display()));
+            }
+            at += n;
+            self.written += n as u64;
+        }
+        Ok(())
+    }
+
+    /// fdatasync, close, rename into place, sync the directory; returns the size.
+    async fn finish(self) -> Result<u64, String> {
+        let fail = |what: &str, e: glommio::GlommioError<()>| {
+            format!("{what} {}: {e}", self.part.display())
+        };
+        self.file
+            .fdatasync()
+            .await
+            .map_err(|e| fail("syncing", e))?;
+        self.file.close().await.map_err(|e| fail("closing", e))?;
+        glommio::io::rename(&self.part, &self.done)
+            .await
+            .map_err(|e| fail("renaming", e))?;
+        let dir = self.done.parent().expect("a snapshot in a directory");
+        glommio::io::Directory::open(dir)
+            .await
+            .map_err(|e| fail("opening the directory of", e))?
+            .sync()
+            .await
+            .map_err(|e| fail("syncing the directory of", e))?;
+        Ok(self.written)
+    }
+
+    /// Drops a download the leader replaced: the partial file goes (a rare unlink).
+    async fn abandon(self) {
+        let _ = self.file.close().await;
+        let _ = std::fs::remove_file(&self.part);
     }
 }
 
