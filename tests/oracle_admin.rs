@@ -8,39 +8,23 @@
 //! 3. every strict prefix of a message is an error, and a mutated message either fails or
 //!    decodes to a value that re-encodes and decodes to itself. Nothing panics.
 
-use std::fmt::Debug;
-
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::{self as kp, BrokerId, TopicName};
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::StrBytes;
 use proptest::prelude::*;
 use proptest::sample::Index;
-use ringraft::protocol::codec::DecodeResult;
 use ringraft::protocol::describe_cluster::*;
 use ringraft::protocol::describe_quorum::*;
-use ringraft::protocol::{ErrorCode, Reader, Writer};
+use ringraft::protocol::Reader;
 use uuid::Uuid;
 
 // ---------------------------------------------------------------------------------------------
-// Plumbing
+// Plumbing (shared: tests/common/codec.rs)
 
-trait Codec: Sized + Clone + PartialEq + Debug {
-    fn dec(r: &mut Reader<'_>, version: i16, frame: &Bytes) -> DecodeResult<Self>;
-    fn enc(&self, w: &mut Writer, version: i16);
-}
-
-macro_rules! codec {
-    ($($t:ty),* $(,)?) => {$(
-        impl Codec for $t {
-            fn dec(r: &mut Reader<'_>, version: i16, frame: &Bytes) -> DecodeResult<Self> {
-                <$t>::decode(r, version, frame)
-            }
-            fn enc(&self, w: &mut Writer, version: i16) {
-                self.encode(w, version)
-            }
-        }
-    )*};
-}
+#[macro_use]
+#[path = "common/codec.rs"]
+mod codec;
+use codec::*;
 
 codec!(
     DescribeQuorumRequest,
@@ -49,112 +33,8 @@ codec!(
     DescribeClusterResponse,
 );
 
-fn ours_bytes<T: Codec>(msg: &T, version: i16) -> Bytes {
-    let mut w = Writer::new();
-    msg.enc(&mut w, version);
-    Bytes::from(w.into_vec())
-}
-
-/// Decodes a whole message with our codec; leftover bytes are a failure.
-fn ours_decode<T: Codec>(bytes: &Bytes, version: i16) -> Result<T, TestCaseError> {
-    let mut r = Reader::new(bytes);
-    let out = T::dec(&mut r, version, bytes)
-        .map_err(|e| TestCaseError::fail(format!("our decoder refused: {e}")))?;
-    prop_assert_eq!(r.remaining(), 0, "our decoder left bytes");
-    Ok(out)
-}
-
-fn kp_bytes<K: Encodable>(msg: &K, version: i16) -> Bytes {
-    let mut buf = BytesMut::new();
-    msg.encode(&mut buf, version)
-        .expect("kafka-protocol encodes");
-    buf.freeze()
-}
-
-fn kp_decode<K: Decodable>(bytes: &Bytes, version: i16) -> Result<K, TestCaseError> {
-    let mut buf = bytes.clone();
-    let out = K::decode(&mut buf, version)
-        .map_err(|e| TestCaseError::fail(format!("kafka-protocol refused our bytes: {e}")))?;
-    prop_assert!(buf.is_empty(), "kafka-protocol left {} bytes", buf.len());
-    Ok(out)
-}
-
-/// Both directions: `msg` encoded at `version` by us, `theirs` = the same message as
-/// kafka-protocol sees it, `expected` = `msg` without the fields `version` lacks.
-fn both_ways<T: Codec, K: Encodable + Decodable + PartialEq + Debug>(
-    msg: &T,
-    expected: &T,
-    theirs: &K,
-    version: i16,
-) -> Result<(), TestCaseError> {
-    let ours = ours_bytes(msg, version);
-    let decoded: K = kp_decode(&ours, version)?;
-    prop_assert_eq!(&decoded, theirs, "kafka-protocol reads our bytes");
-    let kp_encoded = kp_bytes(theirs, version);
-    prop_assert_eq!(&kp_encoded[..], &ours[..], "byte-identical encodings");
-    let back: T = ours_decode(&kp_encoded, version)?;
-    prop_assert_eq!(&back, expected, "we read kafka-protocol's bytes");
-    Ok(())
-}
-
-/// Truncations fail cleanly; mutations fail cleanly or decode to a fixpoint.
-fn hostile<T: Codec>(
-    msg: &T,
-    version: i16,
-    cuts: &[Index],
-    flips: &[(Index, u8)],
-) -> Result<(), TestCaseError> {
-    let bytes = ours_bytes(msg, version);
-    prop_assert!(!bytes.is_empty());
-    for cut in cuts {
-        let prefix = bytes.slice(..cut.index(bytes.len()));
-        let result = T::dec(&mut Reader::new(&prefix), version, &prefix);
-        prop_assert!(result.is_err(), "a {}-byte prefix decoded", prefix.len());
-    }
-    let mut mutated = bytes.to_vec();
-    for (at, xor) in flips {
-        let i = at.index(mutated.len());
-        mutated[i] ^= xor;
-    }
-    let mutated = Bytes::from(mutated);
-    if let Ok(decoded) = T::dec(&mut Reader::new(&mutated), version, &mutated) {
-        let again = ours_bytes(&decoded, version);
-        let back: T = ours_decode(&again, version)?;
-        prop_assert_eq!(back, decoded);
-    }
-    Ok(())
-}
-
 // ---------------------------------------------------------------------------------------------
 // Strategies
-
-fn string() -> impl Strategy<Value = String> {
-    "\\PC{0,10}"
-}
-
-fn nullable_string() -> impl Strategy<Value = Option<String>> {
-    prop::option::of(string())
-}
-
-fn uuid() -> impl Strategy<Value = Uuid> {
-    prop_oneof![Just(Uuid::nil()), any::<u128>().prop_map(Uuid::from_u128)]
-}
-
-fn error_code() -> impl Strategy<Value = ErrorCode> {
-    prop_oneof![Just(ErrorCode::NONE), any::<i16>().prop_map(ErrorCode)]
-}
-
-/// A value that is often the field's default.
-fn or_default<T: Clone + Debug + 'static>(
-    default: T,
-    other: impl Strategy<Value = T> + 'static,
-) -> BoxedStrategy<T> {
-    prop_oneof![Just(default), other].boxed()
-}
-
-fn few<S: Strategy>(s: S) -> prop::collection::VecStrategy<S> {
-    prop::collection::vec(s, 0..3)
-}
 
 fn describe_quorum_request() -> impl Strategy<Value = DescribeQuorumRequest> {
     let partition =

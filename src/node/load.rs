@@ -25,6 +25,7 @@ use tracing::{info, warn};
 
 use super::raft_driver::{RaftHandle, RaftListener};
 use super::stop::StopSignal;
+use super::unix_millis;
 use crate::raft::{LeaderAndEpoch, OffsetAndEpoch};
 
 /// What to generate. `seconds == 0` runs until the node stops.
@@ -275,10 +276,4 @@ fn print_summary(spec: &LoadSpec, stats: &Stats, epoch: i32) {
         stats.total.max(),
         stats.failed_records
     );
-}
-
-fn unix_millis() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }

@@ -511,3 +511,10 @@ async fn follow_stop(receivers: Receivers<ShardMessage>, coordinator: usize, sto
         Ok(Some(ShardMessage::Shutdown)) | Ok(None) | Err(_) => stop.trigger(),
     }
 }
+
+/// Wall-clock milliseconds since the Unix epoch (record timestamps, DescribeQuorum times).
+pub(crate) fn unix_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

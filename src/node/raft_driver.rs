@@ -18,6 +18,7 @@ use futures_lite::{future, StreamExt};
 use tracing::{debug, error, info, warn, Instrument};
 
 use super::stop::StopSignal;
+use super::unix_millis;
 use crate::log::{MetadataLog, QuorumStateData};
 use crate::net::dispatch::RaftCall;
 use crate::net::peer::PeerConnection;
@@ -966,10 +967,4 @@ async fn exchange(
         warn!(error = %e, "undecodable response");
         Failure::Disconnected
     })
-}
-
-fn unix_millis() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
