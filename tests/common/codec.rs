@@ -142,3 +142,18 @@ pub fn or_default<T: Clone + Debug + 'static>(
 pub fn few<S: Strategy>(s: S) -> prop::collection::VecStrategy<S> {
     prop::collection::vec(s, 0..3)
 }
+
+/// Where hostile inputs cut a message short.
+pub fn cuts() -> impl Strategy<Value = Vec<Index>> {
+    prop::collection::vec(any::<Index>(), 4)
+}
+
+/// Which bytes hostile inputs flip, and with what mask.
+pub fn flips() -> impl Strategy<Value = Vec<(Index, u8)>> {
+    prop::collection::vec((any::<Index>(), 1u8..), 1..4)
+}
+
+/// Decodes arbitrary bytes as `T` at `version`: an error or a value, never a panic.
+pub fn decode_never_panics<T: Codec>(frame: &Bytes, version: i16) {
+    let _ = T::dec(&mut Reader::new(frame), version, frame);
+}
