@@ -1,7 +1,8 @@
-//! KIP-853 dynamic membership: the voter set and the voter-change flows, pure like `raft/`.
-//! Today it holds the voter set the Raft core counts with; voter changes arrive with the
-//! membership issue.
+//! KIP-853 dynamic membership, pure like `raft/`: the voter set, and its history along the log
+//! (static config, bootstrap checkpoint, snapshots and VotersRecords).
 
+pub mod history;
 pub mod voter_set;
 
-pub use voter_set::{Voter, VoterSet};
+pub use history::{MembershipRecord, VoterHistory};
+pub use voter_set::{KRaftRange, Voter, VoterSet};

@@ -4,10 +4,46 @@
 
 use crate::raft::types::{Endpoint, ReplicaKey};
 
+/// The kraft.version levels a voter supports (VotersRecord's KRaftVersionFeature).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KRaftRange {
+    pub min: i16,
+    pub max: i16,
+}
+
+impl KRaftRange {
+    /// What ringraft (like Kafka 3.9+) supports.
+    pub const LOCAL: KRaftRange = KRaftRange { min: 0, max: 1 };
+    /// What a static (`controller.quorum.voters`) voter is assumed to support.
+    pub const STATIC: KRaftRange = KRaftRange { min: 0, max: 0 };
+
+    pub fn contains(&self, level: i16) -> bool {
+        self.min <= level && level <= self.max
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Voter {
     pub key: ReplicaKey,
     pub endpoints: Vec<Endpoint>,
+    pub supported: KRaftRange,
+}
+
+impl Voter {
+    /// A voter supporting kraft.version 0..1.
+    pub fn new(key: ReplicaKey, endpoints: Vec<Endpoint>) -> Self {
+        Voter {
+            key,
+            endpoints,
+            supported: KRaftRange::LOCAL,
+        }
+    }
+
+    /// The endpoint on listener `name`, else the first.
+    pub fn endpoint(&self, name: Option<&str>) -> Option<&Endpoint> {
+        name.and_then(|n| self.endpoints.iter().find(|e| e.name == n))
+            .or(self.endpoints.first())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +98,30 @@ impl VoterSet {
     pub fn is_only_voter(&self, key: &ReplicaKey) -> bool {
         self.voters.len() == 1 && self.contains_key(key)
     }
+
+    /// This set plus `voter` (its id must be new).
+    pub fn with_voter(&self, voter: Voter) -> Result<VoterSet, String> {
+        let mut voters = self.voters.clone();
+        voters.push(voter);
+        VoterSet::new(voters)
+    }
+
+    /// This set without the voter whose key is exactly `key`; `None` if it is not a voter.
+    pub fn without_voter(&self, key: &ReplicaKey) -> Option<VoterSet> {
+        let position = self.voters.iter().position(|v| v.key == *key)?;
+        let mut voters = self.voters.clone();
+        voters.remove(position);
+        Some(VoterSet { voters })
+    }
+
+    /// This set with `voter` replacing the entry of the same id.
+    pub fn with_updated(&self, voter: Voter) -> VoterSet {
+        let mut voters = self.voters.clone();
+        if let Some(v) = voters.iter_mut().find(|v| v.key.id == voter.key.id) {
+            *v = voter;
+        }
+        VoterSet { voters }
+    }
 }
 
 #[cfg(test)]
@@ -69,10 +129,7 @@ mod tests {
     use super::*;
 
     fn voter(id: i32) -> Voter {
-        Voter {
-            key: ReplicaKey::new(id, None),
-            endpoints: vec![],
-        }
+        Voter::new(ReplicaKey::new(id, None), vec![])
     }
 
     #[test]

@@ -166,6 +166,7 @@ fn raft_setup(
         };
         voters.push(Voter {
             key,
+            supported: crate::membership::KRaftRange::STATIC,
             endpoints: vec![Endpoint {
                 name: listener.clone(),
                 host: v.host.clone(),

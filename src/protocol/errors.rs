@@ -14,16 +14,21 @@ impl ErrorCode {
     pub const REQUEST_TIMED_OUT: ErrorCode = ErrorCode(7);
     pub const BROKER_NOT_AVAILABLE: ErrorCode = ErrorCode(8);
     pub const UNSUPPORTED_VERSION: ErrorCode = ErrorCode(35);
+    pub const NOT_CONTROLLER: ErrorCode = ErrorCode(41);
     pub const INVALID_REQUEST: ErrorCode = ErrorCode(42);
     pub const FENCED_LEADER_EPOCH: ErrorCode = ErrorCode(74);
     pub const UNKNOWN_LEADER_EPOCH: ErrorCode = ErrorCode(75);
     pub const INCONSISTENT_VOTER_SET: ErrorCode = ErrorCode(94);
+    pub const INVALID_UPDATE_VERSION: ErrorCode = ErrorCode(95);
+    pub const FEATURE_UPDATE_FAILED: ErrorCode = ErrorCode(96);
     pub const SNAPSHOT_NOT_FOUND: ErrorCode = ErrorCode(98);
     pub const POSITION_OUT_OF_RANGE: ErrorCode = ErrorCode(99);
     pub const INCONSISTENT_CLUSTER_ID: ErrorCode = ErrorCode(104);
     pub const MISMATCHED_ENDPOINT_TYPE: ErrorCode = ErrorCode(114);
     pub const UNSUPPORTED_ENDPOINT_TYPE: ErrorCode = ErrorCode(115);
     pub const INVALID_VOTER_KEY: ErrorCode = ErrorCode(125);
+    pub const DUPLICATE_VOTER: ErrorCode = ErrorCode(126);
+    pub const VOTER_NOT_FOUND: ErrorCode = ErrorCode(127);
 
     pub fn name(self) -> &'static str {
         match self.0 {

@@ -9,9 +9,10 @@ use bytes::Bytes;
 
 use super::log_view::{LogInfo, LogView};
 use super::message::{Outbound, Request, RequestId, Response, Token};
+use super::types::Endpoint;
 use super::types::{ElectionState, LeaderAndEpoch, OffsetAndEpoch, Prng, ReplicaKey};
-use crate::membership::VoterSet;
-use crate::records::control::{control_batch, ControlRecord, LeaderChangeMessage};
+use crate::membership::{VoterHistory, VoterSet};
+use crate::records::control::{ControlRecord, LeaderChangeMessage};
 
 /// Kafka's hard-coded long-poll wait for raft fetches (raft.md §4).
 pub const FETCH_MAX_WAIT_MS: i32 = 500;
@@ -29,6 +30,16 @@ pub struct RaftConfig {
     pub request_timeout_ms: u64,
     pub retry_backoff_ms: u64,
     pub fetch_max_bytes: i32,
+    /// The first of `controller.listener.names`: the listener voters are reached on.
+    pub listener_name: Option<String>,
+    /// This node's advertised controller listeners (what UpdateRaftVoter and the epoch-start
+    /// Voters record announce). Empty: keep whatever the voter set says.
+    pub local_endpoints: Vec<Endpoint>,
+    /// `controller.quorum.bootstrap.servers`: where a replica outside the voter set looks for
+    /// the leader. Destination ids −2, −3, … name them.
+    pub bootstrap: Vec<Endpoint>,
+    /// `controller.quorum.auto.join.enable` (membership.md §8).
+    pub auto_join: bool,
     /// Seeds the core's PRNG (election jitter).
     pub seed: u64,
     /// Deliberate bugs, for proving the simulator's checkers can fail. Never set in production.
@@ -47,6 +58,10 @@ impl RaftConfig {
             request_timeout_ms: 2000,
             retry_backoff_ms: 20,
             fetch_max_bytes: FETCH_MAX_BYTES,
+            listener_name: None,
+            local_endpoints: Vec::new(),
+            bootstrap: Vec::new(),
+            auto_join: false,
             seed,
             mutations: Mutations::default(),
         }
@@ -198,10 +213,13 @@ pub(super) struct FollowerState {
     pub download: Option<Download>,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(super) struct Download {
     pub id: OffsetAndEpoch,
     pub written: u64,
+    /// The snapshot's first bytes, until its header batch parses (its voter set).
+    pub head: Vec<u8>,
+    pub header: Option<Vec<ControlRecord>>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -256,6 +274,8 @@ pub(super) struct LeaderState {
     pub begin_deadline: u64,
     pub begin_acked: BTreeSet<i32>,
     pub parked: Vec<Parked>,
+    /// The voter change in progress (one at a time, membership.md §4–§5).
+    pub pending: Option<super::membership::PendingChange>,
 }
 
 #[derive(Debug)]
@@ -276,7 +296,15 @@ pub(super) struct InFlight {
 #[derive(Debug)]
 pub struct Raft {
     pub(super) config: RaftConfig,
-    pub(super) voters: VoterSet,
+    pub(super) membership: VoterHistory,
+    /// A leader not in our voter set, and where it listens (from a response's NodeEndpoints).
+    pub(super) learned_leader: Option<(i32, Vec<Endpoint>)>,
+    /// Next bootstrap server an observer without a leader asks.
+    pub(super) next_bootstrap: usize,
+    /// When a follower next considers UpdateRaftVoter or auto-join (membership.md §6, §8).
+    pub(super) membership_due: u64,
+    /// The epoch in which this voter's UpdateRaftVoter was accepted (or refused for good).
+    pub(super) updated_in_epoch: Option<i32>,
     pub(super) epoch: i32,
     pub(super) role: Role,
     pub(super) log: LogView,
@@ -306,7 +334,7 @@ impl Raft {
     /// when the file does not exist). Startup follows raft.md §3's table.
     pub fn new(
         config: RaftConfig,
-        voters: VoterSet,
+        membership: impl Into<VoterHistory>,
         stored: Option<ElectionState>,
         log: &LogInfo,
         now_ms: u64,
@@ -315,7 +343,11 @@ impl Raft {
         let rng = Prng::new(config.seed);
         let mut raft = Raft {
             config,
-            voters,
+            membership: membership.into(),
+            learned_leader: None,
+            next_bootstrap: 0,
+            membership_due: 0,
+            updated_in_epoch: None,
             epoch: 0,
             role: Role::Unattached(Unattached {
                 leader_id: None,
@@ -380,7 +412,7 @@ impl Raft {
                 refusals: BTreeSet::new(),
                 election_deadline: deadline,
             }));
-        } else if let Some(leader) = stored.leader_id.filter(|l| self.voters.contains_id(*l)) {
+        } else if let Some(leader) = stored.leader_id.filter(|l| self.can_follow(*l)) {
             let fetch_deadline = self.random_fetch_deadline(now);
             self.set_role(Role::Follower(FollowerState {
                 leader_id: leader,
@@ -396,7 +428,7 @@ impl Raft {
                 election_deadline: deadline,
             }));
         }
-        if self.voters.is_only_voter(&local) && !matches!(self.role, Role::Leader(_)) {
+        if self.voters().is_only_voter(&local) && !matches!(self.role, Role::Leader(_)) {
             self.become_candidate();
         }
         self.poll();
@@ -523,6 +555,10 @@ impl Raft {
             let (len, count) = {
                 let (batch, _) = crate::records::batch::Batch::parse(&batches[position..])
                     .map_err(|e| AppendError::InvalidBatch(e.to_string()))?;
+                if batch.is_control() {
+                    // Control records change raft's own state; only raft writes them.
+                    return Err(AppendError::InvalidBatch("a control batch".into()));
+                }
                 (batch.len(), batch.last_offset() - batch.base_offset() + 1)
             };
             crate::records::batch::assign_in_place(
@@ -581,7 +617,7 @@ impl Raft {
             last_caught_up_ms: p.and_then(|p| p.last_caught_up_ms),
         };
         let voters = self
-            .voters
+            .voters()
             .voters()
             .iter()
             .map(|v| {
@@ -600,7 +636,7 @@ impl Raft {
         let observers = s
             .replicas
             .iter()
-            .filter(|(id, _)| !self.voters.contains_id(**id))
+            .filter(|(id, _)| !self.voters().contains_id(**id))
             .filter(|(_, p)| {
                 p.last_fetch_ms
                     .is_some_and(|t| t + OBSERVER_SESSION_MS >= now)
@@ -665,8 +701,18 @@ impl Raft {
         self.config.local
     }
 
+    /// The active voter set (the latest entry, committed or not).
     pub fn voters(&self) -> &VoterSet {
-        &self.voters
+        self.membership.latest()
+    }
+
+    /// kraft.version as of the log end.
+    pub fn kraft_version(&self) -> i16 {
+        self.membership.kraft_version()
+    }
+
+    pub fn membership(&self) -> &VoterHistory {
+        &self.membership
     }
 
     /// A graceful shutdown may finish: no resignation is still being announced.
@@ -681,7 +727,7 @@ impl Raft {
     // ---- Transitions (raft.md §3) ---------------------------------------------------------
 
     pub(super) fn is_voter(&self) -> bool {
-        self.voters.contains_key(&self.config.local)
+        self.voters().contains_key(&self.config.local)
     }
 
     /// The fetch timeout plus up to 10% jitter. Kafka's timer has none; without it the
@@ -701,10 +747,18 @@ impl Raft {
         if let Role::Leader(old) = &mut self.role {
             // Parked fetches cannot outlive leadership (raft.md §7.2 step 8).
             let parked = std::mem::take(&mut old.parked);
+            let pending = old.pending.take();
             self.role = role;
             for p in parked {
                 let response = self.fetch_error(super::message::FetchRequest::clone(&p.request));
                 self.respond(p.token, Response::Fetch(response));
+            }
+            if let Some(change) = pending {
+                self.finish_change(
+                    change,
+                    crate::protocol::errors::ErrorCode::NOT_LEADER_OR_FOLLOWER,
+                    "the leader lost leadership before the change committed",
+                );
             }
         } else {
             self.role = role;
@@ -812,7 +866,7 @@ impl Raft {
             refusals: BTreeSet::new(),
             election_deadline,
         }));
-        if self.voters.majority() <= 1 {
+        if self.voters().majority() <= 1 {
             self.become_candidate();
         }
     }
@@ -830,7 +884,7 @@ impl Raft {
             election_deadline,
         }));
         self.persist_election_state();
-        if self.voters.majority() <= 1 {
+        if self.voters().majority() <= 1 {
             self.become_leader();
         }
     }
@@ -843,10 +897,17 @@ impl Raft {
         let now = self.now_ms;
         let epoch_start_offset = self.log.end_offset();
         let replicas = self
-            .voters
-            .ids()
-            .filter(|id| *id != self.config.local.id)
-            .map(|id| (id, ReplicaProgress::default()))
+            .voters()
+            .voters()
+            .iter()
+            .filter(|v| v.key.id != self.config.local.id)
+            .map(|v| {
+                let progress = ReplicaProgress {
+                    directory_id: v.key.directory_id,
+                    ..ReplicaProgress::default()
+                };
+                (v.key.id, progress)
+            })
             .collect();
         self.set_role(Role::Leader(Box::new(LeaderState {
             epoch_start_offset,
@@ -857,17 +918,17 @@ impl Raft {
             begin_deadline: now,
             begin_acked: BTreeSet::new(),
             parked: Vec::new(),
+            pending: None,
         })));
         self.persist_election_state();
         let change = ControlRecord::LeaderChange(LeaderChangeMessage {
             leader_id: self.config.local.id,
-            voters: self.voters.ids().collect(),
+            voters: self.voters().ids().collect(),
             granting_voters,
         });
-        let batch = control_batch(epoch_start_offset, self.epoch, now as i64, &[change]);
-        self.log
-            .appended(epoch_start_offset, epoch_start_offset + 1, self.epoch);
-        self.log_ops.push(LogOp::Append(Bytes::from(batch)));
+        let mut records = vec![change];
+        records.extend(self.epoch_start_membership_records());
+        self.append_control(records);
         self.update_leader_high_watermark();
     }
 
@@ -889,7 +950,7 @@ impl Raft {
             _ => None,
         };
         let mut others: Vec<_> = self
-            .voters
+            .voters()
             .voters()
             .iter()
             .filter(|v| v.key.id != self.config.local.id)
@@ -917,7 +978,7 @@ impl Raft {
     pub(super) fn maybe_transition(&mut self, leader: i32, epoch: i32) -> Result<(), FatalError> {
         let local = self.config.local.id;
         if epoch > self.epoch {
-            if leader >= 0 && leader != local && self.voters.contains_id(leader) {
+            if leader >= 0 && leader != local && self.can_follow(leader) {
                 self.become_follower(epoch, leader);
             } else if leader == local {
                 return Err(FatalError(format!(
@@ -936,7 +997,7 @@ impl Raft {
         match self.leader_id() {
             Some(known) if known == leader => {
                 let attach = matches!(self.role, Role::Unattached(_));
-                if attach && leader != local && self.voters.contains_id(leader) {
+                if attach && leader != local && self.can_follow(leader) {
                     self.become_follower(epoch, leader);
                 }
                 Ok(())
@@ -948,7 +1009,7 @@ impl Raft {
                 "a peer names this node leader of epoch {epoch}, but it is {}",
                 self.state_name()
             ))),
-            None if self.voters.contains_id(leader) => {
+            None if self.can_follow(leader) => {
                 self.become_follower(epoch, leader);
                 Ok(())
             }
@@ -1061,11 +1122,12 @@ impl Raft {
             Role::Prospective(s) if s.election_deadline <= now => self.election_lost(),
             Role::Candidate(s) if s.election_deadline <= now => self.become_prospective(),
             Role::Follower(s) if s.fetch_deadline <= now => {
-                let deadline = self.random_fetch_deadline(now);
                 if self.is_voter() && !self.shutting_down {
                     self.become_prospective();
-                } else if let Role::Follower(s) = &mut self.role {
-                    s.fetch_deadline = deadline;
+                } else {
+                    // An observer lost its leader: look for it through the bootstrap servers.
+                    let epoch = self.epoch;
+                    self.become_unattached(epoch, None);
                 }
             }
             Role::Resigned(s) if s.election_deadline <= now => {
@@ -1086,7 +1148,7 @@ impl Raft {
             Role::Prospective(s) => (s.leader_id, s.voted),
             _ => return,
         };
-        match leader.filter(|l| self.voters.contains_id(*l)) {
+        match leader.filter(|l| self.can_follow(*l)) {
             Some(l) => {
                 let epoch = self.epoch;
                 self.become_follower(epoch, l);
@@ -1108,8 +1170,9 @@ impl Raft {
             Role::Follower(_) => self.send_fetch(),
             Role::Leader(_) => self.poll_leader(),
             Role::Resigned(_) => self.send_end_quorum_epochs(),
-            Role::Unattached(_) => {}
+            Role::Unattached(_) => self.send_bootstrap_fetch(),
         }
+        self.poll_membership();
     }
 
     pub(super) fn leader_mut(&mut self) -> Option<&mut LeaderState> {

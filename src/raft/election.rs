@@ -30,6 +30,27 @@ impl Raft {
                 self.handle_fetch_snapshot_request(token, r);
                 Ok(())
             }
+            Request::AddVoter(r) => {
+                self.handle_add_voter_request(token, r);
+                Ok(())
+            }
+            Request::RemoveVoter(r) => {
+                self.handle_remove_voter_request(token, r);
+                Ok(())
+            }
+            Request::UpdateVoter(r) => {
+                self.handle_update_voter_request(token, r);
+                Ok(())
+            }
+            // The runtime answers ApiVersions itself.
+            Request::ApiVersions => Ok(()),
+        }
+    }
+
+    /// Remembers where a leader outside our voter set listens.
+    pub(super) fn learn_leader(&mut self, leader: i32, endpoints: &[super::types::Endpoint]) {
+        if leader >= 0 && leader != self.config.local.id && !endpoints.is_empty() {
+            self.learned_leader = Some((leader, endpoints.to_vec()));
         }
     }
 
@@ -40,11 +61,13 @@ impl Raft {
             .is_none_or(|id| id == self.config.cluster_id)
     }
 
-    fn leader_endpoints(&self) -> Vec<super::types::Endpoint> {
-        self.leader_id()
-            .and_then(|id| self.voters.get(id))
-            .map(|v| v.endpoints.clone())
-            .unwrap_or_default()
+    /// Where the leader this replica knows listens (every response's NodeEndpoints).
+    pub(super) fn leader_endpoints(&self) -> Vec<super::types::Endpoint> {
+        match self.leader_id() {
+            Some(id) if id == self.config.local.id => self.own_endpoints(),
+            Some(id) => self.endpoints_of(id),
+            None => Vec::new(),
+        }
     }
 
     fn vote_response(
@@ -165,6 +188,7 @@ impl Raft {
             self.respond(token, Response::BeginQuorumEpoch(resp));
             return Ok(());
         }
+        self.learn_leader(r.leader_id, &r.leader_endpoints);
         self.maybe_transition(r.leader_id, r.leader_epoch)?;
         let error = if self.addressed_to_us(&r.voter) {
             ErrorCode::NONE
@@ -187,6 +211,7 @@ impl Raft {
             self.respond(token, Response::EndQuorumEpoch(resp));
             return Ok(());
         }
+        self.learn_leader(r.leader_id, &r.leader_endpoints);
         self.maybe_transition(r.leader_id, r.leader_epoch)?;
         let local = self.config.local;
         let position = r
@@ -257,6 +282,9 @@ impl Raft {
         let Some((from, flight)) = self.take_inflight(id) else {
             return Ok(()); // Timed out, or sent in a state we have left.
         };
+        if self.handle_membership_response(from, &response)? {
+            return Ok(());
+        }
         if !self.handle_response_common(from, &response)? {
             return Ok(());
         }
@@ -274,6 +302,10 @@ impl Raft {
             }
             Response::Fetch(r) => self.handle_fetch_response(from, r)?,
             Response::FetchSnapshot(r) => self.handle_fetch_snapshot_response(from, r)?,
+            Response::AddVoter(_)
+            | Response::RemoveVoter(_)
+            | Response::UpdateVoter(_)
+            | Response::ApiVersions(_) => {}
         }
         Ok(())
     }
@@ -289,7 +321,11 @@ impl Raft {
             self.backoff(from);
             return Ok(false);
         }
-        let (leader, epoch, _) = response.leader();
+        let Some((leader, epoch, endpoints)) = response.leader() else {
+            return Ok(true);
+        };
+        let endpoints = endpoints.to_vec();
+        self.learn_leader(leader, &endpoints);
         if epoch < self.epoch || partition_error == ErrorCode::UNKNOWN_LEADER_EPOCH {
             return Ok(false);
         }
@@ -314,8 +350,8 @@ impl Raft {
         if sent_epoch != self.epoch {
             return;
         }
-        let majority = self.voters.majority();
-        let voters = self.voters.len();
+        let majority = self.voters().majority();
+        let voters = self.voters().len();
         let outcome = match &mut self.role {
             Role::Prospective(s) | Role::Candidate(s) => {
                 if r.vote_granted {
@@ -363,7 +399,7 @@ impl Raft {
         };
         let last = self.log.last_offset_and_epoch();
         let targets: Vec<ReplicaKey> = self
-            .voters
+            .voters()
             .voters()
             .iter()
             .map(|v| v.key)
@@ -391,11 +427,7 @@ impl Raft {
             Role::Resigned(s) => (s.preferred.clone(), s.unacked.clone()),
             _ => return,
         };
-        let endpoints = self
-            .voters
-            .get(self.config.local.id)
-            .map(|v| v.endpoints.clone())
-            .unwrap_or_default();
+        let endpoints = self.own_endpoints();
         for to in unacked {
             if !self.can_send(to) {
                 continue;
@@ -412,11 +444,7 @@ impl Raft {
     }
 
     pub(super) fn send_begin_quorum_epoch(&mut self, to: ReplicaKey) {
-        let endpoints = self
-            .voters
-            .get(self.config.local.id)
-            .map(|v| v.endpoints.clone())
-            .unwrap_or_default();
+        let endpoints = self.own_endpoints();
         let request = Request::BeginQuorumEpoch(BeginQuorumEpochRequest {
             cluster_id: Some(self.config.cluster_id.clone()),
             voter: to,
@@ -439,10 +467,7 @@ mod tests {
         let set = VoterSet::new(
             voters
                 .iter()
-                .map(|v| Voter {
-                    key: ReplicaKey::new(*v, None),
-                    endpoints: vec![],
-                })
+                .map(|v| Voter::new(ReplicaKey::new(*v, None), vec![]))
                 .collect(),
         )
         .unwrap();

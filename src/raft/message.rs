@@ -21,6 +21,11 @@ pub enum Request {
     EndQuorumEpoch(EndQuorumEpochRequest),
     Fetch(FetchRequest),
     FetchSnapshot(FetchSnapshotRequest),
+    AddVoter(AddVoterRequest),
+    RemoveVoter(RemoveVoterRequest),
+    UpdateVoter(UpdateVoterRequest),
+    /// Outbound only: the leader's probe of a voter being added (membership.md §4 step 6).
+    ApiVersions,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +35,61 @@ pub enum Response {
     EndQuorumEpoch(EpochResponse),
     Fetch(FetchResponse),
     FetchSnapshot(FetchSnapshotResponse),
+    AddVoter(VoterChangeResponse),
+    RemoveVoter(VoterChangeResponse),
+    UpdateVoter(UpdateVoterResponse),
+    ApiVersions(ApiVersionsProbe),
+}
+
+/// AddRaftVoter v0–1 (membership.md §4). `ack_when_committed` is v1's flag (true at v0).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddVoterRequest {
+    pub cluster_id: Option<String>,
+    pub timeout_ms: i32,
+    pub voter: ReplicaKey,
+    pub listeners: Vec<Endpoint>,
+    pub ack_when_committed: bool,
+}
+
+/// RemoveRaftVoter v0 (membership.md §5).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoveVoterRequest {
+    pub cluster_id: Option<String>,
+    pub voter: ReplicaKey,
+}
+
+/// The answer to AddRaftVoter and RemoveRaftVoter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VoterChangeResponse {
+    pub error: ErrorCode,
+    pub message: Option<String>,
+}
+
+/// UpdateRaftVoter v0 (membership.md §6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpdateVoterRequest {
+    pub cluster_id: Option<String>,
+    pub current_leader_epoch: i32,
+    pub voter: ReplicaKey,
+    pub listeners: Vec<Endpoint>,
+    pub kraft_min: i16,
+    pub kraft_max: i16,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpdateVoterResponse {
+    pub error: ErrorCode,
+    pub leader_id: i32,
+    pub leader_epoch: i32,
+    pub leader_endpoints: Vec<Endpoint>,
+}
+
+/// What the runtime learned from a peer's ApiVersions: its error and its supported
+/// `kraft.version` range, if it advertises one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiVersionsProbe {
+    pub error: ErrorCode,
+    pub kraft_version: Option<(i16, i16)>,
 }
 
 impl Request {
@@ -40,6 +100,10 @@ impl Request {
             Request::EndQuorumEpoch(_) => "EndQuorumEpoch",
             Request::Fetch(_) => "Fetch",
             Request::FetchSnapshot(_) => "FetchSnapshot",
+            Request::AddVoter(_) => "AddRaftVoter",
+            Request::RemoveVoter(_) => "RemoveRaftVoter",
+            Request::UpdateVoter(_) => "UpdateRaftVoter",
+            Request::ApiVersions => "ApiVersions",
         }
     }
 }
@@ -205,18 +269,26 @@ impl Response {
             }
             Response::Fetch(r) => (r.error, r.partition_error),
             Response::FetchSnapshot(r) => (r.error, r.partition_error),
+            Response::AddVoter(r) | Response::RemoveVoter(r) => (r.error, ErrorCode::NONE),
+            Response::UpdateVoter(r) => (r.error, ErrorCode::NONE),
+            Response::ApiVersions(r) => (r.error, ErrorCode::NONE),
         }
     }
 
-    /// (leader id or −1, leader epoch, leader endpoints) as the responder knows them.
-    pub fn leader(&self) -> (i32, i32, &[Endpoint]) {
-        match self {
+    /// (leader id or −1, leader epoch, leader endpoints) as the responder knows them; `None`
+    /// for the membership answers, which carry no epoch to act on.
+    pub fn leader(&self) -> Option<(i32, i32, &[Endpoint])> {
+        Some(match self {
             Response::Vote(r) => (r.leader_id, r.leader_epoch, &r.leader_endpoints),
             Response::BeginQuorumEpoch(r) | Response::EndQuorumEpoch(r) => {
                 (r.leader_id, r.leader_epoch, &r.leader_endpoints)
             }
             Response::Fetch(r) => (r.leader_id, r.leader_epoch, &r.leader_endpoints),
             Response::FetchSnapshot(r) => (r.leader_id, r.leader_epoch, &r.leader_endpoints),
-        }
+            Response::UpdateVoter(r) => (r.leader_id, r.leader_epoch, &r.leader_endpoints),
+            Response::AddVoter(_) | Response::RemoveVoter(_) | Response::ApiVersions(_) => {
+                return None
+            }
+        })
     }
 }

@@ -34,6 +34,7 @@
 pub mod core;
 pub mod election;
 pub mod log_view;
+pub mod membership;
 pub mod message;
 pub mod replication;
 pub mod types;

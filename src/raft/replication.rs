@@ -16,11 +16,7 @@ use crate::records::batch::Batch;
 
 impl Raft {
     fn fetch_response(&self, error: ErrorCode, partition_error: ErrorCode) -> FetchResponse {
-        let leader_endpoints = self
-            .leader_id()
-            .and_then(|id| self.voters.get(id))
-            .map(|v| v.endpoints.clone())
-            .unwrap_or_default();
+        let leader_endpoints = self.leader_endpoints();
         FetchResponse {
             error,
             partition_error,
@@ -135,8 +131,8 @@ impl Raft {
     /// The leader learns a replica's log end offset from its fetch (raft.md §7.2 step 6).
     fn note_replica_fetch(&mut self, replica: ReplicaKey, fetch_offset: i64) {
         let now = self.now_ms;
-        let is_voter = self.voters.contains_key(&replica);
-        let majority = self.voters.majority();
+        let is_voter = self.voters().contains_key(&replica);
+        let majority = self.voters().majority();
         let local_is_voter = self.is_voter();
         let leader_end = self.log.end_offset();
         let window = self.check_quorum_timeout_ms();
@@ -145,6 +141,13 @@ impl Raft {
             return;
         }
         let progress = s.replicas.entry(replica.id).or_default();
+        if progress.directory_id.is_some()
+            && replica.directory_id.is_some()
+            && progress.directory_id != replica.directory_id
+        {
+            // Another incarnation of this node id (a re-formatted directory): a new replica.
+            *progress = super::core::ReplicaProgress::default();
+        }
         // Caught up: at the leader's end now, or at least where the leader's end was when this
         // replica last fetched — then it was caught up as of that fetch (raft.md §12).
         if fetch_offset >= leader_end {
@@ -176,15 +179,20 @@ impl Raft {
         let local = self.config.local;
         let flushed = self.log.flushed_offset();
         let mutations = self.config.mutations;
-        let voter_ids: Vec<i32> = self.voters.ids().collect();
+        let voter_keys: Vec<ReplicaKey> = self.voters().voters().iter().map(|v| v.key).collect();
+        let voter_ids: Vec<i32> = voter_keys.iter().map(|k| k.id).collect();
         let Some(s) = self.leader_mut() else { return };
-        let mut offsets: Vec<Option<i64>> = voter_ids
+        let mut offsets: Vec<Option<i64>> = voter_keys
             .iter()
-            .map(|id| {
-                if *id == local.id {
+            .map(|key| {
+                if key.matches(&local) {
                     Some(flushed)
                 } else {
-                    s.replicas.get(id).and_then(|r| r.end_offset)
+                    // Only the voter's own incarnation counts (membership.md §1).
+                    s.replicas
+                        .get(&key.id)
+                        .filter(|r| key.matches(&ReplicaKey::new(key.id, r.directory_id)))
+                        .and_then(|r| r.end_offset)
                 }
             })
             .collect();
@@ -206,6 +214,7 @@ impl Raft {
             s.high_watermark = Some(candidate);
             self.high_watermark = Some(self.high_watermark.map_or(candidate, |h| h.max(candidate)));
             self.complete_parked_fetches(true);
+            self.membership_committed();
         }
     }
 
@@ -231,7 +240,7 @@ impl Raft {
         let now = self.now_ms;
         self.complete_parked_fetches(false);
         let local = self.config.local;
-        let majority = self.voters.majority();
+        let majority = self.voters().majority();
         let local_is_voter = self.is_voter();
         let expired = match &self.role {
             Role::Leader(s) => s.check_quorum_deadline <= now,
@@ -253,7 +262,7 @@ impl Raft {
         let period = self.config.fetch_timeout_ms / 2;
         let due: Vec<ReplicaKey> = match &self.role {
             Role::Leader(s) if s.begin_deadline <= now => self
-                .voters
+                .voters()
                 .voters()
                 .iter()
                 .map(|v| v.key)
@@ -283,18 +292,24 @@ impl Raft {
         let Role::Follower(s) = &self.role else {
             return;
         };
-        let (leader, download) = (s.leader_id, s.download);
+        let (leader, download) = (s.leader_id, s.download.as_ref().map(|d| (d.id, d.written)));
         if !self.can_send(leader) {
             return;
         }
+        if download.is_none() {
+            if let Some(request) = self.follower_membership_request() {
+                self.send(leader, request);
+                return;
+            }
+        }
         let cluster_id = Some(self.config.cluster_id.clone());
         let request = match download {
-            Some(d) => Request::FetchSnapshot(FetchSnapshotRequest {
+            Some((id, written)) => Request::FetchSnapshot(FetchSnapshotRequest {
                 cluster_id,
                 replica: self.config.local,
                 current_leader_epoch: self.epoch,
-                snapshot_id: d.id,
-                position: d.written as i64,
+                snapshot_id: id,
+                position: written as i64,
                 max_bytes: self.config.fetch_max_bytes,
             }),
             None => Request::Fetch(FetchRequest {
@@ -337,7 +352,12 @@ impl Raft {
                 return Ok(());
             }
             if let Role::Follower(s) = &mut self.role {
-                s.download = Some(Download { id, written: 0 });
+                s.download = Some(Download {
+                    id,
+                    written: 0,
+                    head: Vec::new(),
+                    header: None,
+                });
             }
             return Ok(());
         }
@@ -376,6 +396,7 @@ impl Raft {
         assert!(point >= hwm, "truncation below the high watermark");
         if point < end {
             self.log.truncated_to(point);
+            self.membership.truncate_from(point);
             self.log_ops.push(LogOp::Truncate(point));
         }
         Ok(())
@@ -396,6 +417,14 @@ impl Raft {
             let epoch = batch.partition_leader_epoch();
             if batch.base_offset() != expected || epoch > self.epoch || epoch < last_epoch {
                 break;
+            }
+            if batch.is_control() {
+                // Voter sets take effect when appended, committed or not (membership.md §2).
+                let bytes = &rest[..batch.len()];
+                if let Err(why) = self.membership.apply_batches(bytes) {
+                    tracing::warn!(offset = expected, %why, "refusing a fetched control batch");
+                    break;
+                }
             }
             spans.push((expected, batch.next_offset(), epoch));
             expected = batch.next_offset();
@@ -423,11 +452,7 @@ impl Raft {
             size: -1,
             position: r.position,
             bytes: SnapshotBytes::None,
-            leader_endpoints: self
-                .leader_id()
-                .and_then(|id| self.voters.get(id))
-                .map(|v| v.endpoints.clone())
-                .unwrap_or_default(),
+            leader_endpoints: self.leader_endpoints(),
         };
         if !self.cluster_id_ok(&r.cluster_id) {
             resp.error = ErrorCode::INCONSISTENT_CLUSTER_ID;
@@ -461,7 +486,7 @@ impl Raft {
     /// A FetchSnapshot counts for check-quorum (raft.md §10 step 6).
     fn note_snapshot_fetch(&mut self, replica: ReplicaKey) {
         let now = self.now_ms;
-        let is_voter = self.voters.contains_key(&replica);
+        let is_voter = self.voters().contains_key(&replica);
         if let Some(s) = self.leader_mut() {
             let progress = s.replicas.entry(replica.id).or_default();
             progress.last_fetch_ms = Some(now);
@@ -486,7 +511,7 @@ impl Raft {
         };
         s.fetch_deadline = deadline;
         s.has_fetched = true;
-        let Some(mut download) = s.download else {
+        let Some(mut download) = s.download.take() else {
             return Ok(());
         };
         let matches = r.snapshot_id == download.id && r.position == download.written as i64;
@@ -505,6 +530,14 @@ impl Raft {
             self.backoff(from);
             return Ok(());
         }
+        if download.header.is_none() {
+            download.head.extend_from_slice(&bytes);
+            if let Ok(records) = crate::membership::history::snapshot_header_records(&download.head)
+            {
+                download.header = Some(records);
+                download.head = Vec::new();
+            }
+        }
         self.log_ops.push(LogOp::SnapshotChunk {
             id: download.id,
             position: download.written,
@@ -517,8 +550,15 @@ impl Raft {
         }
         s.download = None;
         let id = download.id;
+        let Some(header) = download.header else {
+            return Err(FatalError(format!(
+                "snapshot {}-{} from the leader has no readable header batch",
+                id.offset, id.epoch
+            )));
+        };
         self.log_ops.push(LogOp::SnapshotComplete { id });
         self.log.reset_to_snapshot(id, download.written);
+        self.membership.reset_to_snapshot(id.offset, &header);
         if self.high_watermark.is_none_or(|h| h < id.offset) {
             self.high_watermark = Some(id.offset);
         }

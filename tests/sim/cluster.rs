@@ -18,6 +18,7 @@ use ringraft::raft::{
 };
 use ringraft::records::batch::Batch;
 use ringraft::records::builder::BatchBuilder;
+use ringraft::records::control::{control_batch, ControlRecord};
 
 use super::invariants::Checker;
 
@@ -271,10 +272,7 @@ impl Cluster {
     pub fn new(seed: u64, size: usize, net: NetConfig) -> Cluster {
         let voters = VoterSet::new(
             (0..size as i32)
-                .map(|id| Voter {
-                    key: ReplicaKey::new(id, None),
-                    endpoints: vec![],
-                })
+                .map(|id| Voter::new(ReplicaKey::new(id, None), vec![]))
                 .collect(),
         )
         .unwrap();
@@ -471,9 +469,19 @@ impl Cluster {
             let Ok(snapshot) = raft.snapshot_id_for(boundary) else {
                 continue;
             };
-            let content = Bytes::from(
-                format!("state at {} epoch {}", snapshot.offset, snapshot.epoch).repeat(8),
+            // A real header batch (SnapshotHeader, then the voter set as of the snapshot), then
+            // the state.
+            let mut header = vec![ControlRecord::SnapshotHeader {
+                last_contained_log_timestamp: 0,
+            }];
+            header.extend(raft.membership().snapshot_records(snapshot.offset));
+            let mut content = control_batch(0, snapshot.epoch, 0, &header);
+            content.extend(
+                format!("state at {} epoch {}", snapshot.offset, snapshot.epoch)
+                    .repeat(8)
+                    .as_bytes(),
             );
+            let content = Bytes::from(content);
             let size = content.len() as u64;
             self.nodes[i].disk.log.snapshots.insert(snapshot, content);
             self.step(id, Input::SnapshotCreated { id: snapshot, size })?;

@@ -28,10 +28,7 @@ fn quiet_net() -> NetConfig {
 fn voters(n: i32) -> VoterSet {
     VoterSet::new(
         (0..n)
-            .map(|id| Voter {
-                key: ReplicaKey::new(id, None),
-                endpoints: vec![],
-            })
+            .map(|id| Voter::new(ReplicaKey::new(id, None), vec![]))
             .collect(),
     )
     .unwrap()
@@ -532,7 +529,7 @@ fn error_matrix() {
     );
     let stale = answer(&mut leader, fetch(1, 0, epoch - 1));
     assert_eq!(errors(stale.clone()).1, ErrorCode::FENCED_LEADER_EPOCH);
-    assert_eq!(stale.leader().0, 0, "errors still name the leader");
+    assert_eq!(stale.leader().unwrap().0, 0, "errors still name the leader");
     assert_eq!(
         errors(answer(&mut leader, fetch(1, 0, epoch + 1))).1,
         ErrorCode::UNKNOWN_LEADER_EPOCH
@@ -557,7 +554,7 @@ fn error_matrix() {
         errors(not_leader.clone()).1,
         ErrorCode::NOT_LEADER_OR_FOLLOWER
     );
-    assert_eq!(not_leader.leader().0, 1);
+    assert_eq!(not_leader.leader().unwrap().0, 1);
     // Votes: a stale candidate is fenced; a vote for another replica is refused by key.
     let stale_vote = answer(&mut follower, vote(0, 2, false));
     assert_eq!(errors(stale_vote).1, ErrorCode::FENCED_LEADER_EPOCH);

@@ -1,0 +1,765 @@
+//! KIP-853 in the core: the leader's AddRaftVoter / RemoveRaftVoter / UpdateRaftVoter handlers
+//! (membership.md §4–§6), the epoch-start voter record (§7), the kraft.version upgrade (§10),
+//! and the follower's side: UpdateRaftVoter, auto-join and finding the leader through the
+//! bootstrap servers (§6, §8). One change is in flight at a time; it takes effect when appended
+//! and is answered when committed.
+
+use super::core::{FatalError, Raft, Role};
+use super::message::{
+    AddVoterRequest, ApiVersionsProbe, FetchRequest, RemoveVoterRequest, Request, Response, Token,
+    UpdateVoterRequest, UpdateVoterResponse, VoterChangeResponse,
+};
+use super::types::{Endpoint, ReplicaKey};
+use crate::membership::history::voters_record;
+use crate::membership::{KRaftRange, Voter};
+use crate::protocol::errors::ErrorCode;
+use crate::records::control::ControlRecord;
+
+/// A new voter must have fetched within this window to count as caught up (Kafka: 1 hour).
+const CAUGHT_UP_FETCH_WINDOW_MS: u64 = 3_600_000;
+/// How often an observer without a leader asks a bootstrap server.
+const BOOTSTRAP_RETRY_MS: u64 = 100;
+
+/// The voter change a leader is carrying out.
+#[derive(Debug)]
+pub(crate) struct PendingChange {
+    pub kind: ChangeKind,
+    /// Who waits for the answer; `None` once answered (AddRaftVoter v1 without
+    /// AckWhenCommitted is answered when appended).
+    pub token: Option<Token>,
+    pub deadline: u64,
+    /// The VotersRecord's offset, once appended.
+    pub offset: Option<i64>,
+}
+
+#[derive(Debug)]
+pub(crate) enum ChangeKind {
+    Add {
+        voter: Voter,
+        ack_when_committed: bool,
+    },
+    Remove,
+}
+
+type Refusal = (ErrorCode, String);
+
+fn refusal(error: ErrorCode, message: &str) -> Refusal {
+    (error, message.to_owned())
+}
+
+impl Raft {
+    // ---- Addresses ------------------------------------------------------------------------
+
+    /// Whether a replica named leader can be followed: we know where it listens.
+    pub(super) fn can_follow(&self, leader: i32) -> bool {
+        self.voters().contains_id(leader)
+            || self
+                .learned_leader
+                .as_ref()
+                .is_some_and(|(id, _)| *id == leader)
+    }
+
+    /// This node's controller listeners, as configured, else as the voter set has them.
+    pub(super) fn own_endpoints(&self) -> Vec<Endpoint> {
+        if !self.config.local_endpoints.is_empty() {
+            return self.config.local_endpoints.clone();
+        }
+        self.voters()
+            .get(self.config.local.id)
+            .map(|v| v.endpoints.clone())
+            .unwrap_or_default()
+    }
+
+    pub(super) fn endpoints_of(&self, id: i32) -> Vec<Endpoint> {
+        if let Some(v) = self.voters().get(id) {
+            return v.endpoints.clone();
+        }
+        match &self.learned_leader {
+            Some((leader, endpoints)) if *leader == id => endpoints.clone(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Where the runtime sends requests for destination `id`: a voter, the leader learned from
+    /// a response, a voter being added, or bootstrap server `−2 − i`.
+    pub fn address_of(&self, id: i32) -> Option<Endpoint> {
+        if id <= -2 {
+            return self.config.bootstrap.get((-2 - id) as usize).cloned();
+        }
+        let name = self.config.listener_name.as_deref();
+        let pick = |endpoints: &[Endpoint]| {
+            name.and_then(|n| endpoints.iter().find(|e| e.name == n))
+                .or(endpoints.first())
+                .cloned()
+        };
+        if let Some(v) = self.voters().get(id) {
+            if let Some(e) = v.endpoint(name) {
+                return Some(e.clone());
+            }
+        }
+        if let Role::Leader(s) = &self.role {
+            if let Some(ChangeKind::Add { voter, .. }) = s.pending.as_ref().map(|p| &p.kind) {
+                if voter.key.id == id {
+                    return pick(&voter.endpoints);
+                }
+            }
+        }
+        if let Some((leader, endpoints)) = &self.learned_leader {
+            if *leader == id {
+                return pick(endpoints);
+            }
+        }
+        self.membership
+            .static_set()
+            .get(id)
+            .and_then(|v| v.endpoint(name).cloned())
+    }
+
+    // ---- Leader: appending control records ------------------------------------------------
+
+    /// Appends one control batch and applies its membership records at once.
+    pub(super) fn append_control(&mut self, records: Vec<ControlRecord>) -> i64 {
+        let base = self.log.end_offset();
+        let batch =
+            crate::records::control::control_batch(base, self.epoch, self.now_ms as i64, &records);
+        for (i, record) in records.iter().enumerate() {
+            if let Err(why) = self.membership.apply(base + i as i64, record, false) {
+                tracing::error!(%why, "the leader wrote a membership record it cannot apply");
+            }
+        }
+        self.log
+            .appended(base, base + records.len() as i64, self.epoch);
+        self.log_ops
+            .push(super::core::LogOp::Append(bytes::Bytes::from(batch)));
+        self.complete_parked_fetches(false);
+        base
+    }
+
+    /// KRaftVersion + Voters for the epoch-start batch when the set lives only in the bootstrap
+    /// checkpoint or our own entry is stale (membership.md §7).
+    pub(super) fn epoch_start_membership_records(&self) -> Vec<ControlRecord> {
+        let level = self.membership.kraft_version();
+        if level < 1 {
+            return Vec::new();
+        }
+        let set = self.voters();
+        let local = self.config.local;
+        let own = set.get(local.id).filter(|v| v.key.matches(&local));
+        let updated = own.map(|v| Voter {
+            key: v.key,
+            endpoints: self.own_endpoints(),
+            supported: KRaftRange::LOCAL,
+        });
+        let stale = updated.as_ref() != own;
+        if self.membership.has_log_entry() && !stale {
+            return Vec::new();
+        }
+        let new_set = match updated {
+            Some(v) => set.with_updated(v),
+            None => set.clone(),
+        };
+        vec![
+            ControlRecord::KRaftVersion {
+                kraft_version: level,
+            },
+            ControlRecord::Voters(voters_record(&new_set)),
+        ]
+    }
+
+    /// Whether the leader may start a voter change now (membership.md §4 steps 1–4).
+    fn change_allowed(&self) -> Result<(), Refusal> {
+        let Role::Leader(s) = &self.role else {
+            return Err(refusal(ErrorCode::NOT_LEADER_OR_FOLLOWER, "not the leader"));
+        };
+        if s.pending.is_some() {
+            return Err(refusal(
+                ErrorCode::REQUEST_TIMED_OUT,
+                "Request timed out waiting for leader to handle previous voter change request",
+            ));
+        }
+        let Some(hwm) = s.high_watermark else {
+            return Err(refusal(
+                ErrorCode::REQUEST_TIMED_OUT,
+                "Request timed out waiting for leader to establish HWM and fence previous voter changes",
+            ));
+        };
+        if self.membership.kraft_version() < 1 {
+            return Err(refusal(
+                ErrorCode::UNSUPPORTED_VERSION,
+                "Cluster doesn't support adding voter because the kraft.version feature is 0",
+            ));
+        }
+        if self.membership.latest_offset().is_none_or(|o| o >= hwm) {
+            return Err(refusal(
+                ErrorCode::REQUEST_TIMED_OUT,
+                "Request timed out waiting for voters to commit the latest voter change",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks shared by AddRaftVoter and RemoveRaftVoter before the handler (§4 a–c).
+    fn change_prechecks(&self, cluster_id: &Option<String>, voter: &ReplicaKey) -> Option<Refusal> {
+        if !self.cluster_id_ok(cluster_id) {
+            return Some(refusal(ErrorCode::INCONSISTENT_CLUSTER_ID, ""));
+        }
+        if !self.is_leader() {
+            return Some(refusal(ErrorCode::NOT_LEADER_OR_FOLLOWER, ""));
+        }
+        if self.shutting_down {
+            return Some(refusal(ErrorCode::BROKER_NOT_AVAILABLE, ""));
+        }
+        if voter.id < 0 || voter.directory_id.is_none() {
+            return Some(refusal(
+                ErrorCode::INVALID_REQUEST,
+                "the voter needs a non-negative id and a directory id",
+            ));
+        }
+        None
+    }
+
+    fn lacks_default_listener(&self, listeners: &[Endpoint]) -> bool {
+        self.config
+            .listener_name
+            .as_deref()
+            .is_some_and(|name| !listeners.iter().any(|e| e.name == name))
+    }
+
+    fn change_response(add: bool, (error, message): Refusal) -> Response {
+        let body = VoterChangeResponse {
+            error,
+            message: (!message.is_empty()).then_some(message),
+        };
+        if add {
+            Response::AddVoter(body)
+        } else {
+            Response::RemoveVoter(body)
+        }
+    }
+
+    /// Answers a pending change (if anyone still waits for it).
+    pub(super) fn finish_change(&mut self, change: PendingChange, error: ErrorCode, message: &str) {
+        let Some(token) = change.token else { return };
+        let add = matches!(change.kind, ChangeKind::Add { .. });
+        let message = if error == ErrorCode::NONE {
+            ""
+        } else {
+            message
+        };
+        self.respond(token, Self::change_response(add, refusal(error, message)));
+    }
+
+    // ---- Leader: AddRaftVoter -------------------------------------------------------------
+
+    pub(super) fn handle_add_voter_request(&mut self, token: Token, r: AddVoterRequest) {
+        if let Err(why) = self.start_add_voter(token, r) {
+            self.respond(token, Self::change_response(true, why));
+        }
+    }
+
+    fn start_add_voter(&mut self, token: Token, r: AddVoterRequest) -> Result<(), Refusal> {
+        if let Some(why) = self.change_prechecks(&r.cluster_id, &r.voter) {
+            return Err(why);
+        }
+        if self.lacks_default_listener(&r.listeners) {
+            return Err(refusal(
+                ErrorCode::INVALID_REQUEST,
+                "the new voter's listeners lack the controller listener",
+            ));
+        }
+        self.change_allowed()?;
+        if self.voters().contains_id(r.voter.id) {
+            return Err(refusal(
+                ErrorCode::DUPLICATE_VOTER,
+                &format!(
+                    "The voter id for {} is already part of the set of voters",
+                    r.voter
+                ),
+            ));
+        }
+        if !self.can_send(r.voter.id) {
+            return Err(refusal(
+                ErrorCode::REQUEST_TIMED_OUT,
+                "The new voter is not ready to receive requests",
+            ));
+        }
+        let deadline = self.now_ms + self.config.request_timeout_ms;
+        let voter = Voter {
+            key: r.voter,
+            endpoints: r.listeners,
+            supported: KRaftRange::LOCAL,
+        };
+        let to = voter.key.id;
+        if let Some(s) = self.leader_mut() {
+            s.pending = Some(PendingChange {
+                kind: ChangeKind::Add {
+                    voter,
+                    ack_when_committed: r.ack_when_committed,
+                },
+                token: Some(token),
+                deadline,
+                offset: None,
+            });
+        }
+        self.send(to, Request::ApiVersions);
+        Ok(())
+    }
+
+    /// The new voter answered the leader's ApiVersions (membership.md §4 steps 8–12).
+    pub(super) fn handle_api_versions_probe(&mut self, from: i32, probe: ApiVersionsProbe) {
+        let level = self.membership.kraft_version();
+        let now = self.now_ms;
+        let Role::Leader(s) = &mut self.role else {
+            return;
+        };
+        let Some(pending) = s.pending.as_mut() else {
+            return;
+        };
+        let ChangeKind::Add { voter, .. } = &mut pending.kind else {
+            return;
+        };
+        if voter.key.id != from || pending.offset.is_some() {
+            return;
+        }
+        let outcome = if probe.error != ErrorCode::NONE {
+            Err(refusal(
+                ErrorCode::REQUEST_TIMED_OUT,
+                &format!(
+                    "The new voter's ApiVersions answer failed: {:?}",
+                    probe.error
+                ),
+            ))
+        } else {
+            match probe.kraft_version {
+                None => Err(refusal(
+                    ErrorCode::INVALID_REQUEST,
+                    "The new voter does not support kraft.version",
+                )),
+                Some((min, max)) if !(min..=max).contains(&level) => Err(refusal(
+                    ErrorCode::INVALID_REQUEST,
+                    &format!(
+                        "The new voter supports kraft.version {min}..{max}, not the current {level}"
+                    ),
+                )),
+                Some((min, max)) => {
+                    voter.supported = KRaftRange { min, max };
+                    let key = voter.key;
+                    let caught_up = s.replicas.get(&key.id).is_some_and(|p| {
+                        p.directory_id == key.directory_id
+                            && p.last_caught_up_ms.is_some()
+                            && p.last_fetch_ms
+                                .is_some_and(|t| t + CAUGHT_UP_FETCH_WINDOW_MS >= now)
+                    });
+                    if caught_up {
+                        Ok(voter.clone())
+                    } else {
+                        Err(refusal(
+                            ErrorCode::REQUEST_TIMED_OUT,
+                            &format!("The new voter {key} is lagging behind the leader"),
+                        ))
+                    }
+                }
+            }
+        };
+        let voter = match outcome {
+            Ok(voter) => voter,
+            Err((error, message)) => {
+                let change = s.pending.take().expect("pending change");
+                self.finish_change(change, error, &message);
+                return;
+            }
+        };
+        let new_set = match self.voters().with_voter(voter) {
+            Ok(set) => set,
+            Err(why) => {
+                let change = self
+                    .leader_mut()
+                    .and_then(|s| s.pending.take())
+                    .expect("pending change");
+                self.finish_change(change, ErrorCode::DUPLICATE_VOTER, &why);
+                return;
+            }
+        };
+        let offset = self.append_control(vec![ControlRecord::Voters(voters_record(&new_set))]);
+        let mut answer_now = None;
+        if let Some(p) = self.leader_mut().and_then(|s| s.pending.as_mut()) {
+            p.offset = Some(offset);
+            if matches!(
+                p.kind,
+                ChangeKind::Add {
+                    ack_when_committed: false,
+                    ..
+                }
+            ) {
+                answer_now = p.token.take();
+            }
+        }
+        if let Some(token) = answer_now {
+            let ok = refusal(ErrorCode::NONE, "");
+            self.respond(token, Self::change_response(true, ok));
+        }
+        self.update_leader_high_watermark();
+    }
+
+    // ---- Leader: RemoveRaftVoter ----------------------------------------------------------
+
+    pub(super) fn handle_remove_voter_request(&mut self, token: Token, r: RemoveVoterRequest) {
+        if let Err(why) = self.start_remove_voter(token, r) {
+            self.respond(token, Self::change_response(false, why));
+        }
+    }
+
+    fn start_remove_voter(&mut self, token: Token, r: RemoveVoterRequest) -> Result<(), Refusal> {
+        if let Some(why) = self.change_prechecks(&r.cluster_id, &r.voter) {
+            return Err(why);
+        }
+        self.change_allowed()?;
+        let new_set = match self.voters().without_voter(&r.voter) {
+            Some(set) if !set.is_empty() => set,
+            _ => {
+                return Err(refusal(
+                    ErrorCode::VOTER_NOT_FOUND,
+                    &format!(
+                        "Cannot remove voter {} from the set of voters {}",
+                        r.voter,
+                        self.voters()
+                            .voters()
+                            .iter()
+                            .map(|v| v.key.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ))
+            }
+        };
+        let offset = self.append_control(vec![ControlRecord::Voters(voters_record(&new_set))]);
+        let deadline = self.now_ms + self.config.request_timeout_ms;
+        if let Some(s) = self.leader_mut() {
+            s.pending = Some(PendingChange {
+                kind: ChangeKind::Remove,
+                token: Some(token),
+                deadline,
+                offset: Some(offset),
+            });
+        }
+        self.update_leader_high_watermark();
+        Ok(())
+    }
+
+    // ---- Leader: UpdateRaftVoter ----------------------------------------------------------
+
+    pub(super) fn handle_update_voter_request(&mut self, token: Token, r: UpdateVoterRequest) {
+        let error = match self.update_voter(&r) {
+            Ok(()) => ErrorCode::NONE,
+            Err(error) => error,
+        };
+        let response = UpdateVoterResponse {
+            error,
+            leader_id: self.leader_id().unwrap_or(-1),
+            leader_epoch: self.epoch,
+            leader_endpoints: self.leader_endpoints(),
+        };
+        self.respond(token, Response::UpdateVoter(response));
+    }
+
+    fn update_voter(&mut self, r: &UpdateVoterRequest) -> Result<(), ErrorCode> {
+        if !self.cluster_id_ok(&r.cluster_id) {
+            return Err(ErrorCode::INCONSISTENT_CLUSTER_ID);
+        }
+        if let Some(error) = self.leader_epoch_error_for(r.current_leader_epoch) {
+            return Err(error);
+        }
+        if r.voter.id < 0 || r.voter.directory_id.is_none() {
+            return Err(ErrorCode::INVALID_REQUEST);
+        }
+        if self.lacks_default_listener(&r.listeners) {
+            return Err(ErrorCode::INVALID_REQUEST);
+        }
+        if r.kraft_min < 0 || r.kraft_max < 0 || r.kraft_max < r.kraft_min {
+            return Err(ErrorCode::INVALID_REQUEST);
+        }
+        let Role::Leader(s) = &self.role else {
+            return Err(ErrorCode::NOT_LEADER_OR_FOLLOWER);
+        };
+        if s.pending.is_some() {
+            return Err(ErrorCode::REQUEST_TIMED_OUT);
+        }
+        let Some(hwm) = s.high_watermark else {
+            return Err(ErrorCode::REQUEST_TIMED_OUT);
+        };
+        let level = self.membership.kraft_version();
+        let supported = KRaftRange {
+            min: r.kraft_min,
+            max: r.kraft_max,
+        };
+        if !supported.contains(level) {
+            return Err(ErrorCode::INVALID_REQUEST);
+        }
+        let updated = Voter {
+            key: r.voter,
+            endpoints: r.listeners.clone(),
+            supported,
+        };
+        if level == 0 {
+            // Kafka 4.1+: remember the voter's directory id, endpoints and range in memory,
+            // for a later kraft.version upgrade.
+            let set = self.membership.static_set();
+            if !set.contains_id(r.voter.id) {
+                return Err(ErrorCode::VOTER_NOT_FOUND);
+            }
+            let set = set.with_updated(updated);
+            self.membership.update_static(set);
+        } else {
+            if self.membership.latest_offset().is_none_or(|o| o >= hwm) {
+                return Err(ErrorCode::REQUEST_TIMED_OUT);
+            }
+            let current = self.voters();
+            if !current.voters().iter().any(|v| v.key == r.voter) {
+                return Err(ErrorCode::VOTER_NOT_FOUND);
+            }
+            if current.get(r.voter.id) != Some(&updated) {
+                let set = current.with_updated(updated);
+                self.append_control(vec![ControlRecord::Voters(voters_record(&set))]);
+            }
+        }
+        // A successful update counts as a fetch for check-quorum (Kafka 4.1+).
+        if let Some(s) = self.leader_mut() {
+            s.fetched_voters.insert(r.voter.id);
+        }
+        Ok(())
+    }
+
+    // ---- Leader: kraft.version upgrade ----------------------------------------------------
+
+    /// UpdateFeatures for `kraft.version` (membership.md §10). `Ok` once appended (or when the
+    /// level is already in force).
+    pub fn upgrade_kraft_version(
+        &mut self,
+        level: i16,
+        validate_only: bool,
+    ) -> Result<(), (ErrorCode, String)> {
+        let current = self.membership.kraft_version();
+        let Role::Leader(s) = &self.role else {
+            return Err(refusal(
+                ErrorCode::NOT_CONTROLLER,
+                "not the active controller",
+            ));
+        };
+        if level == current {
+            return Ok(());
+        }
+        if level < current {
+            return Err(refusal(
+                ErrorCode::INVALID_UPDATE_VERSION,
+                &format!("kraft.version cannot be downgraded from {current} to {level}"),
+            ));
+        }
+        if level > 1 {
+            return Err(refusal(
+                ErrorCode::INVALID_UPDATE_VERSION,
+                &format!("kraft.version {level} is not supported (0..1)"),
+            ));
+        }
+        if s.pending.is_some() || s.high_watermark.is_none() {
+            return Err(refusal(
+                ErrorCode::REQUEST_TIMED_OUT,
+                "the leader is busy with another change",
+            ));
+        }
+        let local = self.config.local;
+        let mut set = self.membership.static_set().clone();
+        if set.contains_id(local.id) {
+            set = set.with_updated(Voter {
+                key: local,
+                endpoints: self.own_endpoints(),
+                supported: KRaftRange::LOCAL,
+            });
+        }
+        if let Some(v) = set
+            .voters()
+            .iter()
+            .find(|v| !v.supported.contains(level) || v.key.directory_id.is_none())
+        {
+            return Err(refusal(
+                ErrorCode::INVALID_UPDATE_VERSION,
+                &format!(
+                    "voter {} does not support kraft.version {level} (it has not sent \
+                     UpdateRaftVoter with its directory id and supported range)",
+                    v.key
+                ),
+            ));
+        }
+        if !validate_only {
+            self.append_control(vec![
+                ControlRecord::KRaftVersion {
+                    kraft_version: level,
+                },
+                ControlRecord::Voters(voters_record(&set)),
+            ]);
+        }
+        Ok(())
+    }
+
+    // ---- Leader: timers and commits -------------------------------------------------------
+
+    /// The high watermark moved: answer a committed change; a leader outside the committed
+    /// set resigns (membership.md §5 step 8).
+    pub(super) fn membership_committed(&mut self) {
+        let Some(hwm) = self.leader_mut().and_then(|s| s.high_watermark) else {
+            return;
+        };
+        let committed = self
+            .leader_mut()
+            .and_then(|s| s.pending.take_if(|p| p.offset.is_some_and(|o| o < hwm)));
+        if let Some(change) = committed {
+            self.finish_change(change, ErrorCode::NONE, "");
+        }
+        let latest_committed = self.membership.latest_offset().is_none_or(|o| o < hwm);
+        if latest_committed && !self.is_voter() && self.is_leader() {
+            tracing::info!(epoch = self.epoch, "removed from the voter set: resigning");
+            self.become_resigned();
+        }
+    }
+
+    pub(super) fn poll_membership(&mut self) {
+        let now = self.now_ms;
+        let expired = self
+            .leader_mut()
+            .and_then(|s| s.pending.take_if(|p| p.deadline <= now));
+        if let Some(change) = expired {
+            self.finish_change(
+                change,
+                ErrorCode::REQUEST_TIMED_OUT,
+                "Request timed out waiting for the voter change to commit",
+            );
+        }
+    }
+
+    // ---- Follower and observer ------------------------------------------------------------
+
+    /// A replica outside the voter set with no leader asks a bootstrap server (§8).
+    pub(super) fn send_bootstrap_fetch(&mut self) {
+        let n = self.config.bootstrap.len();
+        if self.is_voter() || n == 0 || self.shutting_down {
+            return;
+        }
+        let to = -2 - (self.next_bootstrap % n) as i32;
+        if !self.can_send(to) {
+            return;
+        }
+        self.next_bootstrap += 1;
+        let request = Request::Fetch(FetchRequest {
+            cluster_id: Some(self.config.cluster_id.clone()),
+            replica: self.config.local,
+            max_wait_ms: 0,
+            fetch_offset: self.log.end_offset(),
+            last_fetched_epoch: self.log.last_fetched_epoch(),
+            current_leader_epoch: self.epoch,
+            max_bytes: self.config.fetch_max_bytes,
+        });
+        self.send(to, request);
+        let until = self.now_ms + BOOTSTRAP_RETRY_MS.max(self.config.retry_backoff_ms);
+        self.backoff_until.insert(to, until);
+    }
+
+    /// What a follower sends in place of its next Fetch, once per update-voter period:
+    /// UpdateRaftVoter for a voter whose entry is stale (§6), or the auto-join requests (§8).
+    pub(super) fn follower_membership_request(&mut self) -> Option<Request> {
+        let now = self.now_ms;
+        let Role::Follower(s) = &self.role else {
+            return None;
+        };
+        if !s.has_fetched || now < self.membership_due || self.shutting_down {
+            return None;
+        }
+        self.membership_due = now + 3 * self.config.fetch_timeout_ms;
+        let local = self.config.local;
+        let local_directory = local.directory_id?;
+        let level = self.membership.kraft_version();
+        let cluster_id = Some(self.config.cluster_id.clone());
+        if self.is_voter() {
+            let mine = Voter {
+                key: local,
+                endpoints: self.own_endpoints(),
+                supported: KRaftRange::LOCAL,
+            };
+            let stale = self.voters().get(local.id) != Some(&mine);
+            let due = if level >= 1 {
+                stale && !self.config.local_endpoints.is_empty()
+            } else {
+                self.updated_in_epoch != Some(self.epoch)
+            };
+            if !due || mine.endpoints.is_empty() {
+                return None;
+            }
+            return Some(Request::UpdateVoter(UpdateVoterRequest {
+                cluster_id,
+                current_leader_epoch: self.epoch,
+                voter: local,
+                listeners: mine.endpoints,
+                kraft_min: KRaftRange::LOCAL.min,
+                kraft_max: KRaftRange::LOCAL.max,
+            }));
+        }
+        if !self.config.auto_join || level < 1 || self.config.local_endpoints.is_empty() {
+            return None;
+        }
+        match self.voters().get(local.id) {
+            Some(old) if old.key.directory_id != Some(local_directory) => {
+                Some(Request::RemoveVoter(RemoveVoterRequest {
+                    cluster_id,
+                    voter: old.key,
+                }))
+            }
+            _ => Some(Request::AddVoter(AddVoterRequest {
+                cluster_id,
+                timeout_ms: self.config.request_timeout_ms as i32,
+                voter: local,
+                listeners: self.config.local_endpoints.clone(),
+                ack_when_committed: false,
+            })),
+        }
+    }
+
+    /// The leader's answer to our UpdateRaftVoter: NONE or UNSUPPORTED_VERSION ends the
+    /// updates for this epoch.
+    pub(super) fn handle_update_voter_response(&mut self, error: ErrorCode) {
+        if error == ErrorCode::NONE || error == ErrorCode::UNSUPPORTED_VERSION {
+            self.updated_in_epoch = Some(self.epoch);
+        }
+    }
+
+    /// The checks a leader makes on a request's leader epoch (FENCED / UNKNOWN / not leader).
+    fn leader_epoch_error_for(&self, epoch: i32) -> Option<ErrorCode> {
+        if epoch < self.epoch {
+            Some(ErrorCode::FENCED_LEADER_EPOCH)
+        } else if epoch > self.epoch {
+            Some(ErrorCode::UNKNOWN_LEADER_EPOCH)
+        } else if !self.is_leader() {
+            Some(ErrorCode::NOT_LEADER_OR_FOLLOWER)
+        } else if self.shutting_down {
+            Some(ErrorCode::BROKER_NOT_AVAILABLE)
+        } else {
+            None
+        }
+    }
+
+    /// Membership responses the shared response path does not cover.
+    pub(super) fn handle_membership_response(
+        &mut self,
+        from: i32,
+        response: &Response,
+    ) -> Result<bool, FatalError> {
+        match response {
+            Response::ApiVersions(probe) => {
+                self.handle_api_versions_probe(from, probe.clone());
+                Ok(true)
+            }
+            Response::UpdateVoter(r) => {
+                self.handle_update_voter_response(r.error);
+                Ok(false)
+            }
+            _ => Ok(false),
+        }
+    }
+}
