@@ -1,6 +1,9 @@
 //! What the node does with one request frame: a pure function from bytes to an action, so the
 //! hostile-frame tests and the fuzzer run exactly the code the server runs.
 
+use std::sync::atomic::{AtomicI16, AtomicI64, Ordering};
+use std::sync::Arc;
+
 use crate::protocol::api_versions::{self, FeatureState};
 use crate::protocol::request::encode_response_frame;
 use crate::protocol::{apis, decode_request, ApiKey, Decoded, RequestBody, RequestError};
@@ -26,10 +29,34 @@ pub enum Action {
     Close(RequestError),
 }
 
-/// The node state a response depends on. Cheap to copy into each acceptor shard.
-#[derive(Debug, Clone, Copy, Default)]
+/// The node state a response depends on, shared by every acceptor shard. The raft shard
+/// updates it as kraft.version records are applied.
+#[derive(Debug, Clone, Default)]
 pub struct ServerState {
-    pub features: FeatureState,
+    kraft_version_level: Arc<AtomicI16>,
+    finalized_features_epoch: Arc<AtomicI64>,
+}
+
+impl ServerState {
+    pub fn new(features: FeatureState) -> Self {
+        let state = ServerState::default();
+        state.set_features(features);
+        state
+    }
+
+    pub fn features(&self) -> FeatureState {
+        FeatureState {
+            kraft_version_level: self.kraft_version_level.load(Ordering::Relaxed),
+            finalized_features_epoch: self.finalized_features_epoch.load(Ordering::Relaxed),
+        }
+    }
+
+    pub fn set_features(&self, features: FeatureState) {
+        self.kraft_version_level
+            .store(features.kraft_version_level, Ordering::Relaxed);
+        self.finalized_features_epoch
+            .store(features.finalized_features_epoch, Ordering::Relaxed);
+    }
 }
 
 pub fn handle_frame(frame: &[u8], state: &ServerState) -> Action {
@@ -50,7 +77,7 @@ pub fn handle_frame(frame: &[u8], state: &ServerState) -> Action {
             match body {
                 RequestBody::ApiVersions(request) => {
                     let response =
-                        api_versions::answer(&request, version, apis::SERVED, state.features);
+                        api_versions::answer(&request, version, apis::SERVED, state.features());
                     Action::Respond(encode_response_frame(
                         header.correlation_id,
                         header_version,

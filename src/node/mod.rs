@@ -142,53 +142,80 @@ fn raft_setup(
     config: &ServerConfig,
     meta: &crate::log::MetaProperties,
 ) -> Result<RaftSetup, NodeError> {
-    use crate::membership::{Voter, VoterSet};
+    use crate::membership::{KRaftRange, Voter, VoterSet};
     use crate::raft::{Endpoint, RaftConfig, ReplicaKey};
-    if config.controller_quorum_voters.is_empty() {
-        return Err(NodeError(
-            "controller.quorum.voters is empty: a quorum found only through \
-             controller.quorum.bootstrap.servers (KIP-853) is not supported yet"
-                .into(),
-        ));
-    }
     let listener = config
         .controller_listener_names
         .first()
         .cloned()
         .unwrap_or_else(|| "CONTROLLER".into());
     let mut voters = Vec::new();
-    let mut peer_addrs = std::collections::BTreeMap::new();
     for v in &config.controller_quorum_voters {
-        let key = if v.id == config.node_id {
-            ReplicaKey::new(v.id, meta.directory_id)
+        let (key, supported) = if v.id == config.node_id {
+            (ReplicaKey::new(v.id, meta.directory_id), KRaftRange::LOCAL)
         } else {
-            ReplicaKey::new(v.id, None)
+            (ReplicaKey::new(v.id, None), KRaftRange::STATIC)
         };
         voters.push(Voter {
             key,
-            supported: crate::membership::KRaftRange::STATIC,
+            supported,
             endpoints: vec![Endpoint {
                 name: listener.clone(),
                 host: v.host.clone(),
                 port: v.port,
             }],
         });
-        if v.id != config.node_id {
-            let addr = (v.host.as_str(), v.port)
-                .to_socket_addrs()
-                .ok()
-                .and_then(|mut a| a.next())
-                .ok_or_else(|| {
-                    NodeError(format!(
-                        "controller.quorum.voters: cannot resolve {}@{}:{}",
-                        v.id, v.host, v.port
-                    ))
-                })?;
-            peer_addrs.insert(v.id, addr);
-        }
     }
-    let voters =
+    let static_voters =
         VoterSet::new(voters).map_err(|e| NodeError(format!("controller.quorum.voters: {e}")))?;
+    // Where a replica outside the voter set looks for the leader (membership.md §8).
+    let bootstrap: Vec<Endpoint> = if config.controller_quorum_bootstrap_servers.is_empty() {
+        config
+            .controller_quorum_voters
+            .iter()
+            .map(|v| Endpoint {
+                name: listener.clone(),
+                host: v.host.clone(),
+                port: v.port,
+            })
+            .collect()
+    } else {
+        config
+            .controller_quorum_bootstrap_servers
+            .iter()
+            .map(|b| Endpoint {
+                name: listener.clone(),
+                host: b.host.clone(),
+                port: b.port,
+            })
+            .collect()
+    };
+    if bootstrap.is_empty() {
+        return Err(NodeError(
+            "Missing kraft bootstrap servers: set controller.quorum.bootstrap.servers (or \
+             controller.quorum.voters)"
+                .into(),
+        ));
+    }
+    let advertised: Vec<Endpoint> = config
+        .controller_listener_names
+        .iter()
+        .filter_map(|name| {
+            config
+                .advertised_listeners
+                .iter()
+                .find(|l| &l.name == name)
+                .or_else(|| config.listeners.iter().find(|l| &l.name == name))
+        })
+        .map(|l| Endpoint {
+            name: l.name.clone(),
+            host: match l.host.as_str() {
+                "" | "0.0.0.0" | "::" => "localhost".into(),
+                host => host.into(),
+            },
+            port: l.port,
+        })
+        .collect();
     let local = ReplicaKey::new(config.node_id, meta.directory_id);
     let seed = crate::ids::random_kafka_uuid().as_u64_pair().0;
     let mut raft = RaftConfig::new(local, meta.cluster_id.clone(), seed);
@@ -201,10 +228,13 @@ fn raft_setup(
     raft.fetch_max_bytes = config
         .fetch_max_bytes
         .clamp(1, crate::raft::FETCH_MAX_BYTES);
+    raft.listener_name = Some(listener);
+    raft.local_endpoints = advertised;
+    raft.bootstrap = bootstrap;
+    raft.auto_join = config.auto_join_enable;
     Ok(RaftSetup {
         config: raft,
-        voters,
-        peer_addrs,
+        static_voters,
     })
 }
 
@@ -354,21 +384,36 @@ async fn shard_body(ctx: ShardContext) -> Result<(), String> {
     }
     info!(roles = ?ctx.roles, "shard started");
     let mut result = Ok(());
-    let driver = log.map(|(log, quorum)| {
+    let mut driver = None;
+    if let Some((log, quorum)) = log {
         let inputs = ctx.raft_inputs.lock().ok().and_then(|mut i| i.take());
         let inputs = inputs.expect("one raft shard takes the raft inputs");
-        let driver = Driver::new(ctx.raft_setup.clone(), log, &quorum, &ctx.raft);
+        let built = Driver::new(
+            ctx.raft_setup.clone(),
+            log,
+            &quorum,
+            &ctx.raft,
+            ctx.state.clone(),
+        );
+        let driver_task = match built {
+            Ok(d) => d,
+            Err(e) => {
+                error!("{e}");
+                ctx.stop_flag.store(true, Ordering::SeqCst);
+                return Err(e);
+            }
+        };
         let (flag, stop) = (ctx.stop_flag.clone(), stop.clone());
         let run = async move {
-            let (result, log) = driver.run(inputs, stop).await;
+            let (result, log) = driver_task.run(inputs, stop).await;
             if result.is_err() {
                 // A fatal raft error stops the whole node.
                 flag.store(true, Ordering::SeqCst);
             }
             (result, log)
         };
-        glommio::spawn_local(run.in_current_span())
-    });
+        driver = Some(glommio::spawn_local(run.in_current_span()));
+    }
     if let (true, Some(spec)) = (driver.is_some(), ctx.load.clone()) {
         let task = load::run(spec, ctx.raft.clone(), ctx.node_id, stop.clone());
         glommio::spawn_local(task.in_current_span()).detach();

@@ -21,6 +21,7 @@ use super::stop::StopSignal;
 use super::unix_millis;
 use crate::log::{MetadataLog, QuorumStateData};
 use crate::net::dispatch::RaftCall;
+use crate::net::dispatch::ServerState;
 use crate::net::peer::PeerConnection;
 use crate::net::raft_rpc;
 use crate::protocol::describe_cluster as dc;
@@ -33,6 +34,7 @@ use crate::raft::{
     RaftConfig, Ready, ReplicaKey, Request, RequestId, Response, Token,
 };
 use crate::records::builder::BatchBuilder;
+use crate::records::control::ControlRecord;
 
 /// How long a graceful stop waits for the resignation to be acknowledged (raft.md §14).
 const SHUTDOWN_GRACE: Duration = Duration::from_millis(1500);
@@ -153,8 +155,14 @@ impl RaftHandle {
 #[derive(Clone)]
 pub struct RaftSetup {
     pub config: RaftConfig,
-    pub voters: crate::membership::VoterSet,
-    pub peer_addrs: BTreeMap<i32, SocketAddr>,
+    /// `controller.quorum.voters` (empty for a dynamic quorum).
+    pub static_voters: crate::membership::VoterSet,
+}
+
+/// An outbound connection task and the endpoint it was started for.
+struct Peer {
+    endpoint: crate::raft::Endpoint,
+    tx: mpsc::UnboundedSender<(RequestId, Request)>,
 }
 
 struct PendingCall {
@@ -167,8 +175,10 @@ pub struct Driver {
     log: MetadataLog,
     dir: PathBuf,
     epoch_start: Instant,
-    peers: BTreeMap<i32, mpsc::UnboundedSender<(RequestId, Request)>>,
+    peers: BTreeMap<i32, Peer>,
     to_self: mpsc::UnboundedSender<DriverInput>,
+    /// What the acceptor shards answer ApiVersions with (kraft.version follows the log).
+    server_state: ServerState,
     calls: HashMap<Token, PendingCall>,
     next_token: Token,
     commits: BTreeMap<i64, Vec<oneshot::Sender<Result<i64, ClientError>>>>,
@@ -179,15 +189,17 @@ pub struct Driver {
 }
 
 impl Driver {
-    /// Builds the core over the recovered log and the stored election state.
+    /// Builds the core over the recovered log, the stored election state and the voter set
+    /// history found on disk (bootstrap checkpoint, latest snapshot, log control records).
     pub fn new(
         setup: RaftSetup,
         log: MetadataLog,
         stored: &QuorumStateData,
         handle: &RaftHandle,
-    ) -> Driver {
+        server_state: ServerState,
+    ) -> Result<Driver, String> {
         let dir = log.dir().to_path_buf();
-        let snapshots = crate::log::snapshot::list(&dir)
+        let snapshots: Vec<(OffsetAndEpoch, u64)> = crate::log::snapshot::list(&dir)
             .unwrap_or_default()
             .into_iter()
             .filter(|id| id.end_offset > 0)
@@ -201,36 +213,54 @@ impl Driver {
             start_offset: log.start_offset(),
             end_offset: log.end_offset(),
             epochs: log.epochs().entries().to_vec(),
-            snapshots,
+            snapshots: snapshots.clone(),
         };
+        let latest = snapshots.iter().map(|(id, _)| *id).max();
+        let records = membership_on_disk(&log, &dir, latest)?;
+        let membership =
+            crate::membership::VoterHistory::from_records(setup.static_voters, &records)
+                .map_err(|e| format!("the voter set on disk is invalid: {e}"))?;
+        info!(
+            kraft_version = membership.kraft_version(),
+            voters = %membership
+                .latest()
+                .voters()
+                .iter()
+                .map(|v| v.key.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+            "voter set"
+        );
         let stored = election_state(stored);
         let epoch_start = Instant::now();
-        let raft = Raft::new(setup.config.clone(), setup.voters, stored, &info, 0);
-        let mut peers = BTreeMap::new();
-        for (id, addr) in setup.peer_addrs {
-            let (tx, rx) = mpsc::unbounded();
-            let timeout = Duration::from_millis(setup.config.request_timeout_ms);
-            let client_id = format!("raft-client-{}", setup.config.local.id);
-            let task = peer_task(addr, rx, handle.tx.clone(), timeout, client_id);
-            let span = tracing::info_span!("peer", id, %addr);
-            glommio::spawn_local(task.instrument(span)).detach();
-            peers.insert(id, tx);
-        }
-        Driver {
+        let raft = Raft::new(setup.config.clone(), membership, stored, &info, 0);
+        let driver = Driver {
             cluster_id: setup.config.cluster_id.clone(),
             raft,
             delivered: log.start_offset(),
             log,
             dir,
             epoch_start,
-            peers,
+            peers: BTreeMap::new(),
             to_self: handle.tx.clone(),
+            server_state,
             calls: HashMap::new(),
             next_token: 1,
             commits: BTreeMap::new(),
             listeners: Vec::new(),
             download: None,
-        }
+        };
+        driver.publish_features();
+        Ok(driver)
+    }
+
+    /// Tells the acceptor shards the kraft.version level in force.
+    fn publish_features(&self) {
+        self.server_state
+            .set_features(crate::protocol::api_versions::FeatureState {
+                kraft_version_level: self.raft.kraft_version(),
+                finalized_features_epoch: self.raft.high_watermark().unwrap_or(-1),
+            });
     }
 
     fn now_ms(&self) -> u64 {
@@ -272,6 +302,7 @@ impl Driver {
         loop {
             while let Some(ready) = self.raft.ready() {
                 self.execute(ready).await?;
+                self.publish_features();
             }
             if let Some(since) = stopping {
                 if self.raft.shutdown_complete() || since.elapsed() >= SHUTDOWN_GRACE {
@@ -545,8 +576,23 @@ impl Driver {
         };
         let now = unix_millis();
         let io = |e: std::io::Error| ClientError::Invalid(format!("snapshot write failed: {e}"));
-        let mut writer = crate::log::snapshot::SnapshotWriter::create(&self.dir, sid, now, 0, None)
-            .map_err(io)?;
+        let mut level = 0;
+        let mut voters = None;
+        for record in self.raft.membership().snapshot_records(id.offset) {
+            match record {
+                ControlRecord::KRaftVersion { kraft_version } => level = kraft_version,
+                ControlRecord::Voters(v) => voters = Some(v),
+                _ => {}
+            }
+        }
+        let mut writer = crate::log::snapshot::SnapshotWriter::create(
+            &self.dir,
+            sid,
+            now,
+            level,
+            voters.as_ref(),
+        )
+        .map_err(io)?;
         for chunk in values.chunks(1000) {
             let refs: Vec<&[u8]> = chunk.iter().map(Vec::as_slice).collect();
             writer.append(&refs, now).map_err(io)?;
@@ -721,8 +767,7 @@ impl Driver {
         match message {
             Outbound::Request { id, to, request } => {
                 let sent = self
-                    .peers
-                    .get(&to)
+                    .peer(to)
                     .is_some_and(|p| p.unbounded_send((id, request)).is_ok());
                 if !sent {
                     let failure = Err(Failure::Disconnected);
@@ -745,6 +790,29 @@ impl Driver {
                 let _ = pending.reply.send(Some(frame));
             }
         }
+    }
+
+    /// The connection task for destination `to`, started (or restarted when the destination
+    /// moved) at the address the core gives for it.
+    fn peer(&mut self, to: i32) -> Option<&mpsc::UnboundedSender<(RequestId, Request)>> {
+        let endpoint = self.raft.address_of(to)?;
+        let current = self.peers.get(&to).is_some_and(|p| p.endpoint == endpoint);
+        if !current {
+            let addr = resolve(&endpoint)?;
+            let (tx, rx) = mpsc::unbounded();
+            let config = &self.raft_config();
+            let timeout = Duration::from_millis(config.request_timeout_ms);
+            let client_id = format!("raft-client-{}", config.local.id);
+            let task = peer_task(addr, rx, self.to_self.clone(), timeout, client_id);
+            let span = tracing::info_span!("peer", id = to, %addr);
+            glommio::spawn_local(task.instrument(span)).detach();
+            self.peers.insert(to, Peer { endpoint, tx });
+        }
+        self.peers.get(&to).map(|p| &p.tx)
+    }
+
+    fn raft_config(&self) -> RaftConfig {
+        self.raft.config().clone()
     }
 
     /// The records or snapshot bytes a response names, read now (after this `Ready`'s log
@@ -914,6 +982,11 @@ async fn peer_task(
     let mut reconnect_at = Instant::now();
     let mut reconnect_backoff = Duration::from_millis(50);
     while let Some((id, request)) = requests.next().await {
+        if matches!(request, Request::ApiVersions) {
+            // The leader's probe of a voter being added asks afresh (membership.md §4).
+            conn = None;
+            reconnect_at = Instant::now();
+        }
         if conn.as_ref().is_none_or(|c| !c.is_usable()) {
             conn = None;
             if Instant::now() >= reconnect_at {
@@ -948,6 +1021,20 @@ async fn exchange(
     request: &Request,
     timeout: Duration,
 ) -> Result<Response, Failure> {
+    if matches!(request, Request::ApiVersions) {
+        let answer = conn.api_versions();
+        let kraft_version = answer
+            .supported_features
+            .iter()
+            .find(|f| f.name == crate::protocol::api_versions::KRAFT_VERSION_FEATURE)
+            .map(|f| (f.min_version, f.max_version));
+        return Ok(Response::ApiVersions(
+            crate::raft::message::ApiVersionsProbe {
+                error: answer.error_code,
+                kraft_version,
+            },
+        ));
+    }
     let key = raft_rpc::api_key(request);
     let version = conn
         .negotiate(key, raft_rpc::our_versions(key))
@@ -967,4 +1054,91 @@ async fn exchange(
         warn!(error = %e, "undecodable response");
         Failure::Disconnected
     })
+}
+
+/// Resolves a peer's endpoint (voters are usually configured by address; a name is looked up
+/// once per new connection task).
+fn resolve(endpoint: &crate::raft::Endpoint) -> Option<SocketAddr> {
+    use std::net::ToSocketAddrs;
+    match (endpoint.host.as_str(), endpoint.port).to_socket_addrs() {
+        Ok(mut addrs) => addrs.next(),
+        Err(e) => {
+            warn!(host = %endpoint.host, port = endpoint.port, error = %e, "cannot resolve a peer");
+            None
+        }
+    }
+}
+
+/// The membership records on disk, in offset order: the bootstrap checkpoint (at −1), the
+/// latest snapshot's header (at its end − 1), then every control record in the log.
+fn membership_on_disk(
+    log: &MetadataLog,
+    dir: &std::path::Path,
+    latest: Option<OffsetAndEpoch>,
+) -> Result<Vec<crate::membership::MembershipRecord>, String> {
+    use crate::log::snapshot::{SnapshotId, SnapshotReader};
+    use crate::membership::history::{membership_records_in, snapshot_header_records};
+    use crate::membership::MembershipRecord;
+    let header = |id: SnapshotId| -> Result<Vec<ControlRecord>, String> {
+        let reader = SnapshotReader::open(dir, id)
+            .map_err(|e| format!("cannot open snapshot {}-{}: {e}", id.end_offset, id.epoch))?;
+        let head = reader.read_chunk(0, 1 << 20).unwrap_or_default();
+        snapshot_header_records(&head)
+            .map_err(|e| format!("snapshot {}-{}: {e}", id.end_offset, id.epoch))
+    };
+    let mut out = Vec::new();
+    match latest {
+        Some(id) => {
+            let sid = SnapshotId {
+                end_offset: id.offset,
+                epoch: id.epoch,
+            };
+            for record in header(sid)? {
+                out.push(MembershipRecord {
+                    offset: id.offset - 1,
+                    record,
+                });
+            }
+        }
+        None => {
+            let bootstrap = SnapshotId {
+                end_offset: 0,
+                epoch: 0,
+            };
+            if crate::log::layout::snapshot_file(dir, 0, 0).exists() {
+                for record in header(bootstrap)? {
+                    out.push(MembershipRecord {
+                        offset: crate::membership::history::BOOTSTRAP_OFFSET,
+                        record,
+                    });
+                }
+            }
+        }
+    }
+    // Records below the snapshot are already summed up in its header.
+    let floor = latest.map_or(0, |id| id.offset);
+    let mut offset = log.start_offset();
+    while offset < log.end_offset() {
+        let chunks = log
+            .read(offset, 8 << 20)
+            .map_err(|e| format!("reading the log at {offset} for voter records: {e}"))?;
+        let mut next = offset;
+        for chunk in chunks {
+            out.extend(
+                membership_records_in(&chunk)?
+                    .into_iter()
+                    .filter(|r| r.offset >= floor),
+            );
+            let mut rest: &[u8] = &chunk;
+            while let Ok((batch, after)) = crate::records::batch::Batch::parse(rest) {
+                next = batch.next_offset();
+                rest = after;
+            }
+        }
+        if next <= offset {
+            break;
+        }
+        offset = next;
+    }
+    Ok(out)
 }

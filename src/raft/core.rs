@@ -697,6 +697,10 @@ impl Raft {
         self.log.flushed_offset()
     }
 
+    pub fn config(&self) -> &RaftConfig {
+        &self.config
+    }
+
     pub fn local(&self) -> ReplicaKey {
         self.config.local
     }
