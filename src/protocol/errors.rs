@@ -14,12 +14,15 @@ impl ErrorCode {
     pub const REQUEST_TIMED_OUT: ErrorCode = ErrorCode(7);
     pub const BROKER_NOT_AVAILABLE: ErrorCode = ErrorCode(8);
     pub const UNSUPPORTED_VERSION: ErrorCode = ErrorCode(35);
+    /// UpdateFeatures on a controller that is not the active one (wire.md §8.9).
     pub const NOT_CONTROLLER: ErrorCode = ErrorCode(41);
     pub const INVALID_REQUEST: ErrorCode = ErrorCode(42);
     pub const FENCED_LEADER_EPOCH: ErrorCode = ErrorCode(74);
     pub const UNKNOWN_LEADER_EPOCH: ErrorCode = ErrorCode(75);
     pub const INCONSISTENT_VOTER_SET: ErrorCode = ErrorCode(94);
+    /// UpdateFeatures: a level the feature cannot move to (membership.md §10).
     pub const INVALID_UPDATE_VERSION: ErrorCode = ErrorCode(95);
+    /// UpdateFeatures: the update failed on the server for another reason.
     pub const FEATURE_UPDATE_FAILED: ErrorCode = ErrorCode(96);
     pub const SNAPSHOT_NOT_FOUND: ErrorCode = ErrorCode(98);
     pub const POSITION_OUT_OF_RANGE: ErrorCode = ErrorCode(99);
@@ -27,7 +30,9 @@ impl ErrorCode {
     pub const MISMATCHED_ENDPOINT_TYPE: ErrorCode = ErrorCode(114);
     pub const UNSUPPORTED_ENDPOINT_TYPE: ErrorCode = ErrorCode(115);
     pub const INVALID_VOTER_KEY: ErrorCode = ErrorCode(125);
+    /// AddRaftVoter for an id that is already a voter (membership.md §4 step 5).
     pub const DUPLICATE_VOTER: ErrorCode = ErrorCode(126);
+    /// Remove/UpdateRaftVoter for a key that is not a voter (membership.md §5 step 5, §6 step 7).
     pub const VOTER_NOT_FOUND: ErrorCode = ErrorCode(127);
 
     pub fn name(self) -> &'static str {
@@ -39,16 +44,21 @@ impl ErrorCode {
             7 => "REQUEST_TIMED_OUT",
             8 => "BROKER_NOT_AVAILABLE",
             35 => "UNSUPPORTED_VERSION",
+            41 => "NOT_CONTROLLER",
             42 => "INVALID_REQUEST",
             74 => "FENCED_LEADER_EPOCH",
             75 => "UNKNOWN_LEADER_EPOCH",
             94 => "INCONSISTENT_VOTER_SET",
+            95 => "INVALID_UPDATE_VERSION",
+            96 => "FEATURE_UPDATE_FAILED",
             98 => "SNAPSHOT_NOT_FOUND",
             99 => "POSITION_OUT_OF_RANGE",
             104 => "INCONSISTENT_CLUSTER_ID",
             114 => "MISMATCHED_ENDPOINT_TYPE",
             115 => "UNSUPPORTED_ENDPOINT_TYPE",
             125 => "INVALID_VOTER_KEY",
+            126 => "DUPLICATE_VOTER",
+            127 => "VOTER_NOT_FOUND",
             _ => "UNKNOWN",
         }
     }
