@@ -17,6 +17,7 @@ use uuid::Uuid;
 use super::codec::{DecodeResult, Reader, Writer};
 use super::errors::ErrorCode;
 use super::kraft::unsupported_version;
+pub use super::kraft::Listener;
 
 /// The versions these codecs read and write. Every one is flexible.
 pub const VERSIONS: RangeInclusive<i16> = 0..=2;
@@ -203,14 +204,6 @@ pub struct Node {
     pub listeners: Vec<Listener>,
 }
 
-/// One listener of a voter. The port is a `uint16`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Listener {
-    pub name: String,
-    pub host: String,
-    pub port: u16,
-}
-
 impl DescribeQuorumResponse {
     pub fn decode(r: &mut Reader<'_>, version: i16, _frame: &Bytes) -> DecodeResult<Self> {
         if !VERSIONS.contains(&version) {
@@ -355,12 +348,7 @@ impl Node {
     fn decode(r: &mut Reader<'_>) -> DecodeResult<Self> {
         let out = Node {
             node_id: r.i32("Nodes.NodeId")?,
-            listeners: r.array_of(
-                "Nodes.Listeners",
-                true,
-                Listener::MIN_BYTES,
-                Listener::decode,
-            )?,
+            listeners: Listener::decode_all(r, "Nodes.Listeners")?,
         };
         r.skip_tagged_fields()?;
         Ok(out)
@@ -368,29 +356,7 @@ impl Node {
 
     fn encode(&self, w: &mut Writer) {
         w.i32(self.node_id);
-        w.array_of(&self.listeners, true, |w, l| l.encode(w));
-        w.no_tagged_fields();
-    }
-}
-
-impl Listener {
-    /// Two empty compact strings, uint16, an empty tag section.
-    const MIN_BYTES: usize = 1 + 1 + 2 + 1;
-
-    fn decode(r: &mut Reader<'_>) -> DecodeResult<Self> {
-        let out = Listener {
-            name: r.string("Listeners.Name", true)?.to_owned(),
-            host: r.string("Listeners.Host", true)?.to_owned(),
-            port: r.u16("Listeners.Port")?,
-        };
-        r.skip_tagged_fields()?;
-        Ok(out)
-    }
-
-    fn encode(&self, w: &mut Writer) {
-        w.string(&self.name, true);
-        w.string(&self.host, true);
-        w.u16(self.port);
+        Listener::encode_all(&self.listeners, w);
         w.no_tagged_fields();
     }
 }

@@ -1,6 +1,7 @@
-//! What the KRaft RPC codecs share (spec/wire.md §8): the metadata topic's name and id, and the
+//! What the KRaft RPC codecs share (spec/wire.md §8): the metadata topic's name and id, the
 //! endpoint structs that Vote, BeginQuorumEpoch, EndQuorumEpoch and FetchSnapshot carry in their
-//! flexible versions (KIP-853). Message types and checked codecs only: no state, no I/O.
+//! flexible versions (KIP-853), and the voter `Listener` of DescribeQuorum, AddRaftVoter and
+//! UpdateRaftVoter. Message types and checked codecs only: no state, no I/O.
 
 use uuid::Uuid;
 
@@ -94,6 +95,48 @@ impl LeaderEndpoint {
     }
 }
 
+/// `Listener`: one listener of a voter, as DescribeQuorum's `Nodes` (v2+), AddRaftVoter and
+/// UpdateRaftVoter carry it (always flexible). The same bytes as `LeaderEndpoint`; a separate
+/// type because Kafka names the fields differently in errors and in its schemas.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Listener {
+    pub name: String,
+    pub host: String,
+    /// A `uint16`, unlike DescribeCluster's and UpdateRaftVoter's `CurrentLeader` ports.
+    pub port: u16,
+}
+
+impl Listener {
+    /// Two empty compact strings, uint16, an empty tag section.
+    pub(crate) const MIN_BYTES: usize = 1 + 1 + 2 + 1;
+
+    pub(crate) fn decode(r: &mut Reader<'_>) -> DecodeResult<Self> {
+        let out = Listener {
+            name: r.string("Listeners.Name", true)?.to_owned(),
+            host: r.string("Listeners.Host", true)?.to_owned(),
+            port: r.u16("Listeners.Port")?,
+        };
+        r.skip_tagged_fields()?;
+        Ok(out)
+    }
+
+    pub(crate) fn encode(&self, w: &mut Writer) {
+        w.string(&self.name, true);
+        w.string(&self.host, true);
+        w.u16(self.port);
+        w.no_tagged_fields();
+    }
+
+    /// A compact array of listeners.
+    pub(crate) fn decode_all(r: &mut Reader<'_>, field: &'static str) -> DecodeResult<Vec<Self>> {
+        r.array_of(field, true, Self::MIN_BYTES, Self::decode)
+    }
+
+    pub(crate) fn encode_all(listeners: &[Self], w: &mut Writer) {
+        w.array_of(listeners, true, |w, l| l.encode(w));
+    }
+}
+
 /// The error every decoder returns for a version outside its message's range.
 pub(crate) fn unsupported_version() -> super::codec::DecodeError {
     super::codec::DecodeError::Invalid {
@@ -129,6 +172,9 @@ mod tests {
         let mut w = Writer::new();
         LeaderEndpoint::default().encode(&mut w);
         assert_eq!(w.len(), LeaderEndpoint::MIN_BYTES);
+        let mut w = Writer::new();
+        Listener::default().encode(&mut w);
+        assert_eq!(w.len(), Listener::MIN_BYTES);
     }
 
     #[test]
