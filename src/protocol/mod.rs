@@ -1,6 +1,7 @@
 //! The Kafka wire protocol: checked decoders, encoders, headers, the table of served APIs and
 //! error codes (spec/wire.md). No state and no I/O: sockets live in `net/`.
 
+pub mod add_raft_voter;
 pub mod api_versions;
 pub mod apis;
 pub mod begin_quorum_epoch;
@@ -13,6 +14,7 @@ pub mod fetch;
 pub mod fetch_snapshot;
 pub mod header;
 pub mod kraft;
+pub mod remove_raft_voter;
 pub mod request;
 pub mod vote;
 
