@@ -16,6 +16,7 @@ pub mod header;
 pub mod kraft;
 pub mod remove_raft_voter;
 pub mod request;
+pub mod update_features;
 pub mod update_raft_voter;
 pub mod vote;
 
