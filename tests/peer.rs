@@ -193,12 +193,10 @@ fn negotiates_with_a_real_node_and_round_trips_api_versions() {
         assert_eq!(conn.negotiate(ApiKey::API_VERSIONS, (5, 7)), None);
         assert_eq!(conn.peer_range(ApiKey::VOTE), Some((0, 2)));
         assert_eq!(conn.negotiate(ApiKey::VOTE, (0, 1)), Some(1));
-        assert_eq!(
-            conn.peer_range(ApiKey::ADD_RAFT_VOTER),
-            None,
-            "not served yet"
-        );
-        assert_eq!(conn.negotiate(ApiKey::ADD_RAFT_VOTER, (0, 1)), None);
+        assert_eq!(conn.peer_range(ApiKey::ADD_RAFT_VOTER), Some((0, 1)));
+        assert_eq!(conn.negotiate(ApiKey::ADD_RAFT_VOTER, (0, 0)), Some(0));
+        assert_eq!(conn.peer_range(ApiKey::METADATA), None, "not served");
+        assert_eq!(conn.negotiate(ApiKey::METADATA, (0, 13)), None);
         // v3 (flexible: request header v2) and v1 (request header v1) both round-trip.
         for version in [3, 1] {
             let body = conn

@@ -231,7 +231,11 @@ pub fn request_from_wire(body: &RequestBody) -> Option<Request> {
         }
         RequestBody::ApiVersions(_)
         | RequestBody::DescribeQuorum(_)
-        | RequestBody::DescribeCluster(_) => return None,
+        | RequestBody::DescribeCluster(_)
+        | RequestBody::AddRaftVoter(_)
+        | RequestBody::RemoveRaftVoter(_)
+        | RequestBody::UpdateRaftVoter(_)
+        | RequestBody::UpdateFeatures(_) => return None,
     })
 }
 
@@ -270,6 +274,31 @@ pub fn encode_top_level_error(key: ApiKey, version: i16, error: ErrorCode, w: &m
         .encode(w, version),
         ApiKey::DESCRIBE_CLUSTER => crate::protocol::describe_cluster::DescribeClusterResponse {
             error_code: error,
+            ..Default::default()
+        }
+        .encode(w, version),
+        ApiKey::ADD_RAFT_VOTER => crate::protocol::add_raft_voter::AddRaftVoterResponse {
+            error_code: error,
+            error_message: None,
+            ..Default::default()
+        }
+        .encode(w, version),
+        ApiKey::REMOVE_RAFT_VOTER => crate::protocol::remove_raft_voter::RemoveRaftVoterResponse {
+            error_code: error,
+            error_message: None,
+            ..Default::default()
+        }
+        .encode(w, version),
+        ApiKey::UPDATE_RAFT_VOTER => crate::protocol::update_raft_voter::UpdateRaftVoterResponse {
+            error_code: error,
+            ..Default::default()
+        }
+        .encode(w, version),
+        // No per-feature results: Kafka's admin client fails every update with the top-level
+        // error when it is not NONE.
+        ApiKey::UPDATE_FEATURES => crate::protocol::update_features::UpdateFeaturesResponse {
+            error_code: error,
+            error_message: None,
             ..Default::default()
         }
         .encode(w, version),

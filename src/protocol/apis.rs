@@ -125,6 +125,12 @@ pub const SERVED: &[ApiSpec] = &[
         flexible_from: 0,
     },
     ApiSpec {
+        key: ApiKey::UPDATE_FEATURES,
+        min_version: 0,
+        max_version: 2,
+        flexible_from: 0,
+    },
+    ApiSpec {
         key: ApiKey::FETCH_SNAPSHOT,
         min_version: 0,
         max_version: 1,
@@ -134,6 +140,25 @@ pub const SERVED: &[ApiSpec] = &[
         key: ApiKey::DESCRIBE_CLUSTER,
         min_version: 0,
         max_version: 2,
+        flexible_from: 0,
+    },
+    // Kafka 4.2+ serves AddRaftVoter 0–1 (4.1: 0 only); a 4.1 client negotiates v0.
+    ApiSpec {
+        key: ApiKey::ADD_RAFT_VOTER,
+        min_version: 0,
+        max_version: 1,
+        flexible_from: 0,
+    },
+    ApiSpec {
+        key: ApiKey::REMOVE_RAFT_VOTER,
+        min_version: 0,
+        max_version: 0,
+        flexible_from: 0,
+    },
+    ApiSpec {
+        key: ApiKey::UPDATE_RAFT_VOTER,
+        min_version: 0,
+        max_version: 0,
         flexible_from: 0,
     },
 ];

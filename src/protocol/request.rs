@@ -26,6 +26,10 @@ pub enum RequestBody {
     FetchSnapshot(super::fetch_snapshot::FetchSnapshotRequest),
     DescribeQuorum(super::describe_quorum::DescribeQuorumRequest),
     DescribeCluster(super::describe_cluster::DescribeClusterRequest),
+    AddRaftVoter(super::add_raft_voter::AddRaftVoterRequest),
+    RemoveRaftVoter(super::remove_raft_voter::RemoveRaftVoterRequest),
+    UpdateRaftVoter(super::update_raft_voter::UpdateRaftVoterRequest),
+    UpdateFeatures(super::update_features::UpdateFeaturesRequest),
 }
 
 /// A decoded request frame.
@@ -140,6 +144,22 @@ pub fn decode_request(frame: &[u8]) -> Result<Decoded, RequestError> {
             super::describe_cluster::DescribeClusterRequest::decode(&mut r, version, &none)
                 .map_err(malformed)?,
         ),
+        ApiKey::ADD_RAFT_VOTER => RequestBody::AddRaftVoter(
+            super::add_raft_voter::AddRaftVoterRequest::decode(&mut r, version, &none)
+                .map_err(malformed)?,
+        ),
+        ApiKey::REMOVE_RAFT_VOTER => RequestBody::RemoveRaftVoter(
+            super::remove_raft_voter::RemoveRaftVoterRequest::decode(&mut r, version, &none)
+                .map_err(malformed)?,
+        ),
+        ApiKey::UPDATE_RAFT_VOTER => RequestBody::UpdateRaftVoter(
+            super::update_raft_voter::UpdateRaftVoterRequest::decode(&mut r, version, &none)
+                .map_err(malformed)?,
+        ),
+        ApiKey::UPDATE_FEATURES => RequestBody::UpdateFeatures(
+            super::update_features::UpdateFeaturesRequest::decode(&mut r, version, &none)
+                .map_err(malformed)?,
+        ),
         other => unreachable!("{} is in the served table without a decoder", other.name()),
     };
     Ok(Decoded::Request { header, spec, body })
@@ -205,16 +225,79 @@ mod tests {
         assert_eq!(req.client_software_version, "4.0.0");
     }
 
+    /// The voter-change and UpdateFeatures requests reach their decoders at every served
+    /// version, and one version past the range closes the connection.
+    #[test]
+    fn voter_change_and_feature_requests_decode() {
+        use super::super::{add_raft_voter, remove_raft_voter, update_features};
+        use super::super::{header::RequestHeader, update_raft_voter};
+        let frame = |key: ApiKey, version: i16, body: &dyn Fn(&mut Writer)| {
+            let header = RequestHeader {
+                api_key: key.0,
+                api_version: version,
+                correlation_id: 5,
+                client_id: Some("adminclient-1".into()),
+            };
+            // A served spec, or (past the range) a flexible stand-in for the header.
+            let spec = apis::served(key).copied().unwrap_or(ApiSpec {
+                key,
+                min_version: 0,
+                max_version: i16::MAX,
+                flexible_from: 0,
+            });
+            encode_request_frame(&header, &spec, body)[4..].to_vec()
+        };
+        let keys = [
+            ApiKey::ADD_RAFT_VOTER,
+            ApiKey::REMOVE_RAFT_VOTER,
+            ApiKey::UPDATE_RAFT_VOTER,
+            ApiKey::UPDATE_FEATURES,
+        ];
+        for key in keys {
+            let spec = apis::served(key).expect("served");
+            for version in spec.min_version..=spec.max_version {
+                let body = |w: &mut Writer| match key {
+                    ApiKey::ADD_RAFT_VOTER => {
+                        add_raft_voter::AddRaftVoterRequest::default().encode(w, version)
+                    }
+                    ApiKey::REMOVE_RAFT_VOTER => {
+                        remove_raft_voter::RemoveRaftVoterRequest::default().encode(w, version)
+                    }
+                    ApiKey::UPDATE_RAFT_VOTER => {
+                        update_raft_voter::UpdateRaftVoterRequest::default().encode(w, version)
+                    }
+                    _ => update_features::UpdateFeaturesRequest::default().encode(w, version),
+                };
+                let decoded = decode_request(&frame(key, version, &body));
+                let Ok(Decoded::Request { body, .. }) = decoded else {
+                    panic!("{} v{version}: {decoded:?}", key.name());
+                };
+                let ok = match key {
+                    ApiKey::ADD_RAFT_VOTER => matches!(body, RequestBody::AddRaftVoter(_)),
+                    ApiKey::REMOVE_RAFT_VOTER => matches!(body, RequestBody::RemoveRaftVoter(_)),
+                    ApiKey::UPDATE_RAFT_VOTER => matches!(body, RequestBody::UpdateRaftVoter(_)),
+                    _ => matches!(body, RequestBody::UpdateFeatures(_)),
+                };
+                assert!(ok, "{} v{version}: {body:?}", key.name());
+            }
+            let past = spec.max_version + 1;
+            assert!(matches!(
+                decode_request(&frame(key, past, &|w| w.no_tagged_fields())),
+                Err(RequestError::UnsupportedVersion { .. })
+            ));
+        }
+    }
+
     #[test]
     fn refusals() {
         assert_eq!(
             decode_request(&[0, 18]),
             Err(RequestError::TooShort { len: 2 })
         );
-        let add_raft_voter = [0, 80, 0, 0, 0, 0, 0, 1, 0, 0];
+        let produce = [0, 0, 0, 9, 0, 0, 0, 1, 0, 0];
         assert!(matches!(
-            decode_request(&add_raft_voter),
-            Err(RequestError::UnknownApi { key: 80, .. })
+            decode_request(&produce),
+            Err(RequestError::UnknownApi { key: 0, .. })
         ));
         let vote_v3 = [0, 52, 0, 3, 0, 0, 0, 1, 0, 0];
         assert!(matches!(
