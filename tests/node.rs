@@ -322,3 +322,60 @@ fn a_log_starting_past_zero_without_a_snapshot_is_refused() {
     );
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// Until the voter-change and UpdateFeatures handlers exist, each of those requests gets a
+/// well-formed UNSUPPORTED_VERSION answer from the raft shard (never silence, never a close),
+/// and UpdateRaftVoter's answer names the epoch.
+#[test]
+fn voter_change_and_feature_requests_are_answered() {
+    use ringraft::protocol::add_raft_voter::{AddRaftVoterRequest, AddRaftVoterResponse};
+    use ringraft::protocol::remove_raft_voter::{RemoveRaftVoterRequest, RemoveRaftVoterResponse};
+    use ringraft::protocol::update_features::{UpdateFeaturesRequest, UpdateFeaturesResponse};
+    use ringraft::protocol::update_raft_voter as urv;
+    use ringraft::protocol::{ApiKey, Writer};
+    let (_dir, mut node) = formatted_node("membership");
+    let mut stream = TcpStream::connect(("127.0.0.1", node.port)).unwrap();
+    let mut ask = |key: ApiKey, version: i16, body: &dyn Fn(&mut Writer)| -> Vec<u8> {
+        let header = RequestHeader {
+            api_key: key.0,
+            api_version: version,
+            correlation_id: i32::from(key.0),
+            client_id: Some("adminclient-1".into()),
+        };
+        let spec = apis::served(key).unwrap();
+        send_frame(&mut stream, &encode_request_frame(&header, spec, body)[4..]);
+        let answer = read_frame(&mut stream).expect("answered, not closed");
+        let mut r = Reader::new(&answer);
+        assert_eq!(decode_response_header(&mut r, 1).unwrap(), i32::from(key.0));
+        answer[r.position()..].to_vec()
+    };
+    let unsupported = ErrorCode::UNSUPPORTED_VERSION;
+    for version in 0..=1 {
+        let body = ask(ApiKey::ADD_RAFT_VOTER, version, &|w| {
+            AddRaftVoterRequest::default().encode(w, version)
+        });
+        let b = bytes::Bytes::from(body);
+        let resp = AddRaftVoterResponse::decode(&mut Reader::new(&b), version, &b).unwrap();
+        assert_eq!(resp.error_code, unsupported);
+    }
+    let b = bytes::Bytes::from(ask(ApiKey::REMOVE_RAFT_VOTER, 0, &|w| {
+        RemoveRaftVoterRequest::default().encode(w, 0)
+    }));
+    let resp = RemoveRaftVoterResponse::decode(&mut Reader::new(&b), 0, &b).unwrap();
+    assert_eq!(resp.error_code, unsupported);
+    let b = bytes::Bytes::from(ask(ApiKey::UPDATE_RAFT_VOTER, 0, &|w| {
+        urv::UpdateRaftVoterRequest::default().encode(w, 0)
+    }));
+    let resp = urv::UpdateRaftVoterResponse::decode(&mut Reader::new(&b), 0, &b).unwrap();
+    assert_eq!(resp.error_code, unsupported);
+    assert!(resp.current_leader.leader_epoch >= 0, "{resp:?}");
+    for version in 0..=2 {
+        let b = bytes::Bytes::from(ask(ApiKey::UPDATE_FEATURES, version, &|w| {
+            UpdateFeaturesRequest::default().encode(w, version)
+        }));
+        let resp = UpdateFeaturesResponse::decode(&mut Reader::new(&b), version, &b).unwrap();
+        assert_eq!(resp.error_code, unsupported);
+    }
+    node.signal(SIGTERM);
+    assert_eq!(node.wait_exit(Duration::from_secs(10)), Some(0));
+}

@@ -361,6 +361,12 @@ impl Driver {
                 let admin = match &call.body {
                     RequestBody::DescribeQuorum(r) => Some(self.describe_quorum(&call, r)),
                     RequestBody::DescribeCluster(r) => Some(self.describe_cluster(&call, r)),
+                    RequestBody::AddRaftVoter(_)
+                    | RequestBody::RemoveRaftVoter(_)
+                    | RequestBody::UpdateRaftVoter(_)
+                    | RequestBody::UpdateFeatures(_) => {
+                        Some(self.membership_request_unhandled(&call))
+                    }
                     _ => None,
                 };
                 if let Some(frame) = admin {
@@ -539,6 +545,37 @@ impl Driver {
                 -1
             };
         }
+        encode_response_frame(call.correlation_id, call.response_header_version, |w| {
+            response.encode(w, call.version)
+        })
+    }
+
+    /// PLACEHOLDER until the voter-change and UpdateFeatures handlers exist: answers each of
+    /// those requests UNSUPPORTED_VERSION, as a Kafka 3.9/4.0 leader at kraft.version 0 does
+    /// (membership.md §4–§6 step 3), so Kafka's tools report the change as unsupported and a
+    /// Kafka voter stops re-sending UpdateRaftVoter for the epoch. The UpdateRaftVoter answer
+    /// names the leader and epoch, as Kafka's always does: a voter drops an answer whose epoch
+    /// is older than its own.
+    fn membership_request_unhandled(&self, call: &RaftCall) -> Vec<u8> {
+        use crate::protocol::update_raft_voter as urv;
+        let error = ErrorCode::UNSUPPORTED_VERSION;
+        if !matches!(call.body, RequestBody::UpdateRaftVoter(_)) {
+            return error_frame(call, error);
+        }
+        let leader_id = self.raft.leader_id();
+        let endpoint = leader_id
+            .and_then(|id| self.raft.voters().get(id))
+            .and_then(|v| v.endpoints.first());
+        let response = urv::UpdateRaftVoterResponse {
+            throttle_time_ms: 0,
+            error_code: error,
+            current_leader: urv::CurrentLeader {
+                leader_id: leader_id.unwrap_or(-1),
+                leader_epoch: self.raft.epoch(),
+                host: endpoint.map_or_else(String::new, |e| e.host.clone()),
+                port: endpoint.map_or(0, |e| i32::from(e.port)),
+            },
+        };
         encode_response_frame(call.correlation_id, call.response_header_version, |w| {
             response.encode(w, call.version)
         })
