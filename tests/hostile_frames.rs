@@ -178,6 +178,7 @@ fn kraft_seeds() -> Vec<Vec<u8>> {
         let spec = apis::served(ringraft::protocol::ApiKey::DESCRIBE_CLUSTER).unwrap();
         out.push(encode_request_frame(&header(60), spec, |w| dc.encode(w, version))[4..].to_vec());
     }
+    out.extend(membership_seeds());
     for request in &requests {
         let spec = apis::served(api_key(request)).unwrap();
         for version in spec.min_version..=spec.max_version {
@@ -189,6 +190,88 @@ fn kraft_seeds() -> Vec<Vec<u8>> {
             };
             let frame =
                 encode_request_frame(&header, spec, |w| encode_request(request, version, w));
+            out.push(frame[4..].to_vec());
+        }
+    }
+    out
+}
+
+/// AddRaftVoter, RemoveRaftVoter, UpdateRaftVoter and UpdateFeatures at every served version,
+/// shaped as Kafka's admin client, auto-join and voters send them.
+fn membership_seeds() -> Vec<Vec<u8>> {
+    use ringraft::protocol::header::RequestHeader;
+    use ringraft::protocol::kraft::Listener;
+    use ringraft::protocol::request::encode_request_frame;
+    use ringraft::protocol::RequestBody;
+    use ringraft::protocol::{add_raft_voter as arv, remove_raft_voter as rrv};
+    use ringraft::protocol::{apis, update_features as uf, update_raft_voter as urv, ApiKey};
+    let cluster_id = Some("MkU3OEVBNTcwNTJENDM2Qk".to_string());
+    let dir = uuid::Uuid::from_u128(7);
+    let listeners = vec![Listener {
+        name: "CONTROLLER".into(),
+        host: "localhost".into(),
+        port: 9094,
+    }];
+    let bodies = [
+        RequestBody::AddRaftVoter(arv::AddRaftVoterRequest {
+            cluster_id: cluster_id.clone(),
+            timeout_ms: 30_000,
+            voter_id: 4,
+            voter_directory_id: dir,
+            listeners: listeners.clone(),
+            ack_when_committed: false,
+        }),
+        RequestBody::RemoveRaftVoter(rrv::RemoveRaftVoterRequest {
+            cluster_id: cluster_id.clone(),
+            voter_id: 3,
+            voter_directory_id: dir,
+        }),
+        RequestBody::UpdateRaftVoter(urv::UpdateRaftVoterRequest {
+            cluster_id,
+            current_leader_epoch: 5,
+            voter_id: 2,
+            voter_directory_id: dir,
+            listeners,
+            kraft_version_feature: urv::KRaftVersionFeature {
+                min_supported_version: 0,
+                max_supported_version: 1,
+            },
+        }),
+        RequestBody::UpdateFeatures(uf::UpdateFeaturesRequest {
+            timeout_ms: 30_000,
+            feature_updates: vec![uf::FeatureUpdateKey {
+                feature: "kraft.version".into(),
+                max_version_level: 1,
+                ..Default::default()
+            }],
+            validate_only: false,
+        }),
+    ];
+    let mut out = Vec::new();
+    for body in &bodies {
+        let key = match body {
+            RequestBody::AddRaftVoter(_) => ApiKey::ADD_RAFT_VOTER,
+            RequestBody::RemoveRaftVoter(_) => ApiKey::REMOVE_RAFT_VOTER,
+            RequestBody::UpdateRaftVoter(_) => ApiKey::UPDATE_RAFT_VOTER,
+            _ => ApiKey::UPDATE_FEATURES,
+        };
+        let spec = apis::served(key).unwrap();
+        for version in spec.min_version..=spec.max_version {
+            let header = RequestHeader {
+                api_key: key.0,
+                api_version: version,
+                correlation_id: 11,
+                client_id: Some("adminclient-1".into()),
+            };
+            let frame = encode_request_frame(&header, spec, |w| match body {
+                RequestBody::AddRaftVoter(r) => r.encode(w, version),
+                RequestBody::RemoveRaftVoter(r) => r.encode(w, version),
+                RequestBody::UpdateRaftVoter(r) => r.encode(w, version),
+                RequestBody::UpdateFeatures(r) => r.encode(w, version),
+                _ => unreachable!("only the four seeded requests"),
+            });
+            let decoded = decode_request(&frame[4..]);
+            assert!(decoded.is_ok(), "{} v{version}: {decoded:?}", key.name());
             out.push(frame[4..].to_vec());
         }
     }
