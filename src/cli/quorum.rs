@@ -43,6 +43,44 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 pub enum QuorumCommand {
     /// Describe the metadata quorum (like `kafka-metadata-quorum describe`).
     Describe(DescribeArgs),
+    /// Add the controller whose server.properties is given to the voters (AddRaftVoter).
+    AddController(AddControllerArgs),
+    /// Remove a controller (node id and directory id) from the voters (RemoveRaftVoter).
+    RemoveController(RemoveControllerArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct AddControllerArgs {
+    /// The new controller's server.properties (its node.id, listeners and metadata.log.dir).
+    #[arg(
+        short = 'c',
+        long = "config",
+        alias = "command-config",
+        value_name = "FILE"
+    )]
+    pub config: std::path::PathBuf,
+    /// A comma-separated list of controllers' host:port.
+    #[arg(long = "bootstrap-controller", value_name = "HOST:PORT")]
+    pub bootstrap_controller: String,
+    /// Print what would be sent, send nothing.
+    #[arg(long = "dry-run")]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RemoveControllerArgs {
+    /// The node id of the controller to remove.
+    #[arg(short = 'i', long = "controller-id")]
+    pub controller_id: i32,
+    /// Its metadata directory id (Kafka's base64 UUID text).
+    #[arg(short = 'd', long = "controller-directory-id")]
+    pub controller_directory_id: String,
+    /// A comma-separated list of controllers' host:port.
+    #[arg(long = "bootstrap-controller", value_name = "HOST:PORT")]
+    pub bootstrap_controller: String,
+    /// Print what would be sent, send nothing.
+    #[arg(long = "dry-run")]
+    pub dry_run: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -91,22 +129,247 @@ impl DescribeArgs {
 }
 
 pub fn run(command: QuorumCommand) -> Result<(), CliError> {
-    match command {
+    let text = match command {
         QuorumCommand::Describe(args) => {
             let mode = args.mode().map_err(CliError::new)?;
             let bootstrap = parse_bootstrap(&args.bootstrap_controller).map_err(CliError::new)?;
-            let text = glommio::LocalExecutorBuilder::default()
-                .io_memory(512 * 1024)
-                .make()
-                .map_err(|e| CliError::new(format!("cannot start glommio: {e}")))?
-                .run(describe(bootstrap, mode))
-                .map_err(CliError::new)?;
-            let mut out = std::io::stdout().lock();
-            out.write_all(text.as_bytes())
-                .and_then(|()| out.flush())
-                .map_err(|e| CliError::new(format!("cannot write the output: {e}")))
+            on_glommio(describe(bootstrap, mode))?
         }
+        QuorumCommand::AddController(args) => {
+            let bootstrap = parse_bootstrap(&args.bootstrap_controller).map_err(CliError::new)?;
+            let voter = new_controller(&args.config).map_err(CliError::new)?;
+            let text = format!(
+                "{}adding controller {} with directory id {} and endpoints: {}\n",
+                if args.dry_run {
+                    "DRY RUN of "
+                } else {
+                    "Added "
+                },
+                voter.id,
+                uuid_to_kafka_string(&voter.directory_id),
+                voter
+                    .listeners
+                    .iter()
+                    .map(|l| endpoint_text(&l.name, &l.host, l.port))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            // Kafka prints "Added controller …" and "DRY RUN of adding controller …".
+            let text = text.replacen("Added adding", "Added", 1);
+            if !args.dry_run {
+                on_glommio(add_controller(bootstrap, voter))?;
+            }
+            text
+        }
+        QuorumCommand::RemoveController(args) => {
+            let bootstrap = parse_bootstrap(&args.bootstrap_controller).map_err(CliError::new)?;
+            let directory_id = crate::ids::parse_kafka_uuid(&args.controller_directory_id)
+                .map_err(|e| CliError::new(format!("--controller-directory-id: {e}")))?;
+            if !args.dry_run {
+                on_glommio(remove_controller(
+                    bootstrap,
+                    args.controller_id,
+                    directory_id,
+                ))?;
+            }
+            format!(
+                "{} KRaft controller {} with directory id {}\n",
+                if args.dry_run {
+                    "DRY RUN of removing "
+                } else {
+                    "Removed "
+                },
+                args.controller_id,
+                uuid_to_kafka_string(&directory_id)
+            )
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|e| CliError::new(format!("cannot write the output: {e}")))
+}
+
+fn on_glommio<T>(
+    task: impl std::future::Future<Output = Result<T, String>>,
+) -> Result<T, CliError> {
+    glommio::LocalExecutorBuilder::default()
+        .io_memory(512 * 1024)
+        .make()
+        .map_err(|e| CliError::new(format!("cannot start glommio: {e}")))?
+        .run(task)
+        .map_err(CliError::new)
+}
+
+/// The controller `add-controller` adds, read as Kafka's tool reads it (spec/tools.md §2.1):
+/// node.id and controller listeners from its config, directory.id from its metadata
+/// directory's meta.properties.
+#[derive(Debug, Clone)]
+pub struct NewController {
+    pub id: i32,
+    pub directory_id: uuid::Uuid,
+    pub listeners: Vec<crate::protocol::kraft::Listener>,
+}
+
+pub fn new_controller(path: &std::path::Path) -> Result<NewController, String> {
+    let config = super::load_config(path).map_err(|e| e.to_string())?;
+    if config.node_id < 0 {
+        return Err("node.id must be set and non-negative in the new controller's config".into());
     }
+    if !config.process_roles.iter().any(|r| r == "controller") {
+        return Err("the new controller's process.roles must contain controller".into());
+    }
+    let mut listeners = Vec::new();
+    for name in &config.controller_listener_names {
+        let listener = config
+            .advertised_listeners
+            .iter()
+            .find(|l| &l.name == name)
+            .or_else(|| config.listeners.iter().find(|l| &l.name == name))
+            .ok_or_else(|| format!("controller listener {name} is not in listeners"))?;
+        listeners.push(crate::protocol::kraft::Listener {
+            name: name.clone(),
+            host: if listener.host.is_empty() {
+                "localhost".into()
+            } else {
+                listener.host.clone()
+            },
+            port: listener.port,
+        });
+    }
+    if listeners.is_empty() {
+        return Err("controller.listener.names must name at least one listener".into());
+    }
+    let dir = config.metadata_dir();
+    let meta = crate::log::MetaProperties::read(&dir)
+        .map_err(|e| format!("cannot read the new controller's meta.properties: {e}"))?;
+    let directory_id = meta.directory_id.ok_or_else(|| {
+        format!(
+            "{}/meta.properties has no directory.id (format the new controller first)",
+            dir.display()
+        )
+    })?;
+    Ok(NewController {
+        id: config.node_id,
+        directory_id,
+        listeners,
+    })
+}
+
+/// How long add/remove keep retrying retriable answers (Kafka's default.api.timeout.ms).
+const CHANGE_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Connects to the active controller (found through DescribeCluster on a bootstrap one).
+async fn active_connection(bootstrap: &[SocketAddr]) -> Result<PeerConnection, String> {
+    let mut conn = connect_any(bootstrap)
+        .await
+        .map_err(|e| format!("no bootstrap controller answered: {e}"))?;
+    let metadata = describe_cluster(&mut conn).await?;
+    drop(conn);
+    let (leader_id, host, port) = active_controller(&metadata)?;
+    let addrs: Vec<SocketAddr> = (host.as_str(), port)
+        .to_socket_addrs()
+        .map_err(|e| {
+            format!("cannot resolve the active controller {leader_id} at {host}:{port}: {e}")
+        })?
+        .collect();
+    connect_any(&addrs)
+        .await
+        .map_err(|e| format!("the active controller is node {leader_id} at {host}:{port}, but {e}"))
+}
+
+/// Sends one voter change until it succeeds, fails for good, or the deadline passes; like
+/// Kafka's admin client it retries REQUEST_TIMED_OUT, NOT_LEADER_OR_FOLLOWER and lost
+/// connections (finding the active controller again).
+async fn voter_change(
+    bootstrap: &[SocketAddr],
+    what: &str,
+    key: ApiKey,
+    ours: (i16, i16),
+    encode: impl Fn(&mut Writer, i16),
+    decode: impl Fn(i16, &Bytes) -> Result<(ErrorCode, Option<String>), String>,
+) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + CHANGE_DEADLINE;
+    let mut last;
+    loop {
+        let attempt = async {
+            let mut conn = active_connection(bootstrap).await?;
+            let (version, answer) = call(&mut conn, key, ours, &encode).await?;
+            decode(version, &answer)
+        }
+        .await;
+        match attempt {
+            Ok((ErrorCode::NONE, _)) => return Ok(()),
+            Ok((code, message)) => {
+                last = format!("{what} failed: {}", error_text(code, message.as_deref()));
+                let retriable = code == ErrorCode::REQUEST_TIMED_OUT
+                    || code == ErrorCode::NOT_LEADER_OR_FOLLOWER
+                    || code == ErrorCode::NOT_CONTROLLER;
+                if !retriable {
+                    return Err(last);
+                }
+            }
+            Err(e) => last = format!("{what} failed: {e}"),
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(format!(
+                "{last} (gave up after {}s)",
+                CHANGE_DEADLINE.as_secs()
+            ));
+        }
+        glommio::timer::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn add_controller(bootstrap: Vec<SocketAddr>, voter: NewController) -> Result<(), String> {
+    use crate::protocol::add_raft_voter as arv;
+    let request = arv::AddRaftVoterRequest {
+        cluster_id: None,
+        timeout_ms: CHANGE_DEADLINE.as_millis() as i32,
+        voter_id: voter.id,
+        voter_directory_id: voter.directory_id,
+        listeners: voter.listeners.clone(),
+        ack_when_committed: true,
+    };
+    voter_change(
+        &bootstrap,
+        "AddRaftVoter",
+        ApiKey::ADD_RAFT_VOTER,
+        (*arv::VERSIONS.start(), *arv::VERSIONS.end()),
+        |w, v| request.encode(w, v),
+        |v, answer| {
+            arv::AddRaftVoterResponse::decode(&mut Reader::new(answer), v, answer)
+                .map(|r| (r.error_code, r.error_message))
+                .map_err(|e| format!("cannot decode the AddRaftVoter answer: {e}"))
+        },
+    )
+    .await
+}
+
+async fn remove_controller(
+    bootstrap: Vec<SocketAddr>,
+    id: i32,
+    directory_id: uuid::Uuid,
+) -> Result<(), String> {
+    use crate::protocol::remove_raft_voter as rrv;
+    let request = rrv::RemoveRaftVoterRequest {
+        cluster_id: None,
+        voter_id: id,
+        voter_directory_id: directory_id,
+    };
+    voter_change(
+        &bootstrap,
+        "RemoveRaftVoter",
+        ApiKey::REMOVE_RAFT_VOTER,
+        (*rrv::VERSIONS.start(), *rrv::VERSIONS.end()),
+        |w, v| request.encode(w, v),
+        |v, answer| {
+            rrv::RemoveRaftVoterResponse::decode(&mut Reader::new(answer), v, answer)
+                .map(|r| (r.error_code, r.error_message))
+                .map_err(|e| format!("cannot decode the RemoveRaftVoter answer: {e}"))
+        },
+    )
+    .await
 }
 
 /// Parses `--bootstrap-controller`: comma-separated `host:port` (IPv6 as `[addr]:port`), each
@@ -141,21 +404,7 @@ pub fn parse_bootstrap(text: &str) -> Result<Vec<SocketAddr>, String> {
 
 /// The RPCs of spec/tools.md §2.1, then the text to print.
 async fn describe(bootstrap: Vec<SocketAddr>, mode: DescribeMode) -> Result<String, String> {
-    let mut conn = connect_any(&bootstrap)
-        .await
-        .map_err(|e| format!("no bootstrap controller answered: {e}"))?;
-    let metadata = describe_cluster(&mut conn).await?;
-    drop(conn);
-    let (leader_id, host, port) = active_controller(&metadata)?;
-    let addrs: Vec<SocketAddr> = (host.as_str(), port)
-        .to_socket_addrs()
-        .map_err(|e| {
-            format!("cannot resolve the active controller {leader_id} at {host}:{port}: {e}")
-        })?
-        .collect();
-    let mut leader = connect_any(&addrs).await.map_err(|e| {
-        format!("the active controller is node {leader_id} at {host}:{port}, but {e}")
-    })?;
+    let mut leader = active_connection(&bootstrap).await?;
     match mode {
         DescribeMode::Status => {
             let cluster = describe_cluster(&mut leader).await?;

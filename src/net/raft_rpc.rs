@@ -13,8 +13,9 @@ use crate::protocol::end_quorum_epoch as eqe;
 use crate::protocol::errors::ErrorCode;
 use crate::protocol::fetch;
 use crate::protocol::fetch_snapshot as fsn;
-use crate::protocol::kraft::{LeaderEndpoint, NodeEndpoint};
+use crate::protocol::kraft::{LeaderEndpoint, Listener, NodeEndpoint};
 use crate::protocol::vote;
+use crate::protocol::{add_raft_voter as arv, remove_raft_voter as rrv, update_raft_voter as urv};
 use crate::protocol::{RequestBody, METADATA_TOPIC_ID, METADATA_TOPIC_NAME};
 use crate::raft::message::{
     self as m, EpochResponse, FetchResponse, FetchSnapshotResponse, Records, SnapshotBytes,
@@ -29,6 +30,8 @@ pub fn our_versions(key: ApiKey) -> (i16, i16) {
         ApiKey::BEGIN_QUORUM_EPOCH | ApiKey::END_QUORUM_EPOCH => (0, 1),
         ApiKey::FETCH => (13, 17),
         ApiKey::FETCH_SNAPSHOT => (0, 1),
+        ApiKey::ADD_RAFT_VOTER => (0, 1),
+        ApiKey::REMOVE_RAFT_VOTER | ApiKey::UPDATE_RAFT_VOTER => (0, 0),
         _ => (0, -1),
     }
 }
@@ -51,6 +54,8 @@ pub fn api_key(request: &Request) -> ApiKey {
 pub fn min_version(request: &Request) -> i16 {
     match request {
         Request::Vote(v) if v.pre_vote => 2,
+        // AckWhenCommitted=false exists from v1 (Kafka 4.2+).
+        Request::AddVoter(a) if !a.ack_when_committed => 1,
         other => our_versions(api_key(other)).0,
     }
 }
@@ -70,6 +75,28 @@ fn core_endpoints(endpoints: &[LeaderEndpoint]) -> Vec<Endpoint> {
     endpoints
         .iter()
         .map(|e| Endpoint {
+            name: e.name.clone(),
+            host: e.host.clone(),
+            port: e.port,
+        })
+        .collect()
+}
+
+fn listener_endpoints(listeners: &[Listener]) -> Vec<Endpoint> {
+    listeners
+        .iter()
+        .map(|l| Endpoint {
+            name: l.name.clone(),
+            host: l.host.clone(),
+            port: l.port,
+        })
+        .collect()
+}
+
+fn wire_listeners(endpoints: &[Endpoint]) -> Vec<Listener> {
+    endpoints
+        .iter()
+        .map(|e| Listener {
             name: e.name.clone(),
             host: e.host.clone(),
             port: e.port,
@@ -229,12 +256,28 @@ pub fn request_from_wire(body: &RequestBody) -> Option<Request> {
                 max_bytes: r.max_bytes,
             })
         }
+        RequestBody::AddRaftVoter(r) => Request::AddVoter(m::AddVoterRequest {
+            cluster_id: r.cluster_id.clone(),
+            timeout_ms: r.timeout_ms,
+            voter: ReplicaKey::from_wire(r.voter_id, r.voter_directory_id),
+            listeners: listener_endpoints(&r.listeners),
+            ack_when_committed: r.ack_when_committed,
+        }),
+        RequestBody::RemoveRaftVoter(r) => Request::RemoveVoter(m::RemoveVoterRequest {
+            cluster_id: r.cluster_id.clone(),
+            voter: ReplicaKey::from_wire(r.voter_id, r.voter_directory_id),
+        }),
+        RequestBody::UpdateRaftVoter(r) => Request::UpdateVoter(m::UpdateVoterRequest {
+            cluster_id: r.cluster_id.clone(),
+            current_leader_epoch: r.current_leader_epoch,
+            voter: ReplicaKey::from_wire(r.voter_id, r.voter_directory_id),
+            listeners: listener_endpoints(&r.listeners),
+            kraft_min: r.kraft_version_feature.min_supported_version,
+            kraft_max: r.kraft_version_feature.max_supported_version,
+        }),
         RequestBody::ApiVersions(_)
         | RequestBody::DescribeQuorum(_)
         | RequestBody::DescribeCluster(_)
-        | RequestBody::AddRaftVoter(_)
-        | RequestBody::RemoveRaftVoter(_)
-        | RequestBody::UpdateRaftVoter(_)
         | RequestBody::UpdateFeatures(_) => return None,
     })
 }
@@ -311,10 +354,34 @@ pub fn encode_top_level_error(key: ApiKey, version: i16, error: ErrorCode, w: &m
 /// `chunk` a FetchSnapshot response's bytes (the runtime read them as the core asked).
 pub fn encode_response(response: &Response, version: i16, data: Option<Bytes>, w: &mut Writer) {
     match response {
-        Response::AddVoter(_)
-        | Response::RemoveVoter(_)
-        | Response::UpdateVoter(_)
-        | Response::ApiVersions(_) => {} // CODEC-PENDING
+        Response::AddVoter(r) => arv::AddRaftVoterResponse {
+            throttle_time_ms: 0,
+            error_code: r.error,
+            error_message: r.message.clone(),
+        }
+        .encode(w, version),
+        Response::RemoveVoter(r) => rrv::RemoveRaftVoterResponse {
+            throttle_time_ms: 0,
+            error_code: r.error,
+            error_message: r.message.clone(),
+        }
+        .encode(w, version),
+        Response::UpdateVoter(r) => {
+            let endpoint = r.leader_endpoints.first();
+            urv::UpdateRaftVoterResponse {
+                throttle_time_ms: 0,
+                error_code: r.error,
+                current_leader: urv::CurrentLeader {
+                    leader_id: r.leader_id,
+                    leader_epoch: r.leader_epoch,
+                    host: endpoint.map_or_else(String::new, |e| e.host.clone()),
+                    port: endpoint.map_or(0, |e| i32::from(e.port)),
+                },
+            }
+            .encode(w, version)
+        }
+        // The runtime answers ApiVersions itself; the core never responds with one.
+        Response::ApiVersions(_) => debug_assert!(false, "ApiVersions is not a core response"),
         Response::Vote(r) => vote::VoteResponse {
             error_code: r.error,
             topics: if r.error == ErrorCode::NONE {
@@ -458,10 +525,35 @@ fn fetch_snapshot_response(
 pub fn encode_request(request: &Request, version: i16, w: &mut Writer) {
     let topic = || METADATA_TOPIC_NAME.to_string();
     match request {
-        Request::AddVoter(_)
-        | Request::RemoveVoter(_)
-        | Request::UpdateVoter(_)
-        | Request::ApiVersions => {} // CODEC-PENDING
+        Request::AddVoter(r) => arv::AddRaftVoterRequest {
+            cluster_id: r.cluster_id.clone(),
+            timeout_ms: r.timeout_ms,
+            voter_id: r.voter.id,
+            voter_directory_id: r.voter.wire_directory_id(),
+            listeners: wire_listeners(&r.listeners),
+            ack_when_committed: r.ack_when_committed,
+        }
+        .encode(w, version),
+        Request::RemoveVoter(r) => rrv::RemoveRaftVoterRequest {
+            cluster_id: r.cluster_id.clone(),
+            voter_id: r.voter.id,
+            voter_directory_id: r.voter.wire_directory_id(),
+        }
+        .encode(w, version),
+        Request::UpdateVoter(r) => urv::UpdateRaftVoterRequest {
+            cluster_id: r.cluster_id.clone(),
+            current_leader_epoch: r.current_leader_epoch,
+            voter_id: r.voter.id,
+            voter_directory_id: r.voter.wire_directory_id(),
+            listeners: wire_listeners(&r.listeners),
+            kraft_version_feature: urv::KRaftVersionFeature {
+                min_supported_version: r.kraft_min,
+                max_supported_version: r.kraft_max,
+            },
+        }
+        .encode(w, version),
+        // Answered from the connection's own ApiVersions exchange (the peer task).
+        Request::ApiVersions => debug_assert!(false, "ApiVersions is not encoded here"),
         Request::Vote(r) => vote::VoteRequest {
             cluster_id: r.cluster_id.clone(),
             voter_id: r.voter.id,
@@ -576,6 +668,38 @@ pub fn decode_response(key: ApiKey, version: i16, body: &Bytes) -> Result<Respon
     let named = |name: &str| name == METADATA_TOPIC_NAME;
     let err = |e: crate::protocol::DecodeError| format!("{} v{version}: {e}", key.name());
     Ok(match key {
+        ApiKey::ADD_RAFT_VOTER => {
+            let a = arv::AddRaftVoterResponse::decode(&mut r, version, body).map_err(err)?;
+            Response::AddVoter(m::VoterChangeResponse {
+                error: a.error_code,
+                message: a.error_message,
+            })
+        }
+        ApiKey::REMOVE_RAFT_VOTER => {
+            let a = rrv::RemoveRaftVoterResponse::decode(&mut r, version, body).map_err(err)?;
+            Response::RemoveVoter(m::VoterChangeResponse {
+                error: a.error_code,
+                message: a.error_message,
+            })
+        }
+        ApiKey::UPDATE_RAFT_VOTER => {
+            let u = urv::UpdateRaftVoterResponse::decode(&mut r, version, body).map_err(err)?;
+            let l = &u.current_leader;
+            let port = u16::try_from(l.port).ok().filter(|p| *p > 0);
+            Response::UpdateVoter(m::UpdateVoterResponse {
+                error: u.error_code,
+                leader_id: l.leader_id,
+                leader_epoch: l.leader_epoch,
+                leader_endpoints: match port {
+                    Some(port) if l.leader_id >= 0 && !l.host.is_empty() => vec![Endpoint {
+                        name: String::new(),
+                        host: l.host.clone(),
+                        port,
+                    }],
+                    _ => Vec::new(),
+                },
+            })
+        }
         ApiKey::VOTE => {
             let v = vote::VoteResponse::decode(&mut r, version, body).map_err(err)?;
             let p = single(&v.topics, |t| named(&t.topic_name), |t| &t.partitions);

@@ -361,12 +361,7 @@ impl Driver {
                 let admin = match &call.body {
                     RequestBody::DescribeQuorum(r) => Some(self.describe_quorum(&call, r)),
                     RequestBody::DescribeCluster(r) => Some(self.describe_cluster(&call, r)),
-                    RequestBody::AddRaftVoter(_)
-                    | RequestBody::RemoveRaftVoter(_)
-                    | RequestBody::UpdateRaftVoter(_)
-                    | RequestBody::UpdateFeatures(_) => {
-                        Some(self.membership_request_unhandled(&call))
-                    }
+                    RequestBody::UpdateFeatures(r) => Some(self.update_features(&call, r)),
                     _ => None,
                 };
                 if let Some(frame) = admin {
@@ -550,34 +545,58 @@ impl Driver {
         })
     }
 
-    /// PLACEHOLDER until the voter-change and UpdateFeatures handlers exist: answers each of
-    /// those requests UNSUPPORTED_VERSION, as a Kafka 3.9/4.0 leader at kraft.version 0 does
-    /// (membership.md §4–§6 step 3), so Kafka's tools report the change as unsupported and a
-    /// Kafka voter stops re-sending UpdateRaftVoter for the epoch. The UpdateRaftVoter answer
-    /// names the leader and epoch, as Kafka's always does: a voter drops an answer whose epoch
-    /// is older than its own.
-    fn membership_request_unhandled(&self, call: &RaftCall) -> Vec<u8> {
-        use crate::protocol::update_raft_voter as urv;
-        let error = ErrorCode::UNSUPPORTED_VERSION;
-        if !matches!(call.body, RequestBody::UpdateRaftVoter(_)) {
-            return error_frame(call, error);
-        }
-        let leader_id = self.raft.leader_id();
-        let endpoint = leader_id
-            .and_then(|id| self.raft.voters().get(id))
-            .and_then(|v| v.endpoints.first());
-        let response = urv::UpdateRaftVoterResponse {
-            throttle_time_ms: 0,
-            error_code: error,
-            current_leader: urv::CurrentLeader {
-                leader_id: leader_id.unwrap_or(-1),
-                leader_epoch: self.raft.epoch(),
-                host: endpoint.map_or_else(String::new, |e| e.host.clone()),
-                port: endpoint.map_or(0, |e| i32::from(e.port)),
-            },
+    /// UpdateFeatures from `kafka-features --bootstrap-controller … upgrade`: only
+    /// `kraft.version` is a feature here, and only upgrades are allowed (membership.md §10).
+    fn update_features(
+        &mut self,
+        call: &RaftCall,
+        r: &crate::protocol::update_features::UpdateFeaturesRequest,
+    ) -> Vec<u8> {
+        use crate::protocol::api_versions::KRAFT_VERSION_FEATURE;
+        use crate::protocol::update_features::{self as uf, UpdatableFeatureResult};
+        let version = call.version;
+        let mut response = uf::UpdateFeaturesResponse {
+            error_message: None,
+            ..Default::default()
         };
+        if !self.raft.is_leader() {
+            response.error_code = ErrorCode::NOT_CONTROLLER;
+            response.error_message = Some("this controller is not the active one".into());
+        } else {
+            for update in &r.feature_updates {
+                let outcome = if update.feature != KRAFT_VERSION_FEATURE {
+                    Err((
+                        ErrorCode::INVALID_UPDATE_VERSION,
+                        format!("ringraft has no feature {}", update.feature),
+                    ))
+                } else if update.upgrade_type(version) != uf::UPGRADE_TYPE_UPGRADE
+                    && update.max_version_level < self.raft.kraft_version()
+                {
+                    Err((
+                        ErrorCode::INVALID_UPDATE_VERSION,
+                        "kraft.version cannot be downgraded".into(),
+                    ))
+                } else {
+                    self.raft
+                        .upgrade_kraft_version(update.max_version_level, r.validate_only)
+                };
+                let (error_code, error_message) = match outcome {
+                    Ok(()) => (ErrorCode::NONE, None),
+                    Err((code, message)) => (code, Some(message)),
+                };
+                if error_code != ErrorCode::NONE && version >= 2 {
+                    response.error_code = error_code;
+                    response.error_message = error_message.clone();
+                }
+                response.results.push(UpdatableFeatureResult {
+                    feature: update.feature.clone(),
+                    error_code,
+                    error_message,
+                });
+            }
+        }
         encode_response_frame(call.correlation_id, call.response_header_version, |w| {
-            response.encode(w, call.version)
+            response.encode(w, version)
         })
     }
 
