@@ -262,7 +262,10 @@ mod tests {
     fn refuses_malformed_voters() {
         for (text, says) in [
             ("", "no voters"),
-            ("1@h:1:J8aAPcfLQt2bqs1JT_rMgQ, ", "expected id@"),
+            (
+                "1@h:1:J8aAPcfLQt2bqs1JT_rMgQ, ,2@h:2:J8aAPcfLQt2bqs1JT_rMgQ",
+                "expected id@",
+            ),
             ("1@h:1", "expected :port:directoryid"),
             ("1h:1:x", "expected id@"),
             ("x@h:1:J8aAPcfLQt2bqs1JT_rMgQ", "not an integer"),
