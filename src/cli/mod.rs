@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod bench_quorum;
 pub mod debug;
+pub mod format;
 pub mod quorum;
 pub mod storage;
 

@@ -1,6 +1,8 @@
 //! Configuration: `server.properties` with Kafka's key names verbatim (`server`), the Java
-//! properties text format (`properties`), and core placement from `tuning/*.toml` (`tuning`).
+//! properties text format (`properties`), core placement from `tuning/*.toml` (`tuning`), and the
+//! KIP-853 voter strings of `storage format` (`dynamic_voters`).
 
+pub mod dynamic_voters;
 pub mod properties;
 pub mod server;
 pub mod tuning;

@@ -570,6 +570,28 @@ impl ServerConfig {
             .filter_map(|name| self.listeners.iter().find(|l| &l.name == name))
             .collect()
     }
+
+    /// The controller listeners as other nodes should reach them, in `controller.listener.names`
+    /// order: the `advertised.listeners` entry of each name, else its `listeners` entry. A
+    /// wildcard host (`0.0.0.0`) becomes empty, which means "this host, name unknown": Kafka
+    /// writes `localhost` for it in a `--standalone` voter (membership.md §9).
+    pub fn effective_advertised_controller_listeners(&self) -> Vec<Listener> {
+        self.controller_listener_names
+            .iter()
+            .filter_map(|name| {
+                let advertised = self.advertised_listeners.iter().find(|l| &l.name == name);
+                advertised.or_else(|| self.listeners.iter().find(|l| &l.name == name))
+            })
+            .map(|listener| Listener {
+                host: if listener.host == "0.0.0.0" {
+                    String::new()
+                } else {
+                    listener.host.clone()
+                },
+                ..listener.clone()
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -635,6 +657,23 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(config.unknown_keys, ["num.io.threads"]);
+    }
+
+    #[test]
+    fn advertised_controller_listeners_fall_back_per_name() {
+        let base = "process.roles=controller\nnode.id=1\ncontroller.quorum.voters=1@h:1\n\
+                    metadata.log.dir=/d\ncontroller.listener.names=A,B\n\
+                    listener.security.protocol.map=A:PLAINTEXT,B:PLAINTEXT\n";
+        let config = load(&format!(
+            "{base}listeners=A://0.0.0.0:1,B://:2\nadvertised.listeners=B://b.example:3\n"
+        ))
+        .unwrap();
+        let effective = config.effective_advertised_controller_listeners();
+        let shown: Vec<String> = effective.iter().map(ToString::to_string).collect();
+        assert_eq!(shown, ["A://:1", "B://b.example:3"]);
+        let config = load(&format!("{base}listeners=B://10.0.0.2:2,A://10.0.0.1:1\n")).unwrap();
+        let effective = config.effective_advertised_controller_listeners();
+        assert_eq!((effective[0].name.as_str(), effective[0].port), ("A", 1));
     }
 
     #[test]

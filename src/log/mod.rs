@@ -1,7 +1,9 @@
 //! Durable state on disk: the metadata log directory (spec/storage.md) — `meta.properties`,
-//! `quorum-state`, the leader-epoch checkpoint, and the `__cluster_metadata-0` log itself
-//! (segments on glommio DMA files, recovery, reads, truncation).
+//! `quorum-state`, the leader-epoch checkpoint, the bootstrap snapshot, and the
+//! `__cluster_metadata-0` log itself (segments on glommio DMA files, recovery, reads,
+//! truncation).
 
+pub mod bootstrap;
 pub mod durable;
 pub mod epoch_cache;
 pub mod failpoint;

@@ -1,10 +1,12 @@
 //! RecordBatch v2 and KRaft control records (spec/records.md): a zerocopy header view with
-//! CRC32C validation and a checked record iterator (`batch`), a builder (`builder`), and the
-//! control records KRaft writes (`control`). Pure values: no I/O, no state.
+//! CRC32C validation and a checked record iterator (`batch`), a builder (`builder`), the
+//! control records KRaft writes (`control`), and the FeatureLevelRecord the format tool writes
+//! (`metadata`). Pure values: no I/O, no state.
 
 pub mod batch;
 pub mod builder;
 pub mod control;
+pub mod metadata;
 
 pub use batch::{assign_in_place, batch_size, Batch, BatchError, BatchHeader, Record};
 pub use builder::BatchBuilder;

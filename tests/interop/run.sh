@@ -7,6 +7,7 @@
 #   tests/interop/run.sh                       # every check
 #   KAFKA_VERSIONS="4.4.0" tests/interop/run.sh
 #   RINGRAFT_UPDATE_GOLDEN=1 tests/interop/run.sh   # refresh tests/golden/*.bin captures
+#   CARGO_TARGET_DIR=/elsewhere tests/interop/run.sh # the ringraft binary is built (and taken) there
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -70,7 +71,7 @@ done
 
 say "building ringraft (release)"
 (cd "$ROOT" && cargo build --release --quiet --bin ringraft)
-RINGRAFT="$ROOT/target/release/ringraft"
+RINGRAFT="${CARGO_TARGET_DIR:-$ROOT/target}/release/ringraft"
 
 # ---- a node on a free port ---------------------------------------------------------------
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -306,6 +307,160 @@ ringraft_reads_kafka_log() {
 for v in $KAFKA_VERSIONS; do
   check "kafka-dump-log $v reads ringraft's segments and snapshot" kafka_reads_ringraft_log "$v"
   check "ringraft reads the metadata log of a real Kafka $v controller" ringraft_reads_kafka_log "$v"
+done
+
+# ---- storage format for a dynamic quorum, against Kafka's own kafka-storage ------------------
+# Kafka 4.4 is what ringraft writes like (4.1 also wrote a top-level bootstrap.checkpoint and no
+# feature records in the snapshot): the newest 4.4+ version listed is the byte reference. Every
+# listed version must read what ringraft writes.
+FORMAT_V=""
+for v in $KAFKA_VERSIONS; do case $v in 3.*|4.[0-3].*) ;; *) FORMAT_V=$v ;; esac; done
+FORMAT_CLUSTER=$("$RINGRAFT" storage random-uuid)
+DIR1=$("$RINGRAFT" storage random-uuid)
+DIR2=$("$RINGRAFT" storage random-uuid)
+DIR3=$("$RINGRAFT" storage random-uuid)
+
+format_config() { # format_config DIR NODE_ID PORT QUORUM_LINE: a controller whose one log dir is DIR
+  cat <<PROPS
+process.roles=controller
+node.id=$2
+listeners=CONTROLLER://127.0.0.1:$3
+controller.listener.names=CONTROLLER
+$4
+metadata.log.dir=$1
+log.dirs=$1
+PROPS
+}
+bootstrap_snapshot() { echo "$1/__cluster_metadata-0/00000000000000000000-0000000000.checkpoint"; }
+
+# format_both NAME NODE_ID PORT QUORUM_LINE FLAGS...: the same config and flags through Kafka's
+# tool (into $RUN/fmt-NAME-kafka) and ringraft (fmt-NAME-ringraft); then compare_format.py.
+format_both() {
+  local name=$1 node=$2 port=$3 quorum=$4 tool; shift 4
+  for tool in kafka ringraft; do
+    format_config "$RUN/fmt-$name-$tool" "$node" "$port" "$quorum" > "$RUN/fmt-$name-$tool.properties"
+  done
+  java -cp "$WORK/kafka-$FORMAT_V/*" kafka.tools.StorageTool format -t "$FORMAT_CLUSTER" \
+    -c "$RUN/fmt-$name-kafka.properties" "$@" > "$RUN/fmt-$name-kafka.out" 2> "$RUN/fmt-$name-kafka.err" \
+    || { echo "Kafka's format failed:"; cat "$RUN/fmt-$name-kafka.err"; return 1; }
+  "$RINGRAFT" storage format -t "$FORMAT_CLUSTER" -c "$RUN/fmt-$name-ringraft.properties" "$@" \
+    > "$RUN/fmt-$name-ringraft.out" 2> "$RUN/fmt-$name-ringraft.err" \
+    || { echo "ringraft's format failed:"; cat "$RUN/fmt-$name-ringraft.err"; return 1; }
+  python3 "$HERE/compare_format.py" "$RUN/fmt-$name-kafka" "$RUN/fmt-$name-kafka.out" \
+    "$RUN/fmt-$name-ringraft" "$RUN/fmt-$name-ringraft.out"
+}
+
+# Both tools refuse the combinations of membership.md §9 with the same message, writing nothing.
+format_refusals() {
+  local port static dynamic case quorum flags tool
+  port=$(free_port)
+  static="controller.quorum.voters=1@127.0.0.1:$port"
+  dynamic="controller.quorum.bootstrap.servers=127.0.0.1:$port"
+  for case in "$dynamic|" "$static|--standalone" "$static|--initial-controllers 1@127.0.0.1:$port:$DIR1" \
+      "$static|--feature kraft.version=1" "$dynamic|--standalone --feature kraft.version=0" \
+      "$dynamic|--no-initial-controllers --feature kraft.version=0"; do
+    quorum=${case%%|*}; flags=${case#*|}
+    for tool in kafka ringraft; do
+      format_config "$RUN/refuse-$tool" 1 "$port" "$quorum" > "$RUN/refuse-$tool.properties"
+    done
+    local krc=0 rrc=0 kmsg rmsg
+    # shellcheck disable=SC2086 # flags are words
+    java -cp "$WORK/kafka-$FORMAT_V/*" kafka.tools.StorageTool format -t "$FORMAT_CLUSTER" \
+      -c "$RUN/refuse-kafka.properties" $flags > /dev/null 2> "$RUN/refuse-kafka.err" || krc=$?
+    # shellcheck disable=SC2086
+    "$RINGRAFT" storage format -t "$FORMAT_CLUSTER" -c "$RUN/refuse-ringraft.properties" $flags \
+      > /dev/null 2> "$RUN/refuse-ringraft.err" || rrc=$?
+    kmsg=$(grep -v '^SLF4J' "$RUN/refuse-kafka.err")
+    rmsg=$(sed 's/^ringraft: //' "$RUN/refuse-ringraft.err")
+    [ "$krc" = 1 ] && [ "$rrc" = 1 ] && [ "$kmsg" = "$rmsg" ] || {
+      echo "[$quorum] $flags: Kafka exit $krc: $kmsg"; echo "ringraft exit $rrc: $rmsg"; return 1; }
+    [ ! -e "$RUN/refuse-kafka" ] && [ ! -e "$RUN/refuse-ringraft" ] \
+      || { echo "[$quorum] $flags: a directory was written"; return 1; }
+    echo "both refuse [${quorum%%=*}] $flags: $rmsg"
+  done
+}
+
+# Kafka's DumpLogSegments decodes the snapshot of ringraft's --initial-controllers format as it
+# decodes Kafka's own from the same flags, and kafka-storage info reads the directory.
+kafka_reads_format_both() {
+  local port; port=$(cat "$RUN/fmt-ic.port")
+  dump_log "$FORMAT_V" "$(bootstrap_snapshot "$RUN/fmt-ic-kafka")" > "$RUN/fmt-ic-kafka.dump"
+  dump_log "$FORMAT_V" "$(bootstrap_snapshot "$RUN/fmt-ic-ringraft")" > "$RUN/fmt-ic-ringraft.dump"
+  python3 "$HERE/check_bootstrap_dump.py" "$RUN/fmt-ic-ringraft.dump" --kraft-version 1 \
+    --voters "1=$DIR1@127.0.0.1:$port,2=$DIR2@localhost:9094,3=$DIR3@0:0:0:0:0:0:0:1:9095" \
+    --same-as "$RUN/fmt-ic-kafka.dump"
+}
+
+# Every listed version reads a --standalone directory ringraft formatted: kafka-dump-log decodes
+# the snapshot field by field (this node as the voter, with meta.properties' directory.id) and
+# kafka-storage info shows the identity without problems.
+kafka_reads_ringraft_standalone() {
+  local v=$1 dir="$RUN/rs-$1" port own out want
+  port=$(free_port)
+  format_config "$dir" 1 "$port" "controller.quorum.bootstrap.servers=127.0.0.1:$port" > "$dir.properties"
+  "$RINGRAFT" storage format -t "$FORMAT_CLUSTER" -c "$dir.properties" --standalone > /dev/null || return 1
+  own=$(meta_value "$dir" directory.id)
+  dump_log "$v" "$(bootstrap_snapshot "$dir")" > "$dir.dump"
+  python3 "$HERE/check_bootstrap_dump.py" "$dir.dump" --kraft-version 1 --voters "1=$own@127.0.0.1:$port" \
+    || return 1
+  out=$(kafka_storage "$v" info -c "$dir.properties")
+  echo "$out"
+  want="Found metadata: {cluster.id=$FORMAT_CLUSTER, directory.id=$own, node.id=1, version=1}"
+  grep -qF "$want" <<<"$out" && ! grep -q "Found problem" <<<"$out" || { echo "expected: $want"; return 1; }
+}
+
+# A real Kafka controller started on ringraft's --standalone directory leads a dynamic quorum
+# whose only voter is this node with ringraft's directory id (kafka-metadata-quorum, checked field
+# by field).
+kafka_runs_on_ringraft_standalone() {
+  local v=$1 dir="$RUN/kr-$1" port pid ok=0
+  port=$(free_port)
+  format_config "$dir" 1 "$port" "controller.quorum.bootstrap.servers=127.0.0.1:$port" > "$dir.properties"
+  "$RINGRAFT" storage format -t "$FORMAT_CLUSTER" -c "$dir.properties" --standalone > /dev/null || return 1
+  java -Xmx512m -cp "$WORK/kafka-$v/*" kafka.Kafka "$dir.properties" > "$dir.out" 2>&1 &
+  pid=$!
+  for _ in $(seq 20); do
+    sleep 1
+    timeout 30 java -cp "$WORK/kafka-$v/*" org.apache.kafka.tools.MetadataQuorumCommand \
+      --bootstrap-controller "127.0.0.1:$port" describe --status > "$dir.status" 2>&1 \
+      && grep -qE '^LeaderId: +1$' "$dir.status" && { ok=1; break; }
+  done
+  kill -TERM "$pid"; wait "$pid" || true
+  [ "$ok" = 1 ] || { cat "$dir.status"; tail -20 "$dir.out"; return 1; }
+  grep -v '^SLF4J' "$dir.status"
+  python3 "$HERE/check_quorum.py" status "$dir.status" --cluster-id "$FORMAT_CLUSTER" \
+    --voters "1=$(meta_value "$dir" directory.id)@$port"
+}
+
+check "storage format: a Kafka 4.4+ version to compare with is among KAFKA_VERSIONS ($KAFKA_VERSIONS)" \
+  test -n "$FORMAT_V"
+if [ -n "$FORMAT_V" ]; then
+  FMT_PORT=$(free_port)
+  echo "$FMT_PORT" > "$RUN/fmt-ic.port"
+  BOOTSTRAP_LINE="controller.quorum.bootstrap.servers=127.0.0.1:$FMT_PORT"
+  check "format --standalone = kafka-storage $FORMAT_V's: files, snapshot bytes, meta.properties, output" \
+    format_both sa 1 "$FMT_PORT" "$BOOTSTRAP_LINE" --standalone
+  check "format --initial-controllers (listed; localhost, [::1]) = kafka-storage $FORMAT_V's" \
+    format_both ic 1 "$FMT_PORT" "$BOOTSTRAP_LINE" \
+    --initial-controllers "1@127.0.0.1:$FMT_PORT:$DIR1,2@localhost:9094:$DIR2,3@[::1]:9095:$DIR3"
+  check "format --initial-controllers (not listed; voters 5, 2 in HashMap order) = kafka-storage $FORMAT_V's" \
+    format_both icn 1 "$FMT_PORT" "$BOOTSTRAP_LINE" \
+    --initial-controllers "5@h5.example:9093:$DIR1,2@h2.example:9093:$DIR2"
+  check "format --no-initial-controllers (kraft.version 1, no voters) = kafka-storage $FORMAT_V's" \
+    format_both ni 1 "$FMT_PORT" "$BOOTSTRAP_LINE" --no-initial-controllers
+  check "format with controller.quorum.voters (kraft.version 0) = kafka-storage $FORMAT_V's" \
+    format_both st 1 "$FMT_PORT" "controller.quorum.voters=1@127.0.0.1:$FMT_PORT"
+  check "format -N with controller.quorum.voters (KAFKA-19719: kraft.version 0) = kafka-storage $FORMAT_V's" \
+    format_both stn 1 "$FMT_PORT" "controller.quorum.voters=1@127.0.0.1:$FMT_PORT" --no-initial-controllers
+  check "format refuses the combinations kafka-storage $FORMAT_V refuses, with its messages" format_refusals
+  check "kafka-dump-log $FORMAT_V reads ringraft's --initial-controllers snapshot as it reads Kafka's" \
+    kafka_reads_format_both
+  check "a Kafka $FORMAT_V controller leads a dynamic quorum from ringraft's --standalone directory" \
+    kafka_runs_on_ringraft_standalone "$FORMAT_V"
+fi
+for v in $KAFKA_VERSIONS; do
+  check "kafka-dump-log and kafka-storage info $v read ringraft's --standalone directory" \
+    kafka_reads_ringraft_standalone "$v"
 done
 
 # ---- kafka-metadata-quorum against a 3-voter ringraft quorum --------------------------------
