@@ -177,7 +177,7 @@ pub fn run(command: QuorumCommand) -> Result<(), CliError> {
                 if args.dry_run {
                     "DRY RUN of removing "
                 } else {
-                    "Removed "
+                    "Removed"
                 },
                 args.controller_id,
                 uuid_to_kafka_string(&directory_id)
