@@ -323,19 +323,33 @@ fn a_log_starting_past_zero_without_a_snapshot_is_refused() {
     assert!(!err.contains("panicked"), "{err}");
 }
 
-/// Until the voter-change and UpdateFeatures handlers exist, each of those requests gets a
-/// well-formed UNSUPPORTED_VERSION answer from the raft shard (never silence, never a close),
-/// and UpdateRaftVoter's answer names the epoch.
+/// The voter-change and UpdateFeatures requests on a static single-voter node: refused while
+/// kraft.version is 0 (as Kafka refuses them), the upgrade to kraft.version 1 accepted, and
+/// afterwards the voter-change rules: the last voter cannot be removed, a voter that does not
+/// answer cannot be added. Every answer is well formed; nothing is left unanswered or closed.
 #[test]
 fn voter_change_and_feature_requests_are_answered() {
     use ringraft::protocol::add_raft_voter::{AddRaftVoterRequest, AddRaftVoterResponse};
+    use ringraft::protocol::kraft::Listener;
     use ringraft::protocol::remove_raft_voter::{RemoveRaftVoterRequest, RemoveRaftVoterResponse};
-    use ringraft::protocol::update_features::{UpdateFeaturesRequest, UpdateFeaturesResponse};
+    use ringraft::protocol::update_features::{
+        FeatureUpdateKey, UpdateFeaturesRequest, UpdateFeaturesResponse,
+    };
     use ringraft::protocol::update_raft_voter as urv;
     use ringraft::protocol::{ApiKey, Writer};
-    let (_dir, mut node) = formatted_node("membership");
+    let (dir, mut node) = formatted_node("membership");
+    let meta = std::fs::read_to_string(dir.path().join("data/meta.properties")).unwrap();
+    let own_dir = ringraft::ids::parse_kafka_uuid(
+        meta.lines()
+            .find_map(|l| l.strip_prefix("directory.id="))
+            .unwrap(),
+    )
+    .unwrap();
     let mut stream = TcpStream::connect(("127.0.0.1", node.port)).unwrap();
-    let mut ask = |key: ApiKey, version: i16, body: &dyn Fn(&mut Writer)| -> Vec<u8> {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut ask = |key: ApiKey, version: i16, body: &dyn Fn(&mut Writer)| -> bytes::Bytes {
         let header = RequestHeader {
             api_key: key.0,
             api_version: version,
@@ -347,35 +361,106 @@ fn voter_change_and_feature_requests_are_answered() {
         let answer = read_frame(&mut stream).expect("answered, not closed");
         let mut r = Reader::new(&answer);
         assert_eq!(decode_response_header(&mut r, 1).unwrap(), i32::from(key.0));
-        answer[r.position()..].to_vec()
+        bytes::Bytes::from(answer[r.position()..].to_vec())
     };
-    let unsupported = ErrorCode::UNSUPPORTED_VERSION;
-    for version in 0..=1 {
-        let body = ask(ApiKey::ADD_RAFT_VOTER, version, &|w| {
-            AddRaftVoterRequest::default().encode(w, version)
+    let add = |voter_id: i32, directory: uuid::Uuid| AddRaftVoterRequest {
+        voter_id,
+        voter_directory_id: directory,
+        listeners: vec![Listener {
+            name: "CONTROLLER".into(),
+            host: "127.0.0.1".into(),
+            port: 1,
+        }],
+        ..AddRaftVoterRequest::default()
+    };
+    let add_error = |ask: &mut dyn FnMut(ApiKey, i16, &dyn Fn(&mut Writer)) -> bytes::Bytes,
+                     version: i16,
+                     request: &AddRaftVoterRequest| {
+        let b = ask(ApiKey::ADD_RAFT_VOTER, version, &|w| {
+            request.encode(w, version)
         });
-        let b = bytes::Bytes::from(body);
-        let resp = AddRaftVoterResponse::decode(&mut Reader::new(&b), version, &b).unwrap();
-        assert_eq!(resp.error_code, unsupported);
+        AddRaftVoterResponse::decode(&mut Reader::new(&b), version, &b)
+            .unwrap()
+            .error_code
+    };
+    let remove_error = |ask: &mut dyn FnMut(ApiKey, i16, &dyn Fn(&mut Writer)) -> bytes::Bytes,
+                        id: i32,
+                        directory: uuid::Uuid| {
+        let request = RemoveRaftVoterRequest {
+            voter_id: id,
+            voter_directory_id: directory,
+            ..RemoveRaftVoterRequest::default()
+        };
+        let b = ask(ApiKey::REMOVE_RAFT_VOTER, 0, &|w| request.encode(w, 0));
+        RemoveRaftVoterResponse::decode(&mut Reader::new(&b), 0, &b)
+            .unwrap()
+            .error_code
+    };
+    // Wait for the node to lead (its single-voter election).
+    std::thread::sleep(Duration::from_millis(500));
+    let stranger = uuid::Uuid::from_u128(0x1234_5678_9abc_def0_1234_5678_9abc_def0);
+    // kraft.version 0: a static quorum refuses voter changes, after the shape checks.
+    for version in 0..=1 {
+        let static_refusal = add_error(&mut ask, version, &add(7, stranger));
+        assert_eq!(static_refusal, ErrorCode::UNSUPPORTED_VERSION);
+        let no_directory = add_error(&mut ask, version, &add(7, uuid::Uuid::nil()));
+        assert_eq!(no_directory, ErrorCode::INVALID_REQUEST);
     }
-    let b = bytes::Bytes::from(ask(ApiKey::REMOVE_RAFT_VOTER, 0, &|w| {
-        RemoveRaftVoterRequest::default().encode(w, 0)
-    }));
-    let resp = RemoveRaftVoterResponse::decode(&mut Reader::new(&b), 0, &b).unwrap();
-    assert_eq!(resp.error_code, unsupported);
-    let b = bytes::Bytes::from(ask(ApiKey::UPDATE_RAFT_VOTER, 0, &|w| {
+    let mut wrong_cluster = add(7, stranger);
+    wrong_cluster.cluster_id = Some("another-cluster-id-AAAA".into());
+    assert_eq!(
+        add_error(&mut ask, 0, &wrong_cluster),
+        ErrorCode::INCONSISTENT_CLUSTER_ID
+    );
+    assert_eq!(
+        remove_error(&mut ask, 1, own_dir),
+        ErrorCode::UNSUPPORTED_VERSION
+    );
+    // UpdateRaftVoter from a stale epoch: fenced, and the answer names leader and epoch.
+    let b = ask(ApiKey::UPDATE_RAFT_VOTER, 0, &|w| {
         urv::UpdateRaftVoterRequest::default().encode(w, 0)
-    }));
+    });
     let resp = urv::UpdateRaftVoterResponse::decode(&mut Reader::new(&b), 0, &b).unwrap();
-    assert_eq!(resp.error_code, unsupported);
-    assert!(resp.current_leader.leader_epoch >= 0, "{resp:?}");
-    for version in 0..=2 {
-        let b = bytes::Bytes::from(ask(ApiKey::UPDATE_FEATURES, version, &|w| {
-            UpdateFeaturesRequest::default().encode(w, version)
-        }));
-        let resp = UpdateFeaturesResponse::decode(&mut Reader::new(&b), version, &b).unwrap();
-        assert_eq!(resp.error_code, unsupported);
+    assert_ne!(resp.error_code, ErrorCode::NONE);
+    assert_eq!(resp.current_leader.leader_id, 1, "{resp:?}");
+    assert!(resp.current_leader.leader_epoch >= 1, "{resp:?}");
+    // An unknown feature is refused; kraft.version 1 is accepted (every voter supports it).
+    for (feature, want) in [
+        ("group.version", ErrorCode::INVALID_UPDATE_VERSION),
+        ("kraft.version", ErrorCode::NONE),
+    ] {
+        let request = UpdateFeaturesRequest {
+            feature_updates: vec![FeatureUpdateKey {
+                feature: feature.into(),
+                max_version_level: 1,
+                ..FeatureUpdateKey::default()
+            }],
+            ..UpdateFeaturesRequest::default()
+        };
+        let b = ask(ApiKey::UPDATE_FEATURES, 1, &|w| request.encode(w, 1));
+        let resp = UpdateFeaturesResponse::decode(&mut Reader::new(&b), 1, &b).unwrap();
+        assert_eq!(resp.error_code, ErrorCode::NONE, "{resp:?}");
+        assert_eq!(resp.results.len(), 1, "{resp:?}");
+        assert_eq!(resp.results[0].error_code, want, "{feature}: {resp:?}");
     }
+    std::thread::sleep(Duration::from_millis(200));
+    // kraft.version 1: the last voter cannot go; a voter that never answers is not added.
+    assert_eq!(
+        remove_error(&mut ask, 1, own_dir),
+        ErrorCode::VOTER_NOT_FOUND
+    );
+    assert_eq!(
+        remove_error(&mut ask, 1, stranger),
+        ErrorCode::VOTER_NOT_FOUND
+    );
+    assert_eq!(
+        add_error(&mut ask, 1, &add(1, stranger)),
+        ErrorCode::DUPLICATE_VOTER
+    );
+    assert_eq!(
+        add_error(&mut ask, 1, &add(7, stranger)),
+        ErrorCode::REQUEST_TIMED_OUT
+    );
     node.signal(SIGTERM);
     assert_eq!(node.wait_exit(Duration::from_secs(10)), Some(0));
 }

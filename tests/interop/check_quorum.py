@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Checks `kafka-metadata-quorum describe` output against what the ringraft quorum must show.
 
-    check_quorum.py status OUT --cluster-id ID --voters 1=DIR@PORT,2=DIR@PORT,...
-    check_quorum.py replication OUT --voters ...
+    check_quorum.py status OUT --cluster-id ID --voters 1=DIR@PORT,2=DIR@PORT,... [--observers 3=DIR,...]
+    check_quorum.py replication OUT --voters ... [--observers ...]
 
 Field by field (spec/tools.md §2.2): the cluster id, a leader among the voters, epoch and high
-watermark, every voter with its directory id and CONTROLLER endpoint, no observers; for
---replication the leader row first, every voter once, sane lags and real timestamps.
+watermark, every voter with its directory id and CONTROLLER endpoint, exactly the observers
+given (none by default); for --replication the leader row first, then every other voter, then
+the observers, sane lags and real timestamps.
 Exits 1 with the reason on the first mismatch.
 """
 import argparse
@@ -24,6 +25,14 @@ def voters_arg(text):
         node, rest = item.split("=", 1)
         directory, port = rest.rsplit("@", 1)
         out[int(node)] = (directory, int(port))
+    return out
+
+
+def observers_arg(text):
+    out = {}
+    for item in filter(None, text.split(",")):
+        node, directory = item.split("=", 1)
+        out[int(node)] = directory
     return out
 
 
@@ -58,13 +67,14 @@ def status(lines, args, voters):
             fail(f"voter {v['id']} directoryId {v.get('directoryId')} != {directory}")
         if v.get("endpoints") != [f"CONTROLLER://127.0.0.1:{port}"]:
             fail(f"voter {v['id']} endpoints {v.get('endpoints')}")
-    if json.loads(fields["CurrentObservers"]) != []:
-        fail(f"CurrentObservers {fields['CurrentObservers']}")
+    observers = {o["id"]: o.get("directoryId") for o in json.loads(fields["CurrentObservers"])}
+    if observers != args.observers:
+        fail(f"CurrentObservers {fields['CurrentObservers']}, expected {args.observers}")
     print(f"status: leader {leader}, epoch {fields['LeaderEpoch']}, "
           f"high watermark {fields['HighWatermark']}, {len(current)} voters")
 
 
-def replication(lines, voters):
+def replication(lines, voters, observers):
     rows = [line.split() for line in lines if line.strip()]
     header = rows[0]
     want = ["NodeId", "DirectoryId", "LogEndOffset", "Lag", "LastFetchTimestamp",
@@ -72,17 +82,22 @@ def replication(lines, voters):
     if header != want:
         fail(f"header {header}")
     body = [dict(zip(header, r)) for r in rows[1:]]
-    if len(body) != len(voters):
-        fail(f"{len(body)} rows for {len(voters)} voters: {body}")
-    if body[0]["Status"] != "Leader" or any(r["Status"] != "Follower" for r in body[1:]):
-        fail(f"statuses {[r['Status'] for r in body]}")
-    if sorted(int(r["NodeId"]) for r in body) != sorted(voters):
-        fail(f"node ids {[r['NodeId'] for r in body]}")
+    if len(body) != len(voters) + len(observers):
+        fail(f"{len(body)} rows for {len(voters)} voters and {len(observers)} observers: {body}")
+    statuses = [r["Status"] for r in body]
+    want = ["Leader"] + ["Follower"] * (len(voters) - 1) + ["Observer"] * len(observers)
+    if statuses != want:
+        fail(f"statuses {statuses}, expected {want}")
+    if sorted(int(r["NodeId"]) for r in body[:len(voters)]) != sorted(voters):
+        fail(f"voter ids {[r['NodeId'] for r in body]}")
+    if sorted(int(r["NodeId"]) for r in body[len(voters):]) != sorted(observers):
+        fail(f"observer ids {[r['NodeId'] for r in body]}")
     leader_end = int(body[0]["LogEndOffset"])
-    for r in body:
+    for i, r in enumerate(body):
         node = int(r["NodeId"])
-        if r["DirectoryId"] != voters[node][0]:
-            fail(f"node {node} DirectoryId {r['DirectoryId']} != {voters[node][0]}")
+        directory = voters[node][0] if i < len(voters) else observers[node]
+        if r["DirectoryId"] != directory:
+            fail(f"node {node} DirectoryId {r['DirectoryId']} != {directory}")
         end, lag = int(r["LogEndOffset"]), int(r["Lag"])
         if end < 1 or lag != leader_end - end or lag < 0:
             fail(f"node {node}: LogEndOffset {end}, Lag {lag}, leader at {leader_end}")
@@ -98,12 +113,13 @@ def main():
     p.add_argument("output")
     p.add_argument("--cluster-id")
     p.add_argument("--voters", required=True, type=voters_arg)
+    p.add_argument("--observers", default={}, type=observers_arg)
     args = p.parse_args()
     lines = [line.rstrip("\n") for line in open(args.output) if not line.startswith("SLF4J")]
     if args.mode == "status":
         status(lines, args, args.voters)
     else:
-        replication(lines, args.voters)
+        replication(lines, args.voters, args.observers)
 
 
 if __name__ == "__main__":

@@ -532,6 +532,148 @@ for v in $KAFKA_VERSIONS; do
   check "kafka-features $v describe shows kraft.version" kafka_features "$v"
 done
 
+# kafka-features upgrades a static quorum to kraft.version 1 (membership.md §10): the voters
+# have told the leader their directory ids with UpdateRaftVoter, and the leader writes
+# KRaftVersion(1) + Voters. Afterwards the quorum is dynamic and describe shows the same voters.
+LAST_V=${KAFKA_VERSIONS##* }
+FIRST_V=${KAFKA_VERSIONS%% *}
+kraft_upgrade() { # kraft_upgrade VERSION
+  local v=$1 out="$RUN/upgrade-$1.out"
+  timeout 60 java -cp "$WORK/kafka-$v/*" org.apache.kafka.tools.FeatureCommand \
+    --bootstrap-controller "127.0.0.1:${QPORTS[0]}" upgrade --feature kraft.version=1 > "$out" 2>&1 \
+    || { cat "$out"; return 1; }
+  grep -v '^SLF4J' "$out"
+  grep -qx "kraft.version was upgraded to 1." "$out" || { echo "no upgrade line"; return 1; }
+  timeout 60 java -cp "$WORK/kafka-$v/*" org.apache.kafka.tools.FeatureCommand \
+    --bootstrap-controller "127.0.0.1:${QPORTS[1]}" describe > "$out.describe" 2>&1 || return 1
+  grep -v '^SLF4J' "$out.describe" | tr -s ' \t' ' ' | grep -q \
+    "^Feature: kraft.version SupportedMinVersion: 0 SupportedMaxVersion: 1 FinalizedVersionLevel: 1 " \
+    || { cat "$out.describe"; echo "kraft.version is not finalized at 1"; return 1; }
+}
+check "kafka-features $LAST_V upgrade --feature kraft.version=1 on a static ringraft quorum" \
+  kraft_upgrade "$LAST_V"
+check "kafka-metadata-quorum $LAST_V describe --status after the kraft.version upgrade" \
+  metadata_quorum "$LAST_V" status
+
+# ---- KIP-853: Kafka's tools add and remove controllers of a live ringraft quorum -------------
+# Node 1 is formatted --standalone, nodes 2 and 3 --no-initial-controllers and found as
+# observers through controller.quorum.bootstrap.servers; Kafka's kafka-metadata-quorum adds
+# them, removes the current leader and adds it back. Every step is checked field by field.
+DYN_ID=$("$RINGRAFT" storage random-uuid)
+DPORTS=("$(free_port)" "$(free_port)" "$(free_port)")
+DBOOT="127.0.0.1:${DPORTS[0]},127.0.0.1:${DPORTS[1]},127.0.0.1:${DPORTS[2]}"
+DDIR=()
+for i in 1 2 3; do
+  dir="$RUN/d$i"; mkdir -p "$dir"
+  format_config "$dir/data" "$i" "${DPORTS[$((i - 1))]}" \
+    "controller.quorum.bootstrap.servers=$DBOOT" > "$dir/server.properties"
+  if [ "$i" = 1 ]; then mode=--standalone; else mode=--no-initial-controllers; fi
+  "$RINGRAFT" storage format -t "$DYN_ID" -c "$dir/server.properties" "$mode" >/dev/null
+  DDIR[$i]=$(meta_value "$dir/data" directory.id)
+  RUST_LOG=info "$RINGRAFT" start -c "$dir/server.properties" > "$dir/node.log" 2>&1 &
+  PIDS+=("$!")
+done
+dvoters() { local out="" i; for i in "$@"; do out="$out${out:+,}$i=${DDIR[$i]}@${DPORTS[$((i - 1))]}"; done; echo "$out"; }
+dobservers() { local out="" i; for i in "$@"; do out="$out${out:+,}$i=${DDIR[$i]}"; done; echo "$out"; }
+mq() { # mq VERSION ARGS...: kafka-metadata-quorum against the dynamic quorum
+  local v=$1; shift
+  timeout 90 java -cp "$WORK/kafka-$v/*" org.apache.kafka.tools.MetadataQuorumCommand \
+    --bootstrap-controller "$DBOOT" "$@" 2>&1 | grep -v '^SLF4J'
+  return "${PIPESTATUS[0]}"
+}
+dyn_describe() { # dyn_describe VERSION MODE "VOTER IDS" "OBSERVER IDS": retried while it settles
+  local v=$1 mode=$2 out="$RUN/dyn-$1-$2.out"
+  for _ in $(seq 20); do
+    if mq "$v" describe "--$mode" > "$out" && python3 "$HERE/check_quorum.py" "$mode" "$out" \
+      --cluster-id "$DYN_ID" --voters "$(dvoters $3)" --observers "$(dobservers $4)" > "$out.check" 2>&1
+    then cat "$out" "$out.check"; return 0; fi
+    sleep 0.5
+  done
+  cat "$out" "$out.check"; return 1
+}
+dyn_add() { # dyn_add VERSION ID: add-controller from node ID's own config
+  local v=$1 id=$2 out want
+  out=$(mq "$v" --command-config "$RUN/d$id/server.properties" add-controller) || { echo "$out"; return 1; }
+  echo "$out"
+  want="Added controller $id with directory id ${DDIR[$id]} and endpoints: CONTROLLER://127.0.0.1:${DPORTS[$((id - 1))]}"
+  [ "$out" = "$want" ] || { echo "expected: $want"; return 1; }
+}
+dyn_leader() { "$RINGRAFT" quorum describe --status --bootstrap-controller "$DBOOT" | sed -n 's/^LeaderId: *//p'; }
+dyn_remove_leader() { # dyn_remove_leader VERSION: removes the current leader; records its id
+  local v=$1 leader out
+  leader=$(dyn_leader)
+  [ -n "$leader" ] || { echo "no leader"; return 1; }
+  echo "$leader" > "$RUN/dyn-removed"
+  out=$(mq "$v" remove-controller --controller-id "$leader" --controller-directory-id "${DDIR[$leader]}") \
+    || { echo "$out"; return 1; }
+  echo "$out"
+  # Kafka 4.1 prints two spaces after "Removed", 4.4 one.
+  [ "$(tr -s ' ' <<<"$out")" = "Removed KRaft controller $leader with directory id ${DDIR[$leader]}" ] \
+    || { echo "unexpected output"; return 1; }
+}
+dyn_ready() {
+  for _ in $(seq 100); do
+    grep -q 'state="Leader"' "$RUN/d1/node.log" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  tail -5 "$RUN"/d*/node.log; return 1
+}
+check "dynamic quorum: the --standalone node leads" dyn_ready
+check "kafka-metadata-quorum $LAST_V describe --status: voter 1, observers 2 and 3 (bootstrap servers)" \
+  dyn_describe "$LAST_V" status "1" "2 3"
+check "kafka-metadata-quorum $FIRST_V add-controller 2" dyn_add "$FIRST_V" 2
+check "describe --status after adding 2: voters 1 2, observer 3" dyn_describe "$LAST_V" status "1 2" "3"
+check "kafka-metadata-quorum $LAST_V add-controller 3" dyn_add "$LAST_V" 3
+check "kafka-metadata-quorum $FIRST_V describe --status: voters 1 2 3" dyn_describe "$FIRST_V" status "1 2 3" ""
+check "kafka-metadata-quorum $LAST_V describe --replication: voters 1 2 3" \
+  dyn_describe "$LAST_V" replication "1 2 3" ""
+check "kafka-metadata-quorum $LAST_V remove-controller of the current leader" dyn_remove_leader "$LAST_V"
+REMOVED=$(cat "$RUN/dyn-removed" 2>/dev/null || echo 0)
+REST=$(for i in 1 2 3; do [ "$i" != "$REMOVED" ] && printf '%s ' "$i"; done)
+check "describe --status after removing the leader $REMOVED: voters $REST, it observes" \
+  dyn_describe "$LAST_V" status "$REST" "$REMOVED"
+check "kafka-metadata-quorum $FIRST_V add-controller $REMOVED back" dyn_add "$FIRST_V" "$REMOVED"
+check "kafka-metadata-quorum $LAST_V describe --replication: voters 1 2 3 again" \
+  dyn_describe "$LAST_V" replication "1 2 3" ""
+dyn_features() { # kraft.version is finalized at 1 on a dynamic quorum
+  local v=$1 out="$RUN/dyn-features-$1.out"
+  timeout 60 java -cp "$WORK/kafka-$v/*" org.apache.kafka.tools.FeatureCommand \
+    --bootstrap-controller "127.0.0.1:${DPORTS[1]}" describe > "$out" 2>&1 || { cat "$out"; return 1; }
+  grep -v '^SLF4J' "$out"
+  grep -v '^SLF4J' "$out" | tr -s ' \t' ' ' | grep -q \
+    "^Feature: kraft.version SupportedMinVersion: 0 SupportedMaxVersion: 1 FinalizedVersionLevel: 1 "
+}
+for v in $KAFKA_VERSIONS; do
+  check "kafka-features $v describe on the dynamic quorum: kraft.version finalized 1" dyn_features "$v"
+done
+
+# A directory Kafka's kafka-storage format --standalone wrote starts a ringraft node, which
+# leads with Kafka's voter record (its directory id) as the voter set.
+ringraft_on_kafka_standalone() { # ringraft_on_kafka_standalone VERSION
+  local v=$1 dir="$RUN/kfs-$1" port pid ok=0
+  port=$(free_port)
+  format_config "$dir" 1 "$port" "controller.quorum.bootstrap.servers=127.0.0.1:$port" > "$dir.properties"
+  kafka_storage "$v" format -t "$FORMAT_CLUSTER" -c "$dir.properties" --standalone > "$dir.format" \
+    || { cat "$dir.format"; return 1; }
+  RUST_LOG=info "$RINGRAFT" start -c "$dir.properties" > "$dir.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 40); do
+    sleep 0.25
+    timeout 30 java -cp "$WORK/kafka-$v/*" org.apache.kafka.tools.MetadataQuorumCommand \
+      --bootstrap-controller "127.0.0.1:$port" describe --status > "$dir.status" 2>&1 \
+      && grep -qE '^LeaderId: +1$' "$dir.status" && { ok=1; break; }
+  done
+  kill -TERM "$pid"; wait "$pid" || { echo "ringraft exited non-zero"; tail -20 "$dir.log"; return 1; }
+  [ "$ok" = 1 ] || { cat "$dir.status"; tail -20 "$dir.log"; return 1; }
+  grep -v '^SLF4J' "$dir.status"
+  python3 "$HERE/check_quorum.py" status "$dir.status" --cluster-id "$FORMAT_CLUSTER" \
+    --voters "1=$(meta_value "$dir" directory.id)@$port"
+}
+for v in $KAFKA_VERSIONS; do
+  check "ringraft starts on a directory kafka-storage $v format --standalone wrote" \
+    ringraft_on_kafka_standalone "$v"
+done
+
 # ---- the node stops cleanly ------------------------------------------------------------------
 kill -TERM "$NODE_PID"
 NODE_RC=0
