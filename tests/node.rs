@@ -373,9 +373,8 @@ fn voter_change_and_feature_requests_are_answered() {
         }],
         ..AddRaftVoterRequest::default()
     };
-    let add_error = |ask: &mut dyn FnMut(ApiKey, i16, &dyn Fn(&mut Writer)) -> bytes::Bytes,
-                     version: i16,
-                     request: &AddRaftVoterRequest| {
+    type Ask<'a> = dyn FnMut(ApiKey, i16, &dyn Fn(&mut Writer)) -> bytes::Bytes + 'a;
+    let add_error = |ask: &mut Ask, version: i16, request: &AddRaftVoterRequest| {
         let b = ask(ApiKey::ADD_RAFT_VOTER, version, &|w| {
             request.encode(w, version)
         });
@@ -383,9 +382,7 @@ fn voter_change_and_feature_requests_are_answered() {
             .unwrap()
             .error_code
     };
-    let remove_error = |ask: &mut dyn FnMut(ApiKey, i16, &dyn Fn(&mut Writer)) -> bytes::Bytes,
-                        id: i32,
-                        directory: uuid::Uuid| {
+    let remove_error = |ask: &mut Ask, id: i32, directory: uuid::Uuid| {
         let request = RemoveRaftVoterRequest {
             voter_id: id,
             voter_directory_id: directory,
