@@ -763,3 +763,233 @@ impl Raft {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::core::{Input, LogOp, RaftConfig};
+    use super::super::log_view::LogInfo;
+    use super::super::message::Outbound;
+    use super::*;
+    use crate::membership::history::voters_record;
+    use crate::membership::{MembershipRecord, VoterHistory, VoterSet};
+    use crate::records::batch::Batch;
+    use crate::records::control::decode_control_batch;
+    use uuid::Uuid;
+
+    fn key(id: i32) -> ReplicaKey {
+        ReplicaKey::new(id, Some(Uuid::from_u128(0xd1 + id as u128)))
+    }
+
+    fn endpoint(id: i32) -> Vec<Endpoint> {
+        vec![Endpoint {
+            name: "CONTROLLER".into(),
+            host: "127.0.0.1".into(),
+            port: 9000 + id as u16,
+        }]
+    }
+
+    /// Node 1 formatted `--standalone`: the bootstrap checkpoint names it the only voter.
+    fn standalone() -> Raft {
+        let set = VoterSet::new(vec![Voter::new(key(1), endpoint(1))]).unwrap();
+        let records = [
+            MembershipRecord {
+                offset: -1,
+                record: ControlRecord::KRaftVersion { kraft_version: 1 },
+            },
+            MembershipRecord {
+                offset: -1,
+                record: ControlRecord::Voters(voters_record(&set)),
+            },
+        ];
+        let history = VoterHistory::from_records(VoterSet::new(vec![]).unwrap(), &records).unwrap();
+        let mut config = RaftConfig::new(key(1), "c".into(), 7);
+        config.listener_name = Some("CONTROLLER".into());
+        config.local_endpoints = endpoint(1);
+        Raft::new(config, history, None, &LogInfo::default(), 0)
+    }
+
+    /// Runs every pending `Ready` as a runtime would (all durable at once); returns what was
+    /// sent and appended.
+    fn drain(raft: &mut Raft) -> (Vec<Outbound>, Vec<bytes::Bytes>) {
+        let (mut sent, mut appended) = (Vec::new(), Vec::new());
+        while let Some(ready) = raft.ready() {
+            for op in &ready.log_ops {
+                if let LogOp::Append(b) = op {
+                    appended.push(b.clone());
+                }
+            }
+            sent.extend(ready.early_messages.clone());
+            sent.extend(ready.messages.clone());
+            raft.persisted(ready.id);
+        }
+        (sent, appended)
+    }
+
+    fn request(raft: &mut Raft, now: u64, token: Token, request: Request) -> Vec<Outbound> {
+        raft.step(now, Input::Request { token, request }).unwrap();
+        drain(raft).0
+    }
+
+    fn fetch(raft: &mut Raft, now: u64, token: Token, from: ReplicaKey) -> Vec<Outbound> {
+        let r = Request::Fetch(FetchRequest {
+            cluster_id: Some("c".into()),
+            replica: from,
+            max_wait_ms: 0,
+            fetch_offset: raft.log_end_offset(),
+            last_fetched_epoch: raft.epoch(),
+            current_leader_epoch: raft.epoch(),
+            max_bytes: 1 << 20,
+        });
+        request(raft, now, token, r)
+    }
+
+    fn add(id: i32) -> Request {
+        Request::AddVoter(AddVoterRequest {
+            cluster_id: None,
+            timeout_ms: 30_000,
+            voter: key(id),
+            listeners: endpoint(id),
+            ack_when_committed: true,
+        })
+    }
+
+    /// The answer to `token` among `sent`, if any.
+    fn answer(sent: &[Outbound], token: Token) -> Option<&Response> {
+        sent.iter().find_map(|m| match m {
+            Outbound::Response { token: t, response } if *t == token => Some(response),
+            _ => None,
+        })
+    }
+
+    fn change_error(sent: &[Outbound], token: Token) -> Option<ErrorCode> {
+        match answer(sent, token)? {
+            Response::AddVoter(r) | Response::RemoveVoter(r) => Some(r.error),
+            other => panic!("unexpected answer {other:?}"),
+        }
+    }
+
+    /// The probe the leader sent, answered by the "runtime" with the peer's kraft.version range.
+    fn answer_probe(raft: &mut Raft, now: u64, sent: &[Outbound], to: i32) -> Vec<Outbound> {
+        let id = sent
+            .iter()
+            .find_map(|m| match m {
+                Outbound::Request {
+                    id,
+                    to: t,
+                    request: Request::ApiVersions,
+                } if *t == to => Some(*id),
+                _ => None,
+            })
+            .expect("an ApiVersions probe of the new voter");
+        let response = Response::ApiVersions(ApiVersionsProbe {
+            error: ErrorCode::NONE,
+            kraft_version: Some((0, 1)),
+        });
+        raft.step(now, Input::Response { id, response }).unwrap();
+        drain(raft).0
+    }
+
+    #[test]
+    fn the_first_leader_copies_the_bootstrap_voters_into_its_epoch_start_batch() {
+        let mut raft = standalone();
+        let (_, appended) = drain(&mut raft);
+        assert!(raft.is_leader());
+        let (batch, _) = Batch::parse(&appended[0]).unwrap();
+        let records = decode_control_batch(&batch).unwrap();
+        assert!(matches!(records[0], ControlRecord::LeaderChange(_)));
+        assert_eq!(records[1], ControlRecord::KRaftVersion { kraft_version: 1 });
+        assert!(matches!(&records[2], ControlRecord::Voters(v) if v.voters.len() == 1));
+        assert!(raft.membership().has_log_entry());
+        assert_eq!(raft.high_watermark(), Some(3));
+    }
+
+    #[test]
+    fn add_voter_probes_requires_caught_up_commits_and_refuses_a_second_change() {
+        let mut raft = standalone();
+        drain(&mut raft);
+        // Not fetching yet: probed, then refused as lagging.
+        let sent = request(&mut raft, 10, 1, add(2));
+        let sent = answer_probe(&mut raft, 11, &sent, 2);
+        assert_eq!(change_error(&sent, 1), Some(ErrorCode::REQUEST_TIMED_OUT));
+        assert_eq!(raft.voters().len(), 1);
+        // A voter id that is already a voter.
+        let sent = request(&mut raft, 12, 2, add(1));
+        assert_eq!(change_error(&sent, 2), Some(ErrorCode::DUPLICATE_VOTER));
+        // Node 2 fetches as an observer with its directory id, at the leader's end.
+        fetch(&mut raft, 20, 3, key(2));
+        let sent = request(&mut raft, 21, 4, add(2));
+        let sent = answer_probe(&mut raft, 22, &sent, 2);
+        assert_eq!(change_error(&sent, 4), None, "answered before the commit");
+        assert_eq!(
+            raft.voters().len(),
+            2,
+            "the new set is in force once appended"
+        );
+        // One change at a time.
+        let sent = request(&mut raft, 23, 5, add(3));
+        assert_eq!(change_error(&sent, 5), Some(ErrorCode::REQUEST_TIMED_OUT));
+        // Node 2's fetch past the VotersRecord commits it (majority of the new set: 1 and 2).
+        let sent = fetch(&mut raft, 30, 6, key(2));
+        assert_eq!(change_error(&sent, 4), Some(ErrorCode::NONE));
+        assert!(raft.high_watermark().unwrap() >= raft.log_end_offset());
+    }
+
+    #[test]
+    fn a_leader_that_removes_itself_resigns_once_the_removal_commits() {
+        let mut raft = standalone();
+        drain(&mut raft);
+        fetch(&mut raft, 10, 1, key(2));
+        let sent = request(&mut raft, 11, 2, add(2));
+        answer_probe(&mut raft, 12, &sent, 2);
+        fetch(&mut raft, 13, 3, key(2));
+        let remove = Request::RemoveVoter(RemoveVoterRequest {
+            cluster_id: None,
+            voter: key(1),
+        });
+        let sent = request(&mut raft, 20, 4, remove);
+        assert_eq!(change_error(&sent, 4), None);
+        assert!(raft.is_leader(), "it leads until the removal commits");
+        let hwm = raft.high_watermark().unwrap();
+        // Only node 2 counts now; its fetch commits the removal.
+        let sent = fetch(&mut raft, 21, 5, key(2));
+        assert_eq!(change_error(&sent, 4), Some(ErrorCode::NONE));
+        assert!(raft.high_watermark().unwrap() > hwm);
+        assert!(!raft.is_leader());
+        assert_eq!(raft.state_name(), "Resigned");
+        // Removing an unknown key, or the last voter, is VOTER_NOT_FOUND (checked on a
+        // fresh standalone leader).
+        let mut lone = standalone();
+        drain(&mut lone);
+        let last = Request::RemoveVoter(RemoveVoterRequest {
+            cluster_id: None,
+            voter: key(1),
+        });
+        let sent = request(&mut lone, 5, 9, last);
+        assert_eq!(change_error(&sent, 9), Some(ErrorCode::VOTER_NOT_FOUND));
+    }
+
+    #[test]
+    fn a_follower_reverts_a_truncated_voter_set() {
+        let mut raft = standalone();
+        drain(&mut raft);
+        let before = raft.voters().clone();
+        let bigger = before.with_voter(Voter::new(key(2), endpoint(2))).unwrap();
+        let mut history = raft.membership().clone();
+        history
+            .apply(10, &ControlRecord::Voters(voters_record(&bigger)), true)
+            .unwrap();
+        assert_eq!(history.latest().len(), 2);
+        history.truncate_from(10);
+        assert_eq!(history.latest(), &before);
+        // And records in fetched batches apply on append.
+        let batch = crate::records::control::control_batch(
+            0,
+            1,
+            0,
+            &[ControlRecord::Voters(voters_record(&bigger))],
+        );
+        let applied = history.apply_batches(&batch).unwrap();
+        assert_eq!(applied, 1);
+        assert_eq!(history.latest().len(), 2);
+    }
+}
