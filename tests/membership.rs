@@ -37,6 +37,11 @@ struct Status {
 
 impl Cluster {
     fn new() -> Cluster {
+        Cluster::with_extra("")
+    }
+
+    /// A cluster whose configs all carry `extra` lines.
+    fn with_extra(extra: &str) -> Cluster {
         let dir = TempDir::new("membership");
         let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
         let out = run(&["storage", "random-uuid"], dir.path());
@@ -55,7 +60,7 @@ impl Cluster {
                  controller.quorum.bootstrap.servers={bootstrap}\n\
                  controller.quorum.election.timeout.ms={ELECTION_TIMEOUT_MS}\n\
                  controller.quorum.fetch.timeout.ms={ELECTION_TIMEOUT_MS}\n\
-                 metadata.log.dir={}\n",
+                 metadata.log.dir={}\n{extra}",
                 i + 1,
                 node_dir.join("data").display()
             );
@@ -424,5 +429,45 @@ fn standalone_grow_kill_remove_and_readd_without_losing_acknowledged_records() {
             "acknowledged offset {last_offset} is on {holders} voters (last hwm {})",
             last.high_watermark
         );
+    }
+}
+
+/// `controller.quorum.auto.join.enable` (membership.md §8): observers add themselves, and a
+/// node whose directory was wiped removes its old incarnation and adds the new one, no CLI.
+#[test]
+fn auto_join_adds_observers_and_replaces_a_wiped_incarnation() {
+    let mut c = Cluster::with_extra("controller.quorum.auto.join.enable=true\n");
+    c.format(1, "--standalone");
+    c.format(2, "--no-initial-controllers");
+    c.format(3, "--no-initial-controllers");
+    for id in 1..=3 {
+        c.start(id);
+    }
+    let (d1, d2, d3) = (c.directory_id(1), c.directory_id(2), c.directory_id(3));
+    let s = c.wait_status(Duration::from_secs(30), "both observers joined", |s| {
+        s.voters.len() == 3
+    });
+    assert_eq!(
+        s.voters,
+        vec![(1, d1.clone()), (2, d2.clone()), (3, d3.clone())]
+    );
+    assert!(s.observers.is_empty(), "{s:?}");
+
+    // Node 3 loses its disk and comes back as a new replica under the same id.
+    c.nodes[2].take().unwrap().kill_now();
+    std::fs::remove_dir_all(c.node_dir(3).join("data")).unwrap();
+    c.format(3, "--no-initial-controllers");
+    let fresh = c.directory_id(3);
+    c.start(3);
+    let s = c.wait_status(
+        Duration::from_secs(30),
+        "node 3 re-joined with its new directory",
+        |s| s.voters.contains(&(3, fresh.clone())),
+    );
+    assert_eq!(s.voters, vec![(1, d1), (2, d2), (3, fresh)]);
+    assert!(!s.voters.contains(&(3, d3)));
+    for node in c.nodes.iter_mut().flatten() {
+        node.signal(SIGTERM);
+        assert_eq!(node.wait_exit(Duration::from_secs(10)), Some(0));
     }
 }
