@@ -518,14 +518,16 @@ for v in $KAFKA_VERSIONS; do
   check "kafka-metadata-quorum $v describe --replication, field by field" metadata_quorum "$v" replication
 done
 
-# kafka-features describe reads kraft.version from ApiVersions (a static quorum: finalized 0).
+# kafka-features describe reads kraft.version from ApiVersions (a static quorum: finalized 0,
+# at the epoch of the last committed offset).
 kafka_features() { # kafka_features VERSION
   local v=$1 out="$RUN/features-$1.out"
   timeout 60 java -cp "$WORK/kafka-$v/*" org.apache.kafka.tools.FeatureCommand \
     --bootstrap-controller "127.0.0.1:${QPORTS[0]}" describe > "$out" 2>&1 || { cat "$out"; return 1; }
   grep -v '^SLF4J' "$out"
-  grep -v '^SLF4J' "$out" | tr -s ' \t' ' ' | grep -qx \
-    "Feature: kraft.version SupportedMinVersion: 0 SupportedMaxVersion: 1 FinalizedVersionLevel: 0 Epoch: -" \
+  # The epoch is the offset of the last committed record, as a Kafka controller reports it.
+  grep -v '^SLF4J' "$out" | tr -s ' \t' ' ' | grep -qxE \
+    "Feature: kraft.version SupportedMinVersion: 0 SupportedMaxVersion: 1 FinalizedVersionLevel: 0 Epoch: [0-9]+" \
     || { echo "no kraft.version 0..1, finalized 0"; return 1; }
 }
 for v in $KAFKA_VERSIONS; do
