@@ -297,8 +297,10 @@ pub(super) struct InFlight {
 pub struct Raft {
     pub(super) config: RaftConfig,
     pub(super) membership: VoterHistory,
-    /// A leader not in our voter set, and where it listens (from a response's NodeEndpoints).
-    pub(super) learned_leader: Option<(i32, Vec<Endpoint>)>,
+    /// The last leader a message named with its endpoints (BeginQuorumEpoch's LeaderEndpoints,
+    /// a response's NodeEndpoints): (leader, epoch, endpoints). In its epoch it is where the
+    /// leader listens, even if the voter set still has an older listener (raft.md §6.3 step 3).
+    pub(super) learned_leader: Option<(i32, i32, Vec<Endpoint>)>,
     /// Next bootstrap server an observer without a leader asks.
     pub(super) next_bootstrap: usize,
     /// When a follower next considers UpdateRaftVoter or auto-join (membership.md §6, §8).
