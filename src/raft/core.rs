@@ -982,6 +982,8 @@ impl Raft {
         if epoch > self.epoch {
             if leader >= 0 && leader != local && self.can_follow(leader) {
                 self.become_follower(epoch, leader);
+            } else if leader == local && self.config.local.directory_id.is_some() {
+                self.resign_as_earlier_replica(epoch);
             } else if leader == local {
                 return Err(FatalError(format!(
                     "a peer names this node leader of epoch {epoch}, above ours {}",
@@ -1007,6 +1009,10 @@ impl Raft {
             Some(known) => Err(FatalError(format!(
                 "epoch {epoch} has two leaders: {known} and {leader}"
             ))),
+            None if leader == local && self.config.local.directory_id.is_some() => {
+                self.resign_as_earlier_replica(epoch);
+                Ok(())
+            }
             None if leader == local => Err(FatalError(format!(
                 "a peer names this node leader of epoch {epoch}, but it is {}",
                 self.state_name()
@@ -1017,6 +1023,25 @@ impl Raft {
             }
             None => Ok(()),
         }
+    }
+
+    /// A peer names this node leader of `epoch`, which it never led: a replica with our node id
+    /// and an earlier directory (one since re-formatted, membership.md §1) did, and peers do
+    /// not know it is gone. Without a directory id this cannot be told from a lost
+    /// quorum-state, which stays fatal. As a restarted leader would be, this replica is
+    /// Resigned in that epoch — never leading or voting in it — and says so durably.
+    fn resign_as_earlier_replica(&mut self, epoch: i32) {
+        tracing::warn!(
+            epoch,
+            "named leader of an epoch an earlier replica of this node led"
+        );
+        self.epoch = epoch;
+        self.become_resigned();
+        self.pending_election = Some(ElectionState {
+            epoch,
+            leader_id: Some(self.config.local.id),
+            voted_key: None,
+        });
     }
 
     fn begin_shutdown(&mut self) {
