@@ -405,11 +405,11 @@ impl Raft {
                 preferred,
                 unacked,
             }));
-        } else if stored.voted_key.is_some_and(|k| k.matches(&local)) && self.is_voter() {
+        } else if stored.voted_key.is_some_and(|k| k.matches(&local)) && self.may_campaign() {
             self.set_role(Role::Candidate(Election {
                 leader_id: None,
                 voted: Some(local),
-                granted: BTreeSet::from([local.id]),
+                granted: self.own_vote(),
                 rejected: BTreeSet::new(),
                 refusals: BTreeSet::new(),
                 election_deadline: deadline,
@@ -732,6 +732,29 @@ impl Raft {
         self.voters().contains_key(&self.config.local)
     }
 
+    /// Whether this replica may stand for election: a voter, or a replica whose own removal is
+    /// the latest voter change and not known to be committed. Until that change commits, the
+    /// old set still decides, and this replica may hold the only copy of it: with voters
+    /// {A, B}, A (leading) removes itself, B lags, A loses leadership; B needs A's vote and A
+    /// refuses B's shorter log, so only A can finish the change. It campaigns in the new set
+    /// without counting itself (Raft dissertation §4.2.2), and resigns once the change
+    /// commits (membership.md §5 step 8). Observers and replicas whose removal committed
+    /// never campaign (KAFKA-17067).
+    pub(super) fn may_campaign(&self) -> bool {
+        if self.is_voter() {
+            return true;
+        }
+        let Some(offset) = self.membership.latest_offset().filter(|o| *o >= 0) else {
+            return false;
+        };
+        let committed = self.high_watermark.is_some_and(|h| h > offset);
+        !committed
+            && self
+                .membership
+                .at_offset(offset - 1)
+                .contains_key(&self.config.local)
+    }
+
     /// The fetch timeout plus up to 10% jitter. Kafka's timer has none; without it the
     /// followers of a dead leader, answered by the same long-poll, all turn Prospective in the
     /// same millisecond and split the vote (seen in the 3-process failover test).
@@ -857,37 +880,50 @@ impl Raft {
     }
 
     pub(super) fn become_prospective(&mut self) {
-        debug_assert!(self.is_voter());
+        debug_assert!(self.may_campaign());
         let (leader_id, voted) = (self.leader_id(), self.voted_key());
         let election_deadline = self.random_election_deadline(self.now_ms);
+        let granted = self.own_vote();
+        let won = granted.len() >= self.voters().majority();
         self.set_role(Role::Prospective(Election {
             leader_id,
             voted,
-            granted: BTreeSet::from([self.config.local.id]),
+            granted,
             rejected: BTreeSet::new(),
             refusals: BTreeSet::new(),
             election_deadline,
         }));
-        if self.voters().majority() <= 1 {
+        if won {
             self.become_candidate();
         }
     }
 
     pub(super) fn become_candidate(&mut self) {
-        debug_assert!(self.is_voter());
+        debug_assert!(self.may_campaign());
         self.epoch += 1;
         let election_deadline = self.random_election_deadline(self.now_ms);
+        let granted = self.own_vote();
+        let won = granted.len() >= self.voters().majority();
         self.set_role(Role::Candidate(Election {
             leader_id: None,
             voted: Some(self.config.local),
-            granted: BTreeSet::from([self.config.local.id]),
+            granted,
             rejected: BTreeSet::new(),
             refusals: BTreeSet::new(),
             election_deadline,
         }));
         self.persist_election_state();
-        if self.voters().majority() <= 1 {
+        if won {
             self.become_leader();
+        }
+    }
+
+    /// A campaign starts with our own vote only if we are in the voter set we campaign in.
+    fn own_vote(&self) -> BTreeSet<i32> {
+        if self.is_voter() {
+            BTreeSet::from([self.config.local.id])
+        } else {
+            BTreeSet::new()
         }
     }
 
@@ -1137,7 +1173,7 @@ impl Raft {
         self.backoff_until.retain(|_, until| *until > now);
         match &self.role {
             Role::Unattached(s) if s.election_deadline <= now => {
-                if self.is_voter() && !self.shutting_down {
+                if self.may_campaign() && !self.shutting_down {
                     self.become_prospective();
                 } else {
                     let deadline = self.random_election_deadline(now);
@@ -1149,7 +1185,7 @@ impl Raft {
             Role::Prospective(s) if s.election_deadline <= now => self.election_lost(),
             Role::Candidate(s) if s.election_deadline <= now => self.become_prospective(),
             Role::Follower(s) if s.fetch_deadline <= now => {
-                if self.is_voter() && !self.shutting_down {
+                if self.may_campaign() && !self.shutting_down {
                     self.become_prospective();
                 } else {
                     // An observer lost its leader: look for it through the bootstrap servers.
@@ -1160,7 +1196,7 @@ impl Raft {
             Role::Resigned(s) if s.election_deadline <= now => {
                 let epoch = self.epoch + 1;
                 self.become_unattached(epoch, None);
-                if self.is_voter() && !self.shutting_down {
+                if self.may_campaign() && !self.shutting_down {
                     self.become_prospective();
                 }
             }
