@@ -1229,7 +1229,11 @@ impl Raft {
 
     fn poll_sends(&mut self) {
         match &self.role {
-            Role::Prospective(_) | Role::Candidate(_) => self.send_votes(),
+            Role::Prospective(_) => {
+                self.send_votes();
+                self.send_bootstrap_fetch();
+            }
+            Role::Candidate(_) => self.send_votes(),
             Role::Follower(_) => self.send_fetch(),
             Role::Leader(_) => self.poll_leader(),
             Role::Resigned(_) => self.send_end_quorum_epochs(),

@@ -656,10 +656,13 @@ impl Raft {
 
     // ---- Follower and observer ------------------------------------------------------------
 
-    /// A replica outside the voter set with no leader asks a bootstrap server (§8).
+    /// A replica without a leader it can reach asks a bootstrap server (§8): an observer, and
+    /// also a voter while Unattached or Prospective (KAFKA-17030), which may have been removed
+    /// without knowing it, or know only listeners its peers have since moved away from. The
+    /// answer names the leader and where it listens; pre-vote keeps the asking harmless.
     pub(super) fn send_bootstrap_fetch(&mut self) {
         let n = self.config.bootstrap.len();
-        if self.is_voter() || n == 0 || self.shutting_down {
+        if n == 0 || self.shutting_down {
             return;
         }
         let to = -2 - (self.next_bootstrap % n) as i32;
