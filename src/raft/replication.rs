@@ -329,13 +329,24 @@ impl Raft {
         matches!(&self.role, Role::Follower(s) if s.leader_id == from)
     }
 
+    /// A bootstrap server (destination −2 − i) that answered as the leader we follow: only the
+    /// leader of an epoch answers a Fetch without error, so its records are as good as if we
+    /// had dialled the leader's own listener — which may be the one we cannot reach
+    /// (KAFKA-20514).
+    fn leader_via_bootstrap(&self, from: i32, r: &FetchResponse) -> bool {
+        from <= -2
+            && r.leader_epoch == self.epoch
+            && r.partition_error == ErrorCode::NONE
+            && self.follower_of(r.leader_id)
+    }
+
     /// raft.md §7.3.
     pub(super) fn handle_fetch_response(
         &mut self,
         from: i32,
         r: FetchResponse,
     ) -> Result<(), FatalError> {
-        if !self.follower_of(from) {
+        if !self.follower_of(from) && !self.leader_via_bootstrap(from, &r) {
             return Ok(());
         }
         let deadline = self.random_fetch_deadline(self.now_ms);
