@@ -78,6 +78,13 @@ pub struct Mutations {
     pub leader_counted_twice: bool,
     /// Take the high watermark from the single most advanced voter.
     pub high_watermark_from_minority: bool,
+    /// KAFKA-16530: accept a lower computed high watermark after a voter change.
+    pub high_watermark_may_decrease: bool,
+    /// KAFKA-16531: a leader outside its voter set still counts itself for check-quorum.
+    pub removed_leader_counts_itself: bool,
+    /// The single-server change bug: start a voter change before the high watermark is known
+    /// (before the leader's epoch is committed and earlier leaders are fenced).
+    pub voter_change_before_high_watermark: bool,
 }
 
 /// What can be fed into `step`.

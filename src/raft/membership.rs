@@ -196,11 +196,16 @@ impl Raft {
                 "Request timed out waiting for leader to handle previous voter change request",
             ));
         }
-        let Some(hwm) = s.high_watermark else {
-            return Err(refusal(
-                ErrorCode::REQUEST_TIMED_OUT,
-                "Request timed out waiting for leader to establish HWM and fence previous voter changes",
-            ));
+        let unfenced = self.config.mutations.voter_change_before_high_watermark;
+        let hwm = match s.high_watermark {
+            Some(hwm) => hwm,
+            None if unfenced => i64::MAX,
+            None => {
+                return Err(refusal(
+                    ErrorCode::REQUEST_TIMED_OUT,
+                    "Request timed out waiting for leader to establish HWM and fence previous voter changes",
+                ))
+            }
         };
         if self.membership.kraft_version() < 1 {
             return Err(refusal(
