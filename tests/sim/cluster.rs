@@ -598,6 +598,27 @@ impl Cluster {
         Ok(())
     }
 
+    /// Like `run_while`, but tests `cond` after every single event: for scenarios that must act
+    /// in the instant something happens (a leader elected, before it sends anything).
+    pub fn run_events_while<F: FnMut(&Cluster) -> bool>(
+        &mut self,
+        limit: u64,
+        mut cond: F,
+    ) -> Result<bool, String> {
+        let deadline = self.now + limit;
+        while cond(self) {
+            let Some(Reverse((at, _, _))) = self.queue.peek().copied() else {
+                return Ok(false);
+            };
+            if at > deadline {
+                self.now = deadline;
+                return Ok(false);
+            }
+            self.run_until(at)?;
+        }
+        Ok(true)
+    }
+
     pub fn run_while<F: FnMut(&Cluster) -> bool>(
         &mut self,
         limit: u64,
@@ -652,9 +673,19 @@ impl Cluster {
         }
     }
 
-    /// What a state machine does: snapshot at the last committed batch boundary (written
-    /// durably before the core hears of it), then maybe drop the log below it.
+    /// Every running node snapshots now and, with `delete_log`, drops its log below.
+    pub fn snapshot_now(&mut self, delete_log: bool) -> Result<(), String> {
+        self.snapshot_nodes(Some(delete_log))
+    }
+
     fn take_snapshots(&mut self) -> Result<(), String> {
+        self.snapshot_nodes(None)
+    }
+
+    /// What a state machine does: snapshot at the last committed batch boundary (written
+    /// durably before the core hears of it), then drop the log below it if `delete_log` says
+    /// so (`None`: a coin decides).
+    fn snapshot_nodes(&mut self, delete_log: Option<bool>) -> Result<(), String> {
         for i in 0..self.nodes.len() {
             let id = i as i32;
             let node = &self.nodes[i];
@@ -694,7 +725,7 @@ impl Cluster {
             let size = content.len() as u64;
             self.nodes[i].disk.log.snapshots.insert(snapshot, content);
             self.step(id, Input::SnapshotCreated { id: snapshot, size })?;
-            if self.rng.below(2) == 0 {
+            if delete_log.unwrap_or_else(|| self.rng.below(2) == 0) {
                 self.step(
                     id,
                     Input::DeleteBefore {
