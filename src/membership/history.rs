@@ -87,6 +87,12 @@ impl VoterHistory {
         self.levels.last().map_or(0, |(_, l)| *l)
     }
 
+    /// Every entry, ascending by offset: the static set is not one. For checkers that walk the
+    /// history (the simulator's "at most one uncommitted change").
+    pub fn entries(&self) -> impl Iterator<Item = (i64, &VoterSet)> + '_ {
+        self.sets.iter().map(|(o, s)| (*o, s))
+    }
+
     /// The kraft.version level in force at `offset`.
     pub fn kraft_version_at(&self, offset: i64) -> i16 {
         self.levels

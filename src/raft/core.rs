@@ -78,6 +78,13 @@ pub struct Mutations {
     pub leader_counted_twice: bool,
     /// Take the high watermark from the single most advanced voter.
     pub high_watermark_from_minority: bool,
+    /// KAFKA-16530: accept a lower computed high watermark after a voter change.
+    pub high_watermark_may_decrease: bool,
+    /// KAFKA-16531: a leader outside its voter set still counts itself for check-quorum.
+    pub removed_leader_counts_itself: bool,
+    /// The single-server change bug: start a voter change before the high watermark is known
+    /// (before the leader's epoch is committed and earlier leaders are fenced).
+    pub voter_change_before_high_watermark: bool,
 }
 
 /// What can be fed into `step`.
@@ -297,8 +304,10 @@ pub(super) struct InFlight {
 pub struct Raft {
     pub(super) config: RaftConfig,
     pub(super) membership: VoterHistory,
-    /// A leader not in our voter set, and where it listens (from a response's NodeEndpoints).
-    pub(super) learned_leader: Option<(i32, Vec<Endpoint>)>,
+    /// The last leader a message named with its endpoints (BeginQuorumEpoch's LeaderEndpoints,
+    /// a response's NodeEndpoints): (leader, epoch, endpoints). In its epoch it is where the
+    /// leader listens, even if the voter set still has an older listener (raft.md §6.3 step 3).
+    pub(super) learned_leader: Option<(i32, i32, Vec<Endpoint>)>,
     /// Next bootstrap server an observer without a leader asks.
     pub(super) next_bootstrap: usize,
     /// When a follower next considers UpdateRaftVoter or auto-join (membership.md §6, §8).
@@ -403,11 +412,11 @@ impl Raft {
                 preferred,
                 unacked,
             }));
-        } else if stored.voted_key.is_some_and(|k| k.matches(&local)) && self.is_voter() {
+        } else if stored.voted_key.is_some_and(|k| k.matches(&local)) && self.may_campaign() {
             self.set_role(Role::Candidate(Election {
                 leader_id: None,
                 voted: Some(local),
-                granted: BTreeSet::from([local.id]),
+                granted: self.own_vote(),
                 rejected: BTreeSet::new(),
                 refusals: BTreeSet::new(),
                 election_deadline: deadline,
@@ -734,6 +743,29 @@ impl Raft {
         self.voters().contains_key(&self.config.local)
     }
 
+    /// Whether this replica may stand for election: a voter, or a replica whose own removal is
+    /// the latest voter change and not known to be committed. Until that change commits, the
+    /// old set still decides, and this replica may hold the only copy of it: with voters
+    /// {A, B}, A (leading) removes itself, B lags, A loses leadership; B needs A's vote and A
+    /// refuses B's shorter log, so only A can finish the change. It campaigns in the new set
+    /// without counting itself (Raft dissertation §4.2.2), and resigns once the change
+    /// commits (membership.md §5 step 8). Observers and replicas whose removal committed
+    /// never campaign (KAFKA-17067).
+    pub(super) fn may_campaign(&self) -> bool {
+        if self.is_voter() {
+            return true;
+        }
+        let Some(offset) = self.membership.latest_offset().filter(|o| *o >= 0) else {
+            return false;
+        };
+        let committed = self.high_watermark.is_some_and(|h| h > offset);
+        !committed
+            && self
+                .membership
+                .at_offset(offset - 1)
+                .contains_key(&self.config.local)
+    }
+
     /// The fetch timeout plus up to 10% jitter. Kafka's timer has none; without it the
     /// followers of a dead leader, answered by the same long-poll, all turn Prospective in the
     /// same millisecond and split the vote (seen in the 3-process failover test).
@@ -859,37 +891,50 @@ impl Raft {
     }
 
     pub(super) fn become_prospective(&mut self) {
-        debug_assert!(self.is_voter());
+        debug_assert!(self.may_campaign());
         let (leader_id, voted) = (self.leader_id(), self.voted_key());
         let election_deadline = self.random_election_deadline(self.now_ms);
+        let granted = self.own_vote();
+        let won = granted.len() >= self.voters().majority();
         self.set_role(Role::Prospective(Election {
             leader_id,
             voted,
-            granted: BTreeSet::from([self.config.local.id]),
+            granted,
             rejected: BTreeSet::new(),
             refusals: BTreeSet::new(),
             election_deadline,
         }));
-        if self.voters().majority() <= 1 {
+        if won {
             self.become_candidate();
         }
     }
 
     pub(super) fn become_candidate(&mut self) {
-        debug_assert!(self.is_voter());
+        debug_assert!(self.may_campaign());
         self.epoch += 1;
         let election_deadline = self.random_election_deadline(self.now_ms);
+        let granted = self.own_vote();
+        let won = granted.len() >= self.voters().majority();
         self.set_role(Role::Candidate(Election {
             leader_id: None,
             voted: Some(self.config.local),
-            granted: BTreeSet::from([self.config.local.id]),
+            granted,
             rejected: BTreeSet::new(),
             refusals: BTreeSet::new(),
             election_deadline,
         }));
         self.persist_election_state();
-        if self.voters().majority() <= 1 {
+        if won {
             self.become_leader();
+        }
+    }
+
+    /// A campaign starts with our own vote only if we are in the voter set we campaign in.
+    fn own_vote(&self) -> BTreeSet<i32> {
+        if self.is_voter() {
+            BTreeSet::from([self.config.local.id])
+        } else {
+            BTreeSet::new()
         }
     }
 
@@ -984,6 +1029,8 @@ impl Raft {
         if epoch > self.epoch {
             if leader >= 0 && leader != local && self.can_follow(leader) {
                 self.become_follower(epoch, leader);
+            } else if leader == local && self.config.local.directory_id.is_some() {
+                self.resign_as_earlier_replica(epoch);
             } else if leader == local {
                 return Err(FatalError(format!(
                     "a peer names this node leader of epoch {epoch}, above ours {}",
@@ -1009,6 +1056,10 @@ impl Raft {
             Some(known) => Err(FatalError(format!(
                 "epoch {epoch} has two leaders: {known} and {leader}"
             ))),
+            None if leader == local && self.config.local.directory_id.is_some() => {
+                self.resign_as_earlier_replica(epoch);
+                Ok(())
+            }
             None if leader == local => Err(FatalError(format!(
                 "a peer names this node leader of epoch {epoch}, but it is {}",
                 self.state_name()
@@ -1019,6 +1070,25 @@ impl Raft {
             }
             None => Ok(()),
         }
+    }
+
+    /// A peer names this node leader of `epoch`, which it never led: a replica with our node id
+    /// and an earlier directory (one since re-formatted, membership.md §1) did, and peers do
+    /// not know it is gone. Without a directory id this cannot be told from a lost
+    /// quorum-state, which stays fatal. As a restarted leader would be, this replica is
+    /// Resigned in that epoch — never leading or voting in it — and says so durably.
+    fn resign_as_earlier_replica(&mut self, epoch: i32) {
+        tracing::warn!(
+            epoch,
+            "named leader of an epoch an earlier replica of this node led"
+        );
+        self.epoch = epoch;
+        self.become_resigned();
+        self.pending_election = Some(ElectionState {
+            epoch,
+            leader_id: Some(self.config.local.id),
+            voted_key: None,
+        });
     }
 
     fn begin_shutdown(&mut self) {
@@ -1114,7 +1184,7 @@ impl Raft {
         self.backoff_until.retain(|_, until| *until > now);
         match &self.role {
             Role::Unattached(s) if s.election_deadline <= now => {
-                if self.is_voter() && !self.shutting_down {
+                if self.may_campaign() && !self.shutting_down {
                     self.become_prospective();
                 } else {
                     let deadline = self.random_election_deadline(now);
@@ -1126,7 +1196,7 @@ impl Raft {
             Role::Prospective(s) if s.election_deadline <= now => self.election_lost(),
             Role::Candidate(s) if s.election_deadline <= now => self.become_prospective(),
             Role::Follower(s) if s.fetch_deadline <= now => {
-                if self.is_voter() && !self.shutting_down {
+                if self.may_campaign() && !self.shutting_down {
                     self.become_prospective();
                 } else {
                     // An observer lost its leader: look for it through the bootstrap servers.
@@ -1137,7 +1207,7 @@ impl Raft {
             Role::Resigned(s) if s.election_deadline <= now => {
                 let epoch = self.epoch + 1;
                 self.become_unattached(epoch, None);
-                if self.is_voter() && !self.shutting_down {
+                if self.may_campaign() && !self.shutting_down {
                     self.become_prospective();
                 }
             }
@@ -1170,7 +1240,11 @@ impl Raft {
 
     fn poll_sends(&mut self) {
         match &self.role {
-            Role::Prospective(_) | Role::Candidate(_) => self.send_votes(),
+            Role::Prospective(_) => {
+                self.send_votes();
+                self.send_bootstrap_fetch();
+            }
+            Role::Candidate(_) => self.send_votes(),
             Role::Follower(_) => self.send_fetch(),
             Role::Leader(_) => self.poll_leader(),
             Role::Resigned(_) => self.send_end_quorum_epochs(),

@@ -47,10 +47,16 @@ impl Raft {
         }
     }
 
-    /// Remembers where a leader outside our voter set listens.
-    pub(super) fn learn_leader(&mut self, leader: i32, endpoints: &[super::types::Endpoint]) {
-        if leader >= 0 && leader != self.config.local.id && !endpoints.is_empty() {
-            self.learned_leader = Some((leader, endpoints.to_vec()));
+    /// Remembers where the leader of `epoch` listens; older news is ignored.
+    pub(super) fn learn_leader(
+        &mut self,
+        leader: i32,
+        epoch: i32,
+        endpoints: &[super::types::Endpoint],
+    ) {
+        let current = epoch >= self.epoch;
+        if current && leader >= 0 && leader != self.config.local.id && !endpoints.is_empty() {
+            self.learned_leader = Some((leader, epoch, endpoints.to_vec()));
         }
     }
 
@@ -188,7 +194,7 @@ impl Raft {
             self.respond(token, Response::BeginQuorumEpoch(resp));
             return Ok(());
         }
-        self.learn_leader(r.leader_id, &r.leader_endpoints);
+        self.learn_leader(r.leader_id, r.leader_epoch, &r.leader_endpoints);
         self.maybe_transition(r.leader_id, r.leader_epoch)?;
         let error = if self.addressed_to_us(&r.voter) {
             ErrorCode::NONE
@@ -211,7 +217,7 @@ impl Raft {
             self.respond(token, Response::EndQuorumEpoch(resp));
             return Ok(());
         }
-        self.learn_leader(r.leader_id, &r.leader_endpoints);
+        self.learn_leader(r.leader_id, r.leader_epoch, &r.leader_endpoints);
         self.maybe_transition(r.leader_id, r.leader_epoch)?;
         let local = self.config.local;
         let position = r
@@ -325,7 +331,7 @@ impl Raft {
             return Ok(true);
         };
         let endpoints = endpoints.to_vec();
-        self.learn_leader(leader, &endpoints);
+        self.learn_leader(leader, epoch, &endpoints);
         if epoch < self.epoch || partition_error == ErrorCode::UNKNOWN_LEADER_EPOCH {
             return Ok(false);
         }

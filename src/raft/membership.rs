@@ -56,7 +56,17 @@ impl Raft {
             || self
                 .learned_leader
                 .as_ref()
-                .is_some_and(|(id, _)| *id == leader)
+                .is_some_and(|(id, _, _)| *id == leader)
+    }
+
+    /// The endpoints the leader of our epoch announced, if `id` is that leader.
+    fn announced_endpoints(&self, id: i32) -> Option<&[Endpoint]> {
+        match &self.learned_leader {
+            Some((leader, epoch, endpoints)) if *leader == id && *epoch == self.epoch => {
+                Some(endpoints)
+            }
+            _ => None,
+        }
     }
 
     /// This node's controller listeners, as configured, else as the voter set has them.
@@ -71,17 +81,21 @@ impl Raft {
     }
 
     pub(super) fn endpoints_of(&self, id: i32) -> Vec<Endpoint> {
+        if let Some(endpoints) = self.announced_endpoints(id) {
+            return endpoints.to_vec();
+        }
         if let Some(v) = self.voters().get(id) {
             return v.endpoints.clone();
         }
         match &self.learned_leader {
-            Some((leader, endpoints)) if *leader == id => endpoints.clone(),
+            Some((leader, _, endpoints)) if *leader == id => endpoints.clone(),
             _ => Vec::new(),
         }
     }
 
-    /// Where the runtime sends requests for destination `id`: a voter, the leader learned from
-    /// a response, a voter being added, or bootstrap server `−2 − i`.
+    /// Where the runtime sends requests for destination `id`: the leader of our epoch where it
+    /// announced itself, a voter, a voter being added, the leader learned from a response, or
+    /// bootstrap server `−2 − i`.
     pub fn address_of(&self, id: i32) -> Option<Endpoint> {
         if id <= -2 {
             return self.config.bootstrap.get((-2 - id) as usize).cloned();
@@ -92,6 +106,11 @@ impl Raft {
                 .or(endpoints.first())
                 .cloned()
         };
+        // A leader that moved its listener announces the new one before its voter entry is
+        // updated: the entry would send us to where it no longer listens (KAFKA-16927).
+        if let Some(endpoints) = self.announced_endpoints(id) {
+            return pick(endpoints);
+        }
         if let Some(v) = self.voters().get(id) {
             if let Some(e) = v.endpoint(name) {
                 return Some(e.clone());
@@ -104,7 +123,7 @@ impl Raft {
                 }
             }
         }
-        if let Some((leader, endpoints)) = &self.learned_leader {
+        if let Some((leader, _, endpoints)) = &self.learned_leader {
             if *leader == id {
                 return pick(endpoints);
             }
@@ -177,11 +196,16 @@ impl Raft {
                 "Request timed out waiting for leader to handle previous voter change request",
             ));
         }
-        let Some(hwm) = s.high_watermark else {
-            return Err(refusal(
-                ErrorCode::REQUEST_TIMED_OUT,
-                "Request timed out waiting for leader to establish HWM and fence previous voter changes",
-            ));
+        let unfenced = self.config.mutations.voter_change_before_high_watermark;
+        let hwm = match s.high_watermark {
+            Some(hwm) => hwm,
+            None if unfenced => i64::MAX,
+            None => {
+                return Err(refusal(
+                    ErrorCode::REQUEST_TIMED_OUT,
+                    "Request timed out waiting for leader to establish HWM and fence previous voter changes",
+                ))
+            }
         };
         if self.membership.kraft_version() < 1 {
             return Err(refusal(
@@ -637,10 +661,13 @@ impl Raft {
 
     // ---- Follower and observer ------------------------------------------------------------
 
-    /// A replica outside the voter set with no leader asks a bootstrap server (§8).
+    /// A replica without a leader it can reach asks a bootstrap server (§8): an observer, and
+    /// also a voter while Unattached or Prospective (KAFKA-17030), which may have been removed
+    /// without knowing it, or know only listeners its peers have since moved away from. The
+    /// answer names the leader and where it listens; pre-vote keeps the asking harmless.
     pub(super) fn send_bootstrap_fetch(&mut self) {
         let n = self.config.bootstrap.len();
-        if self.is_voter() || n == 0 || self.shutting_down {
+        if n == 0 || self.shutting_down {
             return;
         }
         let to = -2 - (self.next_bootstrap % n) as i32;

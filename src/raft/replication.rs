@@ -133,7 +133,7 @@ impl Raft {
         let now = self.now_ms;
         let is_voter = self.voters().contains_key(&replica);
         let majority = self.voters().majority();
-        let local_is_voter = self.is_voter();
+        let local_is_voter = self.is_voter() || self.config.mutations.removed_leader_counts_itself;
         let leader_end = self.log.end_offset();
         let window = self.check_quorum_timeout_ms();
         let Some(s) = self.leader_mut() else { return };
@@ -208,8 +208,10 @@ impl Raft {
         let Some(Some(candidate)) = offsets.get(index).copied() else {
             return;
         };
-        let advanced =
-            candidate > s.epoch_start_offset && s.high_watermark.is_none_or(|hwm| candidate > hwm);
+        let upward = |hwm: i64| {
+            candidate > hwm || (mutations.high_watermark_may_decrease && candidate < hwm)
+        };
+        let advanced = candidate > s.epoch_start_offset && s.high_watermark.is_none_or(upward);
         if advanced {
             s.high_watermark = Some(candidate);
             self.high_watermark = Some(self.high_watermark.map_or(candidate, |h| h.max(candidate)));
@@ -241,7 +243,7 @@ impl Raft {
         self.complete_parked_fetches(false);
         let local = self.config.local;
         let majority = self.voters().majority();
-        let local_is_voter = self.is_voter();
+        let local_is_voter = self.is_voter() || self.config.mutations.removed_leader_counts_itself;
         let expired = match &self.role {
             Role::Leader(s) => s.check_quorum_deadline <= now,
             _ => return,
@@ -329,13 +331,24 @@ impl Raft {
         matches!(&self.role, Role::Follower(s) if s.leader_id == from)
     }
 
+    /// A bootstrap server (destination −2 − i) that answered as the leader we follow: only the
+    /// leader of an epoch answers a Fetch without error, so its records are as good as if we
+    /// had dialled the leader's own listener — which may be the one we cannot reach
+    /// (KAFKA-20514).
+    fn leader_via_bootstrap(&self, from: i32, r: &FetchResponse) -> bool {
+        from <= -2
+            && r.leader_epoch == self.epoch
+            && r.partition_error == ErrorCode::NONE
+            && self.follower_of(r.leader_id)
+    }
+
     /// raft.md §7.3.
     pub(super) fn handle_fetch_response(
         &mut self,
         from: i32,
         r: FetchResponse,
     ) -> Result<(), FatalError> {
-        if !self.follower_of(from) {
+        if !self.follower_of(from) && !self.leader_via_bootstrap(from, &r) {
             return Ok(());
         }
         let deadline = self.random_fetch_deadline(self.now_ms);

@@ -4,21 +4,35 @@
 //! runtime does: phase A (log ops applied, early messages sent) now, phase B (fsync, then the
 //! rest of the messages, then `persisted`) after a disk delay. A crash between the phases loses
 //! the unflushed data and the unsent messages — the window KAFKA-10533 lived in.
+//!
+//! A *dynamic* cluster (KIP-853) gives every node a directory id (from its id and how often
+//! its directory was wiped), a CONTROLLER listener `node<i>:<port>` and the bootstrap servers
+//! `bootstrap<i>` (one per node, always routable). Nodes formatted with the initial voters hold
+//! the bootstrap checkpoint (`format --initial-controllers`); the others start as observers
+//! (`--no-initial-controllers`). Requests travel to the address `Raft::address_of` names, so a
+//! stale port is refused like a real connection would be, and the runtime answers the leader's
+//! ApiVersions probe itself. An operator outside the cluster sends AddRaftVoter,
+//! RemoveRaftVoter and UpdateRaftVoter straight to a node (`operator_request`).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
 use bytes::Bytes;
-use ringraft::membership::{Voter, VoterSet};
-use ringraft::raft::message::{Records, SnapshotBytes};
+use ringraft::membership::history::{
+    membership_records_in, snapshot_header_records, voters_record, BOOTSTRAP_OFFSET,
+};
+use ringraft::membership::{MembershipRecord, Voter, VoterHistory, VoterSet};
+use ringraft::protocol::errors::ErrorCode;
+use ringraft::raft::message::{ApiVersionsProbe, Records, SnapshotBytes};
 use ringraft::raft::types::Prng;
 use ringraft::raft::{
-    ElectionState, Input, LogInfo, LogOp, Mutations, OffsetAndEpoch, Outbound, Raft, RaftConfig,
-    Ready, ReplicaKey, Request, Response,
+    ElectionState, Endpoint, Input, LogInfo, LogOp, Mutations, OffsetAndEpoch, Outbound, Raft,
+    RaftConfig, Ready, ReplicaKey, Request, Response,
 };
 use ringraft::records::batch::Batch;
 use ringraft::records::builder::BatchBuilder;
 use ringraft::records::control::{control_batch, ControlRecord};
+use uuid::Uuid;
 
 use super::invariants::Checker;
 
@@ -161,6 +175,83 @@ impl SimLog {
 pub struct Disk {
     pub election: Option<ElectionState>,
     pub log: SimLog,
+    /// The bootstrap checkpoint `format --initial-controllers` writes (a snapshot header batch:
+    /// KRaftVersion(1) + Voters); `None` for `--no-initial-controllers` and wiped directories.
+    pub bootstrap: Option<Bytes>,
+}
+
+impl Disk {
+    /// The voter history a runtime rebuilds at startup (membership.md §2): the bootstrap
+    /// checkpoint at offset −1, the latest snapshot's header at its end − 1, then every
+    /// membership record in the log past the snapshot.
+    pub fn voter_history(&self) -> Result<VoterHistory, String> {
+        let mut records = Vec::new();
+        if let Some(checkpoint) = &self.bootstrap {
+            for record in snapshot_header_records(checkpoint)? {
+                records.push(MembershipRecord {
+                    offset: BOOTSTRAP_OFFSET,
+                    record,
+                });
+            }
+        }
+        let snapshot = self.log.snapshots.iter().next_back();
+        let from = snapshot.map_or(0, |(id, _)| id.offset);
+        if let Some((id, bytes)) = snapshot {
+            for record in snapshot_header_records(bytes)? {
+                let offset = id.offset - 1;
+                records.push(MembershipRecord { offset, record });
+            }
+        }
+        for (base, _, _, bytes) in &self.log.batches {
+            if *base >= from {
+                records.extend(membership_records_in(bytes)?);
+            }
+        }
+        VoterHistory::from_records(VoterSet::new(Vec::new())?, &records)
+    }
+}
+
+/// The listener raft uses in dynamic clusters (`controller.listener.names`).
+pub const LISTENER: &str = "CONTROLLER";
+/// The requester id of the operator's requests (kafka-metadata-quorum, not a node).
+pub const OPERATOR: i32 = i32::MIN;
+/// The first CONTROLLER port; a node's port moves up when its endpoint is changed.
+pub const BASE_PORT: u16 = 9093;
+
+/// Node `id`'s advertised controller listener.
+pub fn endpoint(id: i32, port: u16) -> Endpoint {
+    Endpoint {
+        name: LISTENER.into(),
+        host: format!("node{id}"),
+        port,
+    }
+}
+
+/// The bootstrap server entry for node `id`: another name for the same machine, routable even
+/// when the advertised one is not (KAFKA-20514).
+pub fn bootstrap_endpoint(id: i32) -> Endpoint {
+    Endpoint {
+        name: LISTENER.into(),
+        host: format!("bootstrap{id}"),
+        port: BASE_PORT,
+    }
+}
+
+/// The directory id of node `id` after `generation` wipes: never nil.
+pub fn directory_id(id: i32, generation: u64) -> Uuid {
+    Uuid::from_u128(((id as u128 + 1) << 64) | (generation as u128 + 1))
+}
+
+/// The checkpoint `format --initial-controllers` writes for `voters`.
+pub fn bootstrap_checkpoint(voters: &VoterSet) -> Bytes {
+    let records = [
+        ControlRecord::SnapshotHeader {
+            last_contained_log_timestamp: 0,
+        },
+        ControlRecord::KRaftVersion { kraft_version: 1 },
+        ControlRecord::Voters(voters_record(voters)),
+    ];
+    Bytes::from(control_batch(0, 0, 0, &records))
 }
 
 pub struct Node {
@@ -176,6 +267,10 @@ pub struct Node {
     /// The committed bound the runtime has delivered (the last finished `Ready`'s), which is
     /// what the state machine has seen. The core's own may run one `Ready` ahead of the disk.
     pub delivered_high_watermark: Option<i64>,
+    /// Dynamic clusters: how often this node's directory was wiped (its directory id).
+    pub generation: u64,
+    /// Dynamic clusters: the port its CONTROLLER listener is bound to.
+    pub port: u16,
 }
 
 #[derive(Debug, Clone)]
@@ -196,6 +291,8 @@ pub enum Event {
     /// Every node with committed data snapshots it, and sometimes drops the log below.
     Snapshot,
     Fault(Fault),
+    /// The operator's next voter change (`operator.rs`).
+    Operator,
 }
 
 #[derive(Debug, Clone)]
@@ -205,6 +302,12 @@ pub enum Wire {
         incarnation: u64,
         id: u64,
         request: Request,
+        /// The port dialled; `None` when any port reaches the node (static clusters, bootstrap
+        /// names).
+        port: Option<u16>,
+        /// The sender's directory generation: a request from a directory wiped since is never
+        /// delivered (a disk is replaced long after the crash that preceded it).
+        generation: u64,
     },
     Response {
         token: u64,
@@ -227,6 +330,18 @@ pub enum Fault {
     ClockJump(i32, u64),
     Shutdown(i32),
     WipeAndRestart(i32),
+    /// Restart the node with its CONTROLLER listener on a new port (dynamic clusters).
+    ChangePort(i32),
+}
+
+/// Where a request goes (`Cluster::route`).
+enum Route {
+    /// Node and the port dialled (`None`: any).
+    To(i32, Option<u16>),
+    /// No address, or nothing listens there: the connection is refused.
+    Refused,
+    /// The address is not routable: the request vanishes and times out.
+    Nowhere,
 }
 
 pub struct NetConfig {
@@ -264,6 +379,23 @@ pub struct Cluster {
     pub ticks: Vec<u64>,
     /// `RINGRAFT_SIM_TRACE=1`: print every delivered message (for replaying a seed).
     pub trace: bool,
+    /// KIP-853 mode: directory ids, listeners, bootstrap servers, routing by address.
+    pub dynamic: bool,
+    /// `controller.quorum.auto.join.enable` on every node (dynamic clusters).
+    pub auto_join: bool,
+    /// Per node, the nodes its bootstrap servers name (default: every node).
+    pub bootstrap_ids: BTreeMap<i32, Vec<i32>>,
+    /// (node, host) pairs whose connections go nowhere: the host is not routable from there.
+    pub unroutable: std::collections::BTreeSet<(i32, String)>,
+    /// The operator's requests by token (where sent, what) and the answers received.
+    pub operator_requests: BTreeMap<u64, (i32, Request)>,
+    pub operator_answers: BTreeMap<u64, Response>,
+    /// The operator's own randomness, apart from the network's.
+    pub op_rng: Prng,
+    /// Restarts whose on-disk voter set differed from the leader's at the time.
+    pub stale_restarts: u64,
+    pub port_changes: u64,
+    pub wipes: u64,
 }
 
 pub const CLUSTER_ID: &str = "sim-cluster-id-AAAAAAAA";
@@ -287,6 +419,8 @@ impl Cluster {
                 mutations: Mutations::default(),
                 tick_at: None,
                 delivered_high_watermark: None,
+                generation: 0,
+                port: 0,
             })
             .collect();
         Cluster {
@@ -312,7 +446,50 @@ impl Cluster {
             truncations: 0,
             ticks: vec![0; size],
             trace: std::env::var_os("RINGRAFT_SIM_TRACE").is_some(),
+            dynamic: false,
+            auto_join: false,
+            bootstrap_ids: BTreeMap::new(),
+            unroutable: Default::default(),
+            operator_requests: BTreeMap::new(),
+            operator_answers: BTreeMap::new(),
+            op_rng: Prng::new(seed ^ 0x0e7a_7042),
+            stale_restarts: 0,
+            port_changes: 0,
+            wipes: 0,
         }
+    }
+
+    /// A KIP-853 cluster: nodes `0..voters` formatted with the initial voters (bootstrap
+    /// checkpoint), nodes `voters..voters + spares` formatted without (observers).
+    pub fn new_dynamic(seed: u64, voters: usize, spares: usize, net: NetConfig) -> Cluster {
+        let mut c = Cluster::new(seed, voters + spares, net);
+        c.dynamic = true;
+        for node in &mut c.nodes {
+            node.port = BASE_PORT;
+        }
+        c.voters = VoterSet::new(
+            (0..voters as i32)
+                .map(|id| Voter::new(c.key_of(id), vec![endpoint(id, BASE_PORT)]))
+                .collect(),
+        )
+        .unwrap();
+        let checkpoint = bootstrap_checkpoint(&c.voters);
+        for node in &mut c.nodes[..voters] {
+            node.disk.bootstrap = Some(checkpoint.clone());
+        }
+        c
+    }
+
+    /// Node `id`'s replica key as it runs now (no directory id in static clusters).
+    pub fn key_of(&self, id: i32) -> ReplicaKey {
+        let node = &self.nodes[id as usize];
+        let directory = self.dynamic.then(|| directory_id(id, node.generation));
+        ReplicaKey::new(id, directory)
+    }
+
+    /// Whether `key` is the replica node `key.id` runs (or will run on restart) now.
+    pub fn is_current(&self, key: &ReplicaKey) -> bool {
+        (key.id as usize) < self.nodes.len() && self.key_of(key.id) == *key
     }
 
     pub fn schedule(&mut self, at: u64, event: Event) {
@@ -344,14 +521,30 @@ impl Cluster {
             .seed
             .wrapping_mul(31)
             .wrapping_add(id as u64 * 1000 + self.nodes[id as usize].incarnation);
+        let key = self.key_of(id);
+        let mut config = RaftConfig::new(key, CLUSTER_ID.into(), seed);
+        let history = if self.dynamic {
+            self.configure_dynamic(id, &mut config);
+            let history = self.nodes[id as usize].disk.voter_history();
+            let history = history.map_err(|e| format!("node {id} cannot start: {e}"))?;
+            let leader_set = self.leader().and_then(|(l, _)| {
+                let raft = self.nodes[l as usize].raft.as_ref()?;
+                Some(raft.voters().clone())
+            });
+            if leader_set.is_some_and(|set| set != *history.latest()) {
+                self.stale_restarts += 1;
+            }
+            history
+        } else {
+            VoterHistory::new(self.voters.clone())
+        };
         let node = &mut self.nodes[id as usize];
         assert!(node.raft.is_none());
         node.incarnation += 1;
-        let mut config = RaftConfig::new(ReplicaKey::new(id, None), CLUSTER_ID.into(), seed);
         config.mutations = node.mutations;
         let raft = Raft::new(
             config,
-            self.voters.clone(),
+            history,
             node.disk.election.clone(),
             &node.disk.log.info(),
             now,
@@ -359,6 +552,20 @@ impl Cluster {
         node.raft = Some(raft);
         self.checker.node_restarted(id);
         self.after_step(id)
+    }
+
+    /// Listener, advertised endpoint, bootstrap servers and auto-join of a dynamic node.
+    fn configure_dynamic(&self, id: i32, config: &mut RaftConfig) {
+        let node = &self.nodes[id as usize];
+        config.listener_name = Some(LISTENER.into());
+        config.local_endpoints = vec![endpoint(id, node.port)];
+        config.bootstrap = match self.bootstrap_ids.get(&id) {
+            Some(ids) => ids.iter().map(|b| bootstrap_endpoint(*b)).collect(),
+            None => (0..self.nodes.len() as i32)
+                .map(bootstrap_endpoint)
+                .collect(),
+        };
+        config.auto_join = self.auto_join;
     }
 
     pub fn crash(&mut self, id: i32) {
@@ -384,10 +591,32 @@ impl Cluster {
             let event = self.events.remove(&key).unwrap();
             self.run_event(event)?;
             self.events_run += 1;
-            self.checker.check(self.now, &self.nodes, &self.voters)?;
+            let static_voters = (!self.dynamic).then_some(&self.voters);
+            self.checker.check(self.now, &self.nodes, static_voters)?;
         }
         self.now = self.now.max(until);
         Ok(())
+    }
+
+    /// Like `run_while`, but tests `cond` after every single event: for scenarios that must act
+    /// in the instant something happens (a leader elected, before it sends anything).
+    pub fn run_events_while<F: FnMut(&Cluster) -> bool>(
+        &mut self,
+        limit: u64,
+        mut cond: F,
+    ) -> Result<bool, String> {
+        let deadline = self.now + limit;
+        while cond(self) {
+            let Some(Reverse((at, _, _))) = self.queue.peek().copied() else {
+                return Ok(false);
+            };
+            if at > deadline {
+                self.now = deadline;
+                return Ok(false);
+            }
+            self.run_until(at)?;
+        }
+        Ok(true)
     }
 
     pub fn run_while<F: FnMut(&Cluster) -> bool>(
@@ -440,12 +669,23 @@ impl Cluster {
                 Ok(())
             }
             Event::Fault(f) => self.fault(f),
+            Event::Operator => super::operator::act(self),
         }
     }
 
-    /// What a state machine does: snapshot at the last committed batch boundary (written
-    /// durably before the core hears of it), then maybe drop the log below it.
+    /// Every running node snapshots now and, with `delete_log`, drops its log below.
+    pub fn snapshot_now(&mut self, delete_log: bool) -> Result<(), String> {
+        self.snapshot_nodes(Some(delete_log))
+    }
+
     fn take_snapshots(&mut self) -> Result<(), String> {
+        self.snapshot_nodes(None)
+    }
+
+    /// What a state machine does: snapshot at the last committed batch boundary (written
+    /// durably before the core hears of it), then drop the log below it if `delete_log` says
+    /// so (`None`: a coin decides).
+    fn snapshot_nodes(&mut self, delete_log: Option<bool>) -> Result<(), String> {
         for i in 0..self.nodes.len() {
             let id = i as i32;
             let node = &self.nodes[i];
@@ -485,7 +725,7 @@ impl Cluster {
             let size = content.len() as u64;
             self.nodes[i].disk.log.snapshots.insert(snapshot, content);
             self.step(id, Input::SnapshotCreated { id: snapshot, size })?;
-            if self.rng.below(2) == 0 {
+            if delete_log.unwrap_or_else(|| self.rng.below(2) == 0) {
                 self.step(
                     id,
                     Input::DeleteBefore {
@@ -527,9 +767,29 @@ impl Cluster {
             Fault::Shutdown(id) => self.step(id, Input::Shutdown)?,
             Fault::WipeAndRestart(id) => {
                 self.crash(id);
+                let lost = (
+                    self.key_of(id),
+                    self.nodes[id as usize].disk.log.durable_end(),
+                );
+                self.checker.replica_lost(lost.0, lost.1);
                 self.nodes[id as usize].disk = Disk::default();
+                if self.dynamic {
+                    // A re-formatted directory is a new replica (membership.md §1).
+                    self.nodes[id as usize].generation += 1;
+                }
+                self.wipes += 1;
                 self.checker.node_wiped(id);
                 self.start(id)?;
+            }
+            Fault::ChangePort(id) => {
+                // A node that is down stays down until its restart, on the new port.
+                let running = self.nodes[id as usize].raft.is_some();
+                self.crash(id);
+                self.nodes[id as usize].port += 1;
+                self.port_changes += 1;
+                if running {
+                    self.start(id)?;
+                }
             }
         }
         Ok(())
@@ -687,24 +947,77 @@ impl Cluster {
         self.net.delay_min_ms + self.rng.below(span)
     }
 
+    /// Where a request from `from` to destination `to` goes: static clusters route by id,
+    /// dynamic ones dial the address the sender's core names.
+    fn route(&self, from: i32, to: i32) -> Route {
+        if !self.dynamic {
+            return Route::To(to, None);
+        }
+        let Some(address) = self.nodes[from as usize]
+            .raft
+            .as_ref()
+            .and_then(|r| r.address_of(to))
+        else {
+            return Route::Refused;
+        };
+        if self.unroutable.contains(&(from, address.host.clone())) {
+            return Route::Nowhere;
+        }
+        let (name, port) = match address.host.strip_prefix("bootstrap") {
+            Some(name) => (name, None),
+            None => match address.host.strip_prefix("node") {
+                Some(name) => (name, Some(address.port)),
+                None => return Route::Refused,
+            },
+        };
+        match name.parse::<i32>() {
+            Ok(node) if (0..self.nodes.len() as i32).contains(&node) => Route::To(node, port),
+            _ => Route::Refused,
+        }
+    }
+
+    /// The sender hears, after a network delay, that its connection was refused.
+    fn refuse(&mut self, to: i32, id: u64, incarnation: u64) {
+        let at = self.now + self.net_delay();
+        let failure = Wire::Failure { id, incarnation };
+        self.schedule(at, Event::Deliver { to, msg: failure });
+    }
+
     fn send(&mut self, from: i32, msg: Outbound) -> Result<(), String> {
         let incarnation = self.nodes[from as usize].incarnation;
+        let generation = self.nodes[from as usize].generation;
         let (to, wire) = match msg {
-            Outbound::Request { id, to, request } => (
-                to,
-                Wire::Request {
-                    from,
-                    incarnation,
-                    id,
-                    request,
-                },
-            ),
+            Outbound::Request { id, to, request } => match self.route(from, to) {
+                Route::To(node, port) => (
+                    node,
+                    Wire::Request {
+                        from,
+                        incarnation,
+                        id,
+                        request,
+                        port,
+                        generation,
+                    },
+                ),
+                Route::Refused => {
+                    self.refuse(from, id, incarnation);
+                    return Ok(());
+                }
+                Route::Nowhere => return Ok(()),
+            },
             Outbound::Response { token, response } => {
                 let Some((to, _, _, request)) = self.tokens.get(&token).cloned() else {
                     return Ok(());
                 };
                 let response = self.materialize(from, response);
                 self.checker.response_sent(from, &request, &response)?;
+                if to == OPERATOR {
+                    if self.trace {
+                        eprintln!("{} ms: OPERATOR answer from {from}: {response:?}", self.now);
+                    }
+                    self.operator_answers.insert(token, response);
+                    return Ok(());
+                }
                 (to, Wire::Response { token, response })
             }
         };
@@ -767,24 +1080,31 @@ impl Cluster {
                 incarnation,
                 id,
                 request,
+                port,
+                generation,
             } => {
-                if self.nodes[to as usize].raft.is_none() {
+                if self.nodes[from as usize].generation != generation {
+                    return Ok(());
+                }
+                let node = &self.nodes[to as usize];
+                if node.raft.is_none() || port.is_some_and(|p| p != node.port) {
                     // Connection refused: the sender hears of it.
-                    let at = self.now + self.net_delay();
-                    let failure = Wire::Failure { id, incarnation };
-                    self.schedule(
-                        at,
-                        Event::Deliver {
-                            to: from,
-                            msg: failure,
-                        },
-                    );
+                    self.refuse(from, id, incarnation);
                     return Ok(());
                 }
                 let token = self.next_token;
                 self.next_token += 1;
                 self.tokens
                     .insert(token, (from, incarnation, id, request.clone()));
+                if request == Request::ApiVersions {
+                    // The runtime answers ApiVersions; kraft.version 0..1 is supported.
+                    let probe = ApiVersionsProbe {
+                        error: ErrorCode::NONE,
+                        kraft_version: Some((0, 1)),
+                    };
+                    let response = Response::ApiVersions(probe);
+                    return self.send(to, Outbound::Response { token, response });
+                }
                 self.step(to, Input::Request { token, request })
             }
             Wire::Response { token, response } => {
@@ -804,6 +1124,20 @@ impl Cluster {
                 self.step(to, Input::Failure { id, failure })
             }
         }
+    }
+
+    /// Hands `request` to node `to` as the operator (no network); the answer lands in
+    /// `operator_answers` under the returned token.
+    pub fn operator_request(&mut self, to: i32, request: Request) -> Result<u64, String> {
+        if self.trace {
+            eprintln!("{} ms: OPERATOR to {to}: {request:?}", self.now);
+        }
+        let token = self.next_token;
+        self.next_token += 1;
+        self.tokens.insert(token, (OPERATOR, 0, 0, request.clone()));
+        self.operator_requests.insert(token, (to, request.clone()));
+        self.step(to, Input::Request { token, request })?;
+        Ok(token)
     }
 
     pub fn leader(&self) -> Option<(i32, i32)> {

@@ -3,23 +3,79 @@
 //! never granted to two candidates in one epoch (also across a crash), nothing below a node's
 //! high watermark is truncated, and log start ≤ high watermark ≤ log end on every node.
 //! Each returns the invariant's name in its error so a failing seed says what broke.
+//!
+//! Dynamic clusters (KIP-853) change what "a majority" means along the log, so there the
+//! checks count replicas by key (node id and directory id: a wiped directory holds nothing)
+//! and take the voter sets from the leader's own history:
+//! * MajorityReachedHighWatermark — when the high watermark moves, a majority of the leader's
+//!   latest voter set (the one it counts) holds it durably; and always, every majority of every
+//!   set from the one at hwm − 1 to the latest includes a holder, so no future leader can miss
+//!   it. (A high watermark reached before a removal need not be held by a majority of the
+//!   smaller set: KAFKA-16530 keeps it, and quorum intersection keeps it safe.)
+//! * AtMostOneUncommittedVoterChange — above what is committed, a leader's log changes the
+//!   voters' keys at most once (endpoint-only updates do not count);
+//! * SingleLeader also on the running cores, and NoCandidateOutsideVoterSet (KAFKA-17067).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use bytes::Bytes;
+use ringraft::membership::history::membership_records_in;
+use ringraft::membership::history::voter_set_from_record;
 use ringraft::membership::VoterSet;
-use ringraft::raft::{ElectionState, LogOp, ReplicaKey, Request, Response};
+use ringraft::raft::{ElectionState, LogOp, Raft, ReplicaKey, Request, Response};
+use ringraft::records::control::ControlRecord;
 
-use super::cluster::Node;
+use super::cluster::{directory_id, Node};
+
+/// Voter changes found in the committed log, against the initial voter set.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ChangeCounts {
+    pub adds: u64,
+    pub removes: u64,
+    /// A voter's endpoints or supported range changed, its key did not.
+    pub updates: u64,
+    /// Removals of the replica that led the epoch the record was written in.
+    pub leader_removals: u64,
+    /// Additions of a node under a directory id it got by being wiped.
+    pub readds_after_wipe: u64,
+}
+
+impl ChangeCounts {
+    pub fn any(&self) -> bool {
+        self.adds + self.removes + self.updates > 0
+    }
+
+    pub fn add(&mut self, other: &ChangeCounts) {
+        self.adds += other.adds;
+        self.removes += other.removes;
+        self.updates += other.updates;
+        self.leader_removals += other.leader_removals;
+        self.readds_after_wipe += other.readds_after_wipe;
+    }
+}
+
+/// A node's replica key in a dynamic cluster.
+pub fn dynamic_key(node: &Node) -> ReplicaKey {
+    ReplicaKey::new(node.id, Some(directory_id(node.id, node.generation)))
+}
+
+pub fn keys(set: &VoterSet) -> Vec<ReplicaKey> {
+    set.voters().iter().map(|v| v.key).collect()
+}
 
 pub struct Checker {
     persisted_epoch: Vec<Option<i32>>,
     leaders_by_epoch: BTreeMap<i32, i32>,
-    votes: HashMap<(i32, i32), ReplicaKey>,
+    votes: HashMap<(i32, u64, i32), ReplicaKey>,
     leader_high_watermarks: BTreeMap<i32, i64>,
     committed: BTreeMap<i64, (i64, i32, Bytes)>,
     checked_up_to: Vec<i64>,
     wiped: BTreeSet<i32>,
+    /// Per node, how often its directory was wiped: a wiped node is a new voter.
+    generations: Vec<u64>,
+    /// Replicas whose directory was wiped, and how far their log was durable until then: what
+    /// they acknowledged was true when they said it.
+    lost_replicas: Vec<(ReplicaKey, i64)>,
     violation: Option<String>,
     pub committed_batches: usize,
 }
@@ -34,6 +90,8 @@ impl Checker {
             committed: BTreeMap::new(),
             checked_up_to: vec![0; size],
             wiped: BTreeSet::new(),
+            generations: vec![0; size],
+            lost_replicas: Vec::new(),
             violation: None,
             committed_batches: 0,
         }
@@ -43,9 +101,15 @@ impl Checker {
         self.checked_up_to[id as usize] = 0;
     }
 
+    /// Replica `key`'s directory is about to be wiped with its log durable up to `end`.
+    pub fn replica_lost(&mut self, key: ReplicaKey, end: i64) {
+        self.lost_replicas.push((key, end));
+    }
+
     /// Total disk loss (KAFKA-12181's scenario): durability-based checks exclude this node.
     pub fn node_wiped(&mut self, id: i32) {
         self.wiped.insert(id);
+        self.generations[id as usize] += 1;
         self.persisted_epoch[id as usize] = None;
     }
 
@@ -113,12 +177,14 @@ impl Checker {
         let (Request::Vote(v), Response::Vote(r)) = (request, response) else {
             return Ok(());
         };
-        if v.pre_vote || !r.vote_granted || self.wiped.contains(&from) {
+        if v.pre_vote || !r.vote_granted {
             return Ok(());
         }
+        // A wiped node remembers nothing: its votes start over (KAFKA-12181).
+        let generation = self.generations[from as usize];
         let previous = *self
             .votes
-            .entry((from, r.leader_epoch))
+            .entry((from, generation, r.leader_epoch))
             .or_insert(v.candidate);
         if previous != v.candidate {
             return Err(format!(
@@ -129,10 +195,17 @@ impl Checker {
         Ok(())
     }
 
-    pub fn check(&mut self, _now: u64, nodes: &[Node], voters: &VoterSet) -> Result<(), String> {
+    /// `static_voters` is the fixed voter set of a static cluster, `None` for a dynamic one.
+    pub fn check(
+        &mut self,
+        _now: u64,
+        nodes: &[Node],
+        static_voters: Option<&VoterSet>,
+    ) -> Result<(), String> {
         if let Some(why) = self.violation.take() {
             return Err(why);
         }
+        check_roles(nodes)?;
         for node in nodes {
             let Some(raft) = node.raft.as_ref() else {
                 continue;
@@ -166,7 +239,7 @@ impl Checker {
                 ));
             }
         }
-        self.check_leader_high_watermark(nodes, voters)?;
+        self.check_leader_high_watermark(nodes, static_voters)?;
         self.check_committed_data(nodes)
     }
 
@@ -180,12 +253,15 @@ impl Checker {
     fn check_leader_high_watermark(
         &mut self,
         nodes: &[Node],
-        voters: &VoterSet,
+        static_voters: Option<&VoterSet>,
     ) -> Result<(), String> {
         for node in nodes {
             let Some(raft) = node.raft.as_ref().filter(|r| r.is_leader()) else {
                 continue;
             };
+            if static_voters.is_none() {
+                self.check_uncommitted_changes(node.id, raft)?;
+            }
             let Some(hwm) = raft.high_watermark() else {
                 continue;
             };
@@ -201,8 +277,22 @@ impl Checker {
                     node.id
                 ));
             }
+            let advanced = self
+                .leader_high_watermarks
+                .get(&epoch)
+                .is_none_or(|h| hwm > *h);
             let recorded = self.leader_high_watermarks.entry(epoch).or_insert(hwm);
             *recorded = (*recorded).max(hwm);
+            let Some(voters) = static_voters else {
+                let acked: Vec<ReplicaKey> = self
+                    .lost_replicas
+                    .iter()
+                    .filter(|(_, end)| *end >= hwm)
+                    .map(|(key, _)| *key)
+                    .collect();
+                check_dynamic_majority(node.id, raft, hwm, advanced, nodes, &acked)?;
+                continue;
+            };
             if !self.wiped.is_empty() {
                 continue;
             }
@@ -218,6 +308,93 @@ impl Checker {
             }
         }
         Ok(())
+    }
+
+    /// The highest high watermark any leader has had: everything below it is committed.
+    fn committed_bound(&self) -> i64 {
+        self.leader_high_watermarks
+            .values()
+            .copied()
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// AtMostOneUncommittedVoterChange: above what is committed (the leader's high watermark,
+    /// or any earlier leader's when this one does not know its own yet), the voters' keys
+    /// change at most once. A second change before the first commits is how two leaders can
+    /// commit disjoint majorities (the single-server change bug).
+    pub fn check_uncommitted_changes(&self, id: i32, raft: &Raft) -> Result<(), String> {
+        let bound = raft
+            .high_watermark()
+            .unwrap_or(0)
+            .max(self.committed_bound());
+        let history = raft.membership();
+        let mut previous = history
+            .entries()
+            .filter(|(o, _)| *o < bound)
+            .last()
+            .map(|(_, s)| keys(s));
+        let mut changes = Vec::new();
+        for (offset, set) in history.entries().filter(|(o, _)| *o >= bound) {
+            let now = keys(set);
+            if previous.as_ref().is_some_and(|p| *p != now) {
+                changes.push(offset);
+            }
+            previous = Some(now);
+        }
+        if changes.len() > 1 {
+            return Err(format!(
+                "AtMostOneUncommittedVoterChange: leader {id} (epoch {}) has voter changes at \
+                 {changes:?}, all above the committed {bound}",
+                raft.epoch()
+            ));
+        }
+        Ok(())
+    }
+
+    /// The voter changes in the committed log, in offset order, against `initial`.
+    pub fn committed_changes(&self, initial: &VoterSet) -> ChangeCounts {
+        let mut counts = ChangeCounts::default();
+        let mut previous = initial.clone();
+        for (_, epoch, bytes) in self.committed.values() {
+            let Ok(records) = membership_records_in(bytes) else {
+                continue;
+            };
+            for record in records {
+                let ControlRecord::Voters(v) = &record.record else {
+                    continue;
+                };
+                let Ok(set) = voter_set_from_record(v) else {
+                    continue;
+                };
+                let leader = self.leaders_by_epoch.get(epoch).copied();
+                for voter in set.voters() {
+                    match previous.voters().iter().find(|p| p.key == voter.key) {
+                        Some(p) if p != voter => counts.updates += 1,
+                        Some(_) => {}
+                        None => {
+                            counts.adds += 1;
+                            let first = directory_id(voter.key.id, 0);
+                            if voter.key.directory_id != Some(first) {
+                                counts.readds_after_wipe += 1;
+                            }
+                        }
+                    }
+                }
+                for gone in previous
+                    .voters()
+                    .iter()
+                    .filter(|p| !set.contains_key(&p.key))
+                {
+                    counts.removes += 1;
+                    if leader == Some(gone.key.id) {
+                        counts.leader_removals += 1;
+                    }
+                }
+                previous = set;
+            }
+        }
+        counts
     }
 
     /// ConsistentCommittedData: every node holds the same batch at every committed offset.
@@ -253,4 +430,125 @@ impl Checker {
         }
         Ok(())
     }
+}
+
+/// SingleLeader on the running cores (whatever voter set each has), and
+/// NoCandidateOutsideVoterSet: only a replica in its own voter set campaigns (KAFKA-17067) —
+/// or one whose own removal is its latest voter change, not known to be committed.
+fn check_roles(nodes: &[Node]) -> Result<(), String> {
+    let mut leaders: BTreeMap<i32, i32> = BTreeMap::new();
+    for node in nodes {
+        let Some(raft) = node.raft.as_ref() else {
+            continue;
+        };
+        if raft.is_leader() {
+            if let Some(other) = leaders.insert(raft.epoch(), node.id) {
+                return Err(format!(
+                    "SingleLeader: nodes {other} and {} both lead epoch {}",
+                    node.id,
+                    raft.epoch()
+                ));
+            }
+        }
+        let campaigning = matches!(raft.state_name(), "Prospective" | "Candidate");
+        if campaigning && !may_campaign(raft) {
+            return Err(format!(
+                "NoCandidateOutsideVoterSet: node {} is {} in epoch {} outside its voter set",
+                node.id,
+                raft.state_name(),
+                raft.epoch()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// MajorityReachedHighWatermark for a dynamic cluster: the durable holders of `hwm`, counted
+/// by replica key, are a majority of the leader's latest voter set when it has just `advanced`
+/// to `hwm` (counting `lost` replicas that held it until their directory was wiped: their
+/// acknowledgement may still be in flight or counted), and meet every majority of each set
+/// from the one at `hwm − 1` on that can still form (quorum intersection, membership.md §2).
+fn check_dynamic_majority(
+    id: i32,
+    raft: &Raft,
+    hwm: i64,
+    advanced: bool,
+    nodes: &[Node],
+    lost: &[ReplicaKey],
+) -> Result<(), String> {
+    let live: Vec<ReplicaKey> = nodes.iter().map(dynamic_key).collect();
+    let holders: Vec<ReplicaKey> = nodes
+        .iter()
+        .filter(|n| n.disk.log.durable_end() >= hwm)
+        .map(dynamic_key)
+        .collect();
+    let history = raft.membership();
+    let latest = history.latest();
+    let held = count_in(latest, &holders) + count_in(latest, lost);
+    if advanced && held < latest.majority() {
+        return Err(format!(
+            "MajorityReachedHighWatermark: leader {id} (epoch {}) moved to {hwm} but only {held} \
+             of its voters {:?} hold it durably",
+            raft.epoch(),
+            ids(&keys(latest))
+        ));
+    }
+    if let Some(set) = sets_missing(history, hwm, &live, &holders) {
+        let entries: Vec<(i64, Vec<i32>)> =
+            history.entries().map(|(o, s)| (o, ids(&keys(s)))).collect();
+        return Err(format!(
+            "MajorityReachedHighWatermark: leader {id} (epoch {}) has {hwm}, but a majority of \
+             voters {:?} holds none of it (holders {:?}, history {entries:?})",
+            raft.epoch(),
+            ids(&keys(set)),
+            ids(&holders),
+        ));
+    }
+    Ok(())
+}
+
+fn ids(keys: &[ReplicaKey]) -> Vec<i32> {
+    keys.iter().map(|k| k.id).collect()
+}
+
+fn count_in(set: &VoterSet, keys: &[ReplicaKey]) -> usize {
+    set.voters()
+        .iter()
+        .filter(|v| keys.contains(&v.key))
+        .count()
+}
+
+/// The first voter set, from the one in force at `hwm − 1` to the latest, with a majority of
+/// `live` replicas (keys whose directory still exists: only they can vote) none of which is
+/// among `holders` of `hwm`: a leader elected by it could lack committed data.
+pub fn sets_missing<'a>(
+    history: &'a ringraft::membership::VoterHistory,
+    hwm: i64,
+    live: &[ReplicaKey],
+    holders: &[ReplicaKey],
+) -> Option<&'a VoterSet> {
+    let at_hwm = std::iter::once(history.at_offset(hwm - 1));
+    let later = history.entries().filter(|(o, _)| *o >= hwm).map(|(_, s)| s);
+    at_hwm.chain(later).find(|set| {
+        let without = set
+            .voters()
+            .iter()
+            .filter(|v| live.contains(&v.key) && !holders.contains(&v.key))
+            .count();
+        without >= set.majority()
+    })
+}
+
+/// The checker's own statement of who may campaign (see `check_roles`).
+fn may_campaign(raft: &Raft) -> bool {
+    let local = raft.local();
+    if raft.voters().contains_key(&local) {
+        return true;
+    }
+    let history = raft.membership();
+    history.latest_offset().is_some_and(|o| {
+        o >= 0
+            && raft.high_watermark().is_none_or(|h| h <= o)
+            && history.at_offset(o - 1).contains_key(&local)
+    })
 }

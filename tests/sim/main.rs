@@ -10,12 +10,21 @@
 //! `RINGRAFT_SIM_SEED=<seed> RINGRAFT_SIM_SIZE=<n> cargo test --test sim replay -- --nocapture`.
 //! `cargo test` runs 500 seeds per cluster size (3 and 5); `RINGRAFT_SIM_SEEDS=N` changes that
 //! and `cargo test --release --test sim -- --ignored` runs 10,000 per size.
+//!
+//! Dynamic runs (KIP-853, issue item 8) start 1–5 voters from a bootstrap checkpoint plus 1–2
+//! observers, and add the operator (`operator.rs`): AddRaftVoter, RemoveRaftVoter (the leader
+//! too), UpdateRaftVoter after a listener moves, directories wiped and re-added, and the same
+//! faults. A quarter of them run with auto-join. After healing, the voter sets and endpoints
+//! must converge as well. Replay one with `RINGRAFT_SIM_DYNAMIC=1` added to the command.
 
 mod cluster;
 mod invariants;
+mod operator;
 mod scenarios;
 
-use cluster::{Cluster, Fault, NetConfig};
+use cluster::{Cluster, Event, Fault, NetConfig};
+use invariants::ChangeCounts;
+use operator::Acks;
 use ringraft::raft::types::Prng;
 use ringraft::raft::Mutations;
 
@@ -55,44 +64,7 @@ pub fn random_run(seed: u64, size: usize, mutations: Mutations) -> Result<RunSta
         node.mutations = mutations;
     }
     c.start_all()?;
-    let n = size as u64;
-    let faults = rng.below(14);
-    for _ in 0..faults {
-        let at = 300 + rng.below(FAULT_WINDOW_MS);
-        let node = rng.below(n) as i32;
-        let lasting = 100 + rng.below(3_000);
-        match rng.below(7) {
-            0 | 1 => {
-                schedule_fault(&mut c, at, Fault::Crash(node));
-                schedule_fault(&mut c, at + lasting, Fault::Restart(node));
-            }
-            2 => {
-                schedule_fault(&mut c, at, Fault::Isolate(node));
-                schedule_fault(&mut c, at + lasting, Fault::HealAll);
-            }
-            3 => {
-                let other = ((node as u64 + 1 + rng.below(n - 1)) % n) as i32;
-                schedule_fault(&mut c, at, Fault::Block(node, other));
-                schedule_fault(&mut c, at + lasting, Fault::HealAll);
-            }
-            4 => schedule_fault(&mut c, at, Fault::ClockJump(node, 50 + rng.below(4_000))),
-            5 => {
-                schedule_fault(&mut c, at, Fault::Shutdown(node));
-                schedule_fault(&mut c, at + 300, Fault::Crash(node));
-                schedule_fault(&mut c, at + 300 + lasting, Fault::Restart(node));
-            }
-            _ => {
-                // A majority partition: the first half cut from the rest, both ways.
-                for a in 0..size as i32 / 2 {
-                    for b in size as i32 / 2..size as i32 {
-                        schedule_fault(&mut c, at, Fault::Block(a, b));
-                        schedule_fault(&mut c, at, Fault::Block(b, a));
-                    }
-                }
-                schedule_fault(&mut c, at + lasting, Fault::HealAll);
-            }
-        }
-    }
+    schedule_random_faults(&mut c, &mut rng, size);
     let end = 300 + FAULT_WINDOW_MS + 3_200;
     c.run_until(end)?;
     heal(&mut c)?;
@@ -103,6 +75,174 @@ pub fn random_run(seed: u64, size: usize, mutations: Mutations) -> Result<RunSta
         snapshot_downloads: c.snapshot_downloads,
         truncations: c.truncations,
     })
+}
+
+/// What a dynamic run did beyond a static one.
+pub struct DynamicStats {
+    pub run: RunStats,
+    /// Voter changes in the committed log.
+    pub changes: ChangeCounts,
+    /// The operator's requests the leader answered NONE, and its port changes and wipes.
+    pub acks: Acks,
+    pub stale_restarts: u64,
+}
+
+/// Mixed into a dynamic run's seed so it does not replay a static run's draws.
+const DYNAMIC_SALT: u64 = 0xd1a3_0853;
+/// After liveness, every node's voter set (keys and endpoints) matches the leader's within
+/// this much: two update-voter periods (3 × fetch timeout each) and an election.
+pub const CONVERGENCE_BOUND_MS: u64 = 20_000;
+
+/// One seeded dynamic run (KIP-853): initial voters from a bootstrap checkpoint, observers,
+/// the operator's changes and the random faults.
+pub fn random_dynamic_run(seed: u64, mutations: Mutations) -> Result<DynamicStats, String> {
+    let mut rng = Prng::new(seed ^ DYNAMIC_SALT);
+    let net = random_net(&mut rng);
+    let voters = [1, 2, 3, 3, 4, 5][rng.below(6) as usize];
+    let spares = 1 + rng.below(2) as usize;
+    let mut c = Cluster::new_dynamic(seed, voters, spares, net);
+    c.auto_join = rng.below(4) == 0;
+    if rng.below(2) == 0 {
+        c.snapshot_interval_ms = 300 + rng.below(1_500);
+    }
+    for node in &mut c.nodes {
+        node.mutations = mutations;
+    }
+    c.start_all()?;
+    schedule_random_faults(&mut c, &mut rng, voters + spares);
+    for _ in 0..4 + rng.below(10) {
+        c.schedule(500 + rng.below(FAULT_WINDOW_MS), Event::Operator);
+    }
+    let end = 300 + FAULT_WINDOW_MS + 3_200;
+    c.run_until(end)?;
+    heal(&mut c)?;
+    check_liveness(&mut c)?;
+    check_convergence(&mut c)?;
+    Ok(DynamicStats {
+        run: RunStats {
+            events: c.events_run,
+            committed_batches: c.checker.committed_batches,
+            snapshot_downloads: c.snapshot_downloads,
+            truncations: c.truncations,
+        },
+        changes: c.checker.committed_changes(&c.voters),
+        acks: operator::acks(&c),
+        stale_restarts: c.stale_restarts,
+    })
+}
+
+/// Whether every running node has the leader's latest voter set, that set is committed, and
+/// each voter's endpoint there is where its node listens now.
+pub fn voter_sets_converged(c: &Cluster) -> bool {
+    let Some((leader, _)) = c.leader() else {
+        return false;
+    };
+    let raft = c.nodes[leader as usize].raft.as_ref().expect("running");
+    let set = raft.voters();
+    let committed = raft
+        .high_watermark()
+        .is_some_and(|h| raft.membership().latest_offset().is_none_or(|o| o < h));
+    let endpoints_current = set.voters().iter().all(|v| {
+        let node = &c.nodes[v.key.id as usize];
+        v.endpoints == vec![cluster::endpoint(v.key.id, node.port)]
+    });
+    committed
+        && endpoints_current
+        && c.running()
+            .all(|n| n.raft.as_ref().is_some_and(|r| r.voters() == set))
+}
+
+/// VoterSetsConverge: after healing, voter sets and endpoints agree everywhere in time, the
+/// operator finishing what wipes started (`operator::tidy`).
+pub fn check_convergence(c: &mut Cluster) -> Result<(), String> {
+    let from = c.now;
+    let deadline = from + CONVERGENCE_BOUND_MS;
+    let mut converged = voter_sets_converged(c);
+    while !converged && c.now < deadline {
+        operator::tidy(c)?;
+        c.run_while(500, |c| !voter_sets_converged(c))?;
+        converged = voter_sets_converged(c);
+    }
+    if !converged {
+        return Err(format!(
+            "VoterSetsConverge: not converged {CONVERGENCE_BOUND_MS} ms after {from} ms: {}",
+            describe(c)
+        ));
+    }
+    Ok(())
+}
+
+/// Every running node: role, epoch, log end, high watermark, port and voter set (id@port).
+pub fn describe(c: &Cluster) -> String {
+    let nodes: Vec<String> = c
+        .running()
+        .map(|n| {
+            let raft = n.raft.as_ref().expect("running");
+            let voters: Vec<String> = raft
+                .voters()
+                .voters()
+                .iter()
+                .map(|v| {
+                    let port = v.endpoints.first().map_or(0, |e| e.port);
+                    let current = if c.is_current(&v.key) { "" } else { "(stale)" };
+                    format!("{}{current}@{port}", v.key.id)
+                })
+                .collect();
+            format!(
+                "node {} {} e{} end {} hwm {:?} port {}: [{}]",
+                n.id,
+                raft.state_name(),
+                raft.epoch(),
+                raft.log_end_offset(),
+                raft.high_watermark(),
+                n.port,
+                voters.join(" ")
+            )
+        })
+        .collect();
+    nodes.join("; ")
+}
+
+/// Up to 13 faults inside the fault window, each healed (restart, heal) after a while.
+fn schedule_random_faults(c: &mut Cluster, rng: &mut Prng, size: usize) {
+    let n = size as u64;
+    let faults = rng.below(14);
+    for _ in 0..faults {
+        let at = 300 + rng.below(FAULT_WINDOW_MS);
+        let node = rng.below(n) as i32;
+        let lasting = 100 + rng.below(3_000);
+        match rng.below(7) {
+            0 | 1 => {
+                schedule_fault(c, at, Fault::Crash(node));
+                schedule_fault(c, at + lasting, Fault::Restart(node));
+            }
+            2 => {
+                schedule_fault(c, at, Fault::Isolate(node));
+                schedule_fault(c, at + lasting, Fault::HealAll);
+            }
+            3 => {
+                let other = ((node as u64 + 1 + rng.below(n - 1)) % n) as i32;
+                schedule_fault(c, at, Fault::Block(node, other));
+                schedule_fault(c, at + lasting, Fault::HealAll);
+            }
+            4 => schedule_fault(c, at, Fault::ClockJump(node, 50 + rng.below(4_000))),
+            5 => {
+                schedule_fault(c, at, Fault::Shutdown(node));
+                schedule_fault(c, at + 300, Fault::Crash(node));
+                schedule_fault(c, at + 300 + lasting, Fault::Restart(node));
+            }
+            _ => {
+                // A majority partition: the first half cut from the rest, both ways.
+                for a in 0..size as i32 / 2 {
+                    for b in size as i32 / 2..size as i32 {
+                        schedule_fault(c, at, Fault::Block(a, b));
+                        schedule_fault(c, at, Fault::Block(b, a));
+                    }
+                }
+                schedule_fault(c, at + lasting, Fault::HealAll);
+            }
+        }
+    }
 }
 
 fn schedule_fault(c: &mut Cluster, at: u64, fault: Fault) {
@@ -128,11 +268,16 @@ pub fn check_liveness(c: &mut Cluster) -> Result<(), String> {
     })?;
     if !done {
         return Err(format!(
-            "Liveness: no leader committed past {target} within {LIVENESS_BOUND_MS} ms of healing at {healed_at} ms (leader now {:?})",
-            c.leader()
+            "Liveness: no leader committed past {target} within {LIVENESS_BOUND_MS} ms of healing at {healed_at} ms (leader now {:?}): {}",
+            c.leader(),
+            describe(c)
         ));
     }
     Ok(())
+}
+
+fn replay_dynamic_command(seed: u64) -> String {
+    format!("RINGRAFT_SIM_DYNAMIC=1 {}", replay_command(seed, 0))
 }
 
 fn replay_command(seed: u64, size: usize) -> String {
@@ -180,6 +325,73 @@ fn run_seeds(size: usize, count: u64) {
     assert!(downloads > 0, "no run caught up through FetchSnapshot");
 }
 
+/// Runs `count` dynamic seeds from `base`; panics with the first failure and its replay
+/// command; prints and checks coverage: ≥ 30 % of seeds commit a voter change, and every kind
+/// of change happens somewhere.
+fn run_dynamic_seeds(count: u64) {
+    let base = env_u64("RINGRAFT_SIM_BASE", 0);
+    let (mut changed, mut events, mut stale) = (0u64, 0u64, 0u64);
+    let mut changes = ChangeCounts::default();
+    let mut acks = Acks::default();
+    for seed in base..base + count {
+        match random_dynamic_run(seed, Mutations::default()) {
+            Ok(stats) => {
+                changed += u64::from(stats.changes.any());
+                events += stats.run.events;
+                stale += stats.stale_restarts;
+                changes.add(&stats.changes);
+                acks.adds += stats.acks.adds;
+                acks.removes += stats.acks.removes;
+                acks.updates += stats.acks.updates;
+                acks.port_changes += stats.acks.port_changes;
+                acks.wipes += stats.acks.wipes;
+            }
+            Err(why) => panic!(
+                "dynamic seed {seed}: {why}\nreplay: {}",
+                replay_dynamic_command(seed)
+            ),
+        }
+    }
+    println!(
+        "{count} dynamic seeds: 0 violations, {events} events; {changed} seeds ({}%) committed a \
+         voter change; committed: {} adds, {} removes ({} of the leader), {} endpoint updates, \
+         {} wiped nodes re-added; operator acks: {} adds, {} removes, {} updates; {} port \
+         changes, {} wipes, {stale} restarts with a stale voter set",
+        changed * 100 / count.max(1),
+        changes.adds,
+        changes.removes,
+        changes.leader_removals,
+        changes.updates,
+        changes.readds_after_wipe,
+        acks.adds,
+        acks.removes,
+        acks.updates,
+        acks.port_changes,
+        acks.wipes,
+    );
+    assert!(
+        changed * 100 >= count * 30,
+        "fewer than 30% of seeds changed the voters"
+    );
+    if count >= 100 {
+        assert!(changes.adds > 0 && changes.removes > 0 && changes.updates > 0);
+        assert!(changes.leader_removals > 0, "no run removed its leader");
+        assert!(changes.readds_after_wipe > 0, "no wiped node was re-added");
+        assert!(stale > 0, "no node restarted with a stale voter set");
+    }
+}
+
+#[test]
+fn dynamic_membership_many_seeds() {
+    run_dynamic_seeds(env_u64("RINGRAFT_SIM_DYNAMIC_SEEDS", 500));
+}
+
+#[test]
+#[ignore = "long: 10,000 dynamic seeds; run with --release"]
+fn dynamic_membership_ten_thousand_seeds() {
+    run_dynamic_seeds(10_000);
+}
+
 #[test]
 fn three_voters_many_seeds() {
     run_seeds(3, env_u64("RINGRAFT_SIM_SEEDS", 500));
@@ -201,6 +413,12 @@ fn ten_thousand_seeds_per_size() {
 #[test]
 fn replay() {
     let seed = env_u64("RINGRAFT_SIM_SEED", 0);
+    if std::env::var_os("RINGRAFT_SIM_DYNAMIC").is_some() {
+        if let Err(why) = random_dynamic_run(seed, Mutations::default()) {
+            panic!("dynamic seed {seed}: {why}");
+        }
+        return;
+    }
     let size = env_u64("RINGRAFT_SIM_SIZE", 3) as usize;
     if let Err(why) = random_run(seed, size, Mutations::default()) {
         panic!("seed {seed}, {size} nodes: {why}");
@@ -249,6 +467,50 @@ fn broken_core_high_watermark_from_minority_is_caught() {
     let (seed, why) = first_violation(5, broken, 200).expect("must be caught within 200 seeds");
     assert!(
         why.contains("MajorityReachedHighWatermark") || why.contains("ConsistentCommittedData"),
+        "seed {seed}: {why}"
+    );
+}
+
+/// Dynamic seeds with a broken core until a checker fires; returns the first violation.
+fn first_dynamic_violation(mutations: Mutations, seeds: u64) -> Option<(u64, String)> {
+    (0..seeds).find_map(|seed| random_dynamic_run(seed, mutations).err().map(|e| (seed, e)))
+}
+
+#[test]
+fn broken_core_high_watermark_may_decrease_is_caught_by_dynamic_runs() {
+    let broken = Mutations {
+        high_watermark_may_decrease: true,
+        ..Mutations::default()
+    };
+    let (seed, why) = first_dynamic_violation(broken, 50).expect("caught within 50 seeds");
+    assert!(why.contains("MonotonicHighWatermark"), "seed {seed}: {why}");
+}
+
+#[test]
+fn broken_core_leader_counted_twice_is_caught_by_dynamic_runs() {
+    let broken = Mutations {
+        leader_counted_twice: true,
+        ..Mutations::default()
+    };
+    let (seed, why) = first_dynamic_violation(broken, 50).expect("caught within 50 seeds");
+    assert!(
+        why.contains("MajorityReachedHighWatermark"),
+        "seed {seed}: {why}"
+    );
+}
+
+/// The single-server change bug in random runs: a leader that changes the voters before its
+/// epoch commits leaves two uncommitted changes behind (its scenario shows the split commit).
+#[test]
+#[ignore = "long: up to 2,000 dynamic seeds; run with --release"]
+fn broken_core_voter_change_before_high_watermark_is_caught_by_dynamic_runs() {
+    let broken = Mutations {
+        voter_change_before_high_watermark: true,
+        ..Mutations::default()
+    };
+    let (seed, why) = first_dynamic_violation(broken, 2_000).expect("caught within 2,000 seeds");
+    assert!(
+        why.contains("AtMostOneUncommittedVoterChange") || why.contains("ConsistentCommittedData"),
         "seed {seed}: {why}"
     );
 }

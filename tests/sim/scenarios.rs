@@ -1,5 +1,8 @@
 //! Named regression scenarios: the core-Raft bugs of reliability.md §2.1 and the pre-vote bugs
 //! of §2.3, each replayed against the real core, plus the checker's own "can it fail" cases.
+//! The KIP-853 bugs of §2.2 live in `scenarios/kip853.rs`.
+
+mod kip853;
 
 use bytes::Bytes;
 use ringraft::membership::{Voter, VoterSet};
@@ -15,7 +18,7 @@ use super::cluster::{Cluster, Fault, NetConfig, CLUSTER_ID};
 use super::invariants::Checker;
 use super::{check_liveness, heal};
 
-fn quiet_net() -> NetConfig {
+pub(super) fn quiet_net() -> NetConfig {
     NetConfig {
         drop_per_mille: 0,
         duplicate_per_mille: 0,
