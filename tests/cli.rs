@@ -369,3 +369,71 @@ fn format_refuses_what_kafka_refuses_without_writing() {
     assert_eq!(out.status.code(), Some(2));
     assert!(!dynamic.path().join("data").exists());
 }
+
+/// `quorum add-controller` / `remove-controller` without a quorum to talk to: `--dry-run`
+/// prints what Kafka's tool prints and sends nothing; bad input is a one-line error and exit 1.
+#[test]
+fn quorum_add_and_remove_controller_dry_runs_and_refusals() {
+    let dir = TempDir::new("cli-voters");
+    let port = free_port();
+    let config = dynamic_config(dir.path(), 4, port);
+    let nobody = format!("127.0.0.1:{}", free_port());
+    let args = |extra: &[&str]| {
+        let mut all = vec!["quorum"];
+        all.extend(extra);
+        all.extend(["--bootstrap-controller", nobody.as_str()]);
+        run(&all, dir.path())
+    };
+    // Unformatted: no directory id to add.
+    let out = args(&[
+        "add-controller",
+        "-c",
+        config.to_str().unwrap(),
+        "--dry-run",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("meta.properties"), "{err}");
+    format_ok(dir.path(), &config, &["--no-initial-controllers"]);
+    let directory = directory_id(dir.path());
+    let out = args(&[
+        "add-controller",
+        "-c",
+        config.to_str().unwrap(),
+        "--dry-run",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        format!(
+            "DRY RUN of adding controller 4 with directory id {directory} and endpoints: \
+             CONTROLLER://127.0.0.1:{port}\n"
+        )
+    );
+    let out = args(&[
+        "remove-controller",
+        "-i",
+        "4",
+        "-d",
+        &directory,
+        "--dry-run",
+    ]);
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        format!("DRY RUN of removing KRaft controller 4 with directory id {directory}\n")
+    );
+    // A malformed directory id, and a real attempt with no controller listening.
+    let out = args(&["remove-controller", "-i", "4", "-d", "not-a-uuid"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--controller-directory-id"));
+    let out = args(&["remove-controller", "-i", "4", "-d", &directory]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no bootstrap controller answered"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}

@@ -175,7 +175,7 @@ pub fn run(command: QuorumCommand) -> Result<(), CliError> {
             format!(
                 "{} KRaft controller {} with directory id {}\n",
                 if args.dry_run {
-                    "DRY RUN of removing "
+                    "DRY RUN of removing"
                 } else {
                     "Removed"
                 },
@@ -289,6 +289,13 @@ async fn voter_change(
     encode: impl Fn(&mut Writer, i16),
     decode: impl Fn(i16, &Bytes) -> Result<(ErrorCode, Option<String>), String>,
 ) -> Result<(), String> {
+    // No bootstrap controller reachable at all is a mistake in the command, not a moment of
+    // leader election: say so now instead of retrying for a minute.
+    drop(
+        connect_any(bootstrap)
+            .await
+            .map_err(|e| format!("no bootstrap controller answered: {e}"))?,
+    );
     let deadline = std::time::Instant::now() + CHANGE_DEADLINE;
     let mut last;
     loop {
