@@ -490,7 +490,7 @@ impl Raft {
         if !self.cluster_id_ok(&r.cluster_id) {
             return Err(ErrorCode::INCONSISTENT_CLUSTER_ID);
         }
-        if let Some(error) = self.leader_epoch_error_for(r.current_leader_epoch) {
+        if let Some(error) = self.leader_epoch_error(r.current_leader_epoch) {
             return Err(error);
         }
         if r.voter.id < 0 || r.voter.directory_id.is_none() {
@@ -753,21 +753,6 @@ impl Raft {
     pub(super) fn handle_update_voter_response(&mut self, error: ErrorCode) {
         if error == ErrorCode::NONE || error == ErrorCode::UNSUPPORTED_VERSION {
             self.updated_in_epoch = Some(self.epoch);
-        }
-    }
-
-    /// The checks a leader makes on a request's leader epoch (FENCED / UNKNOWN / not leader).
-    fn leader_epoch_error_for(&self, epoch: i32) -> Option<ErrorCode> {
-        if epoch < self.epoch {
-            Some(ErrorCode::FENCED_LEADER_EPOCH)
-        } else if epoch > self.epoch {
-            Some(ErrorCode::UNKNOWN_LEADER_EPOCH)
-        } else if !self.is_leader() {
-            Some(ErrorCode::NOT_LEADER_OR_FOLLOWER)
-        } else if self.shutting_down {
-            Some(ErrorCode::BROKER_NOT_AVAILABLE)
-        } else {
-            None
         }
     }
 

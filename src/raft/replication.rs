@@ -41,7 +41,7 @@ impl Raft {
     }
 
     /// raft.md §7.2 step 4: the leader-only epoch checks.
-    fn leader_epoch_error(&self, epoch: i32) -> Option<ErrorCode> {
+    pub(super) fn leader_epoch_error(&self, epoch: i32) -> Option<ErrorCode> {
         if epoch < self.epoch {
             Some(ErrorCode::FENCED_LEADER_EPOCH)
         } else if epoch > self.epoch {
