@@ -154,8 +154,6 @@ pub fn run(command: QuorumCommand) -> Result<(), CliError> {
                     .collect::<Vec<_>>()
                     .join(", ")
             );
-            // Kafka prints "Added controller …" and "DRY RUN of adding controller …".
-            let text = text.replacen("Added adding", "Added", 1);
             if !args.dry_run {
                 on_glommio(add_controller(bootstrap, voter))?;
             }

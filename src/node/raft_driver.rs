@@ -856,7 +856,7 @@ impl Driver {
         if !current {
             let addr = resolve(&endpoint)?;
             let (tx, rx) = mpsc::unbounded();
-            let config = &self.raft_config();
+            let config = self.raft.config();
             let timeout = Duration::from_millis(config.request_timeout_ms);
             let client_id = format!("raft-client-{}", config.local.id);
             let task = peer_task(addr, rx, self.to_self.clone(), timeout, client_id);
@@ -865,10 +865,6 @@ impl Driver {
             self.peers.insert(to, Peer { endpoint, tx });
         }
         self.peers.get(&to).map(|p| &p.tx)
-    }
-
-    fn raft_config(&self) -> RaftConfig {
-        self.raft.config().clone()
     }
 
     /// The records or snapshot bytes a response names, read now (after this `Ready`'s log
