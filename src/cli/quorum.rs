@@ -139,11 +139,11 @@ pub fn run(command: QuorumCommand) -> Result<(), CliError> {
             let bootstrap = parse_bootstrap(&args.bootstrap_controller).map_err(CliError::new)?;
             let voter = new_controller(&args.config).map_err(CliError::new)?;
             let text = format!(
-                "{}adding controller {} with directory id {} and endpoints: {}\n",
+                "{} controller {} with directory id {} and endpoints: {}\n",
                 if args.dry_run {
-                    "DRY RUN of "
+                    "DRY RUN of adding"
                 } else {
-                    "Added "
+                    "Added"
                 },
                 voter.id,
                 uuid_to_kafka_string(&voter.directory_id),
