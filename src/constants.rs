@@ -12,6 +12,10 @@ pub const REQUEST_HEADER_MIN_BYTES: usize = 2 + 2 + 4;
 /// costs one step of memory, not the announced size.
 pub const FRAME_READ_STEP_BYTES: usize = 64 * 1024;
 
+/// The largest record batch KRaft writes or accepts (Kafka's `KafkaRaftClient`
+/// MAX_BATCH_SIZE_BYTES); a snapshot batch announcing more is corrupt.
+pub const BATCH_MAX_BYTES: usize = 8 * 1024 * 1024;
+
 /// The listener port of the embedded default (`cargo run --release`).
 pub const DEFAULT_CONTROLLER_PORT: u16 = 9093;
 
@@ -49,6 +53,18 @@ pub const SHUTDOWN_DRAIN_MS: u64 = 2_000;
 /// Capacity of each shard-to-shard channel in the mesh.
 pub const SHARD_CHANNEL_CAPACITY: usize = 1024;
 
+/// The highest leader epoch a replica accepts: from a peer, from `quorum-state`, or by its own
+/// elections. Epochs never go down, so a forged frame with the cluster id could otherwise push
+/// every replica to `i32::MAX`, where no election can follow (`epoch + 1` overflows). Everything
+/// above this bound is refused where it enters; what lies between it and `i32::MAX` is headroom
+/// that no Kafka cluster reaches (2^24 elections). A peer can still raise the epoch to this
+/// bound; authenticating peers (mTLS) is the defence against forged frames.
+pub const EPOCH_MAX: i32 = i32::MAX - (1 << 24);
+
+/// A peer's claim that contradicts this replica's state is logged at most once per this
+/// interval per kind of claim (a flood of forged frames must not flood the log).
+pub const COMPLAINT_INTERVAL_MS: u64 = 10_000;
+
 /// The most cores a tuning file may name (a sanity bound, not a hardware limit).
 pub const SHARDS_MAX: usize = 256;
 
@@ -57,3 +73,4 @@ const _: () = assert!(METADATA_LOG_SEGMENT_BYTES_DEFAULT >= METADATA_LOG_SEGMENT
 const _: () = assert!(FRAME_READ_STEP_BYTES as i64 <= SOCKET_REQUEST_MAX_BYTES_DEFAULT as i64);
 const _: () = assert!(IO_MEMORY_BYTES_DEFAULT >= 512 * 1024);
 const _: () = assert!(FETCH_TIMEOUT_MS_DEFAULT > ELECTION_TIMEOUT_MS_DEFAULT);
+const _: () = assert!(EPOCH_MAX < i32::MAX && EPOCH_MAX > 1 << 30);

@@ -15,7 +15,8 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 
 use super::layout;
-use crate::records::control::{control_batch, decode_control_batch, ControlRecord, VotersRecord};
+use crate::records::control::{control_batch, ControlRecord, VotersRecord};
+use crate::records::snapshot::{SnapshotCheck, SnapshotCorrupt};
 use crate::records::{Batch, BatchBuilder};
 
 /// Identifies a snapshot: everything below `end_offset`, taken in `epoch`.
@@ -104,60 +105,104 @@ impl SnapshotWriter {
     }
 }
 
-/// A complete snapshot, mapped read-only, served in chunks (FetchSnapshot).
+/// Why a snapshot file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{} is corrupt at byte {position}: {reason}", path.display())]
+    Corrupt {
+        path: PathBuf,
+        position: u64,
+        reason: String,
+    },
+}
+
+/// A complete snapshot, mapped read-only, checked whole when opened (`SnapshotCheck`: every
+/// CRC, contiguous offsets, the header and footer, the epoch of its name) and served in
+/// chunks (FetchSnapshot) whose batches are checked again as they are read: a byte that
+/// changed on disk after the open is caught before it is sent.
 pub struct SnapshotReader {
     pub id: SnapshotId,
+    path: PathBuf,
     bytes: Bytes,
+    /// (position, size) of every batch.
+    batches: Vec<(u64, u32)>,
+    header: Vec<ControlRecord>,
 }
 
 impl SnapshotReader {
-    pub fn open(dir: &Path, id: SnapshotId) -> io::Result<SnapshotReader> {
-        let file = File::open(layout::snapshot_file(dir, id.end_offset, id.epoch))?;
-        let bytes = if file.metadata()?.len() == 0 {
+    pub fn open(dir: &Path, id: SnapshotId) -> Result<SnapshotReader, SnapshotError> {
+        let path = layout::snapshot_file(dir, id.end_offset, id.epoch);
+        let io = |source| SnapshotError::Io {
+            path: path.clone(),
+            source,
+        };
+        let file = File::open(&path).map_err(io)?;
+        let bytes = if file.metadata().map_err(io)?.len() == 0 {
             Bytes::new()
         } else {
-            Bytes::from_owner(crate::sys::map_read_only(&file)?)
+            Bytes::from_owner(crate::sys::map_read_only(&file).map_err(io)?)
         };
-        Ok(SnapshotReader { id, bytes })
+        let corrupt = |c: SnapshotCorrupt| SnapshotError::Corrupt {
+            path: path.clone(),
+            position: c.position,
+            reason: c.reason,
+        };
+        let mut check = SnapshotCheck::new(id.epoch);
+        check.feed(&bytes).map_err(corrupt)?;
+        let batches = check.batches().to_vec();
+        let header = check.finish().map_err(corrupt)?;
+        Ok(SnapshotReader {
+            id,
+            path,
+            bytes,
+            batches,
+            header,
+        })
     }
 
     pub fn size(&self) -> u64 {
         self.bytes.len() as u64
     }
 
-    /// Up to `max_bytes` from `position`, without copying; `None` when `position` is past the
-    /// end (FetchSnapshot's POSITION_OUT_OF_RANGE).
-    pub fn read_chunk(&self, position: u64, max_bytes: usize) -> Option<Bytes> {
-        let start = usize::try_from(position)
-            .ok()
-            .filter(|p| *p < self.bytes.len())?;
-        let end = start.saturating_add(max_bytes).min(self.bytes.len());
-        Some(self.bytes.slice(start..end))
+    /// The header batch's KRaftVersion and Voters records.
+    pub fn header(&self) -> &[ControlRecord] {
+        &self.header
     }
 
-    /// Checks the structure: valid batches, a header first and a footer last. Returns the
-    /// control records of the first batch.
-    pub fn validate(&self) -> Result<Vec<ControlRecord>, String> {
-        let mut rest: &[u8] = &self.bytes;
-        let mut batches = Vec::new();
-        while !rest.is_empty() {
-            let (batch, after) = Batch::parse(rest).map_err(|e| e.to_string())?;
-            batches.push(batch);
-            rest = after;
-        }
-        let (first, last) = match (batches.first(), batches.last()) {
-            (Some(f), Some(l)) if batches.len() >= 2 => (f, l),
-            _ => return Err("a snapshot needs a header batch and a footer batch".into()),
+    /// Up to `max_bytes` from `position`, without copying; `Ok(None)` when `position` is past
+    /// the end (FetchSnapshot's POSITION_OUT_OF_RANGE). The CRC of every batch the chunk
+    /// touches is checked again first.
+    pub fn read_chunk(
+        &self,
+        position: u64,
+        max_bytes: usize,
+    ) -> Result<Option<Bytes>, SnapshotError> {
+        let Some(start) = usize::try_from(position)
+            .ok()
+            .filter(|p| *p < self.bytes.len())
+        else {
+            return Ok(None);
         };
-        let header = decode_control_batch(first).map_err(|e| e.to_string())?;
-        if !matches!(header.first(), Some(ControlRecord::SnapshotHeader { .. })) {
-            return Err("the first record is not a SnapshotHeader".into());
+        let end = start.saturating_add(max_bytes).min(self.bytes.len());
+        let first = self
+            .batches
+            .partition_point(|(at, size)| (*at + u64::from(*size)) as usize <= start);
+        for &(at, size) in self.batches[first..]
+            .iter()
+            .take_while(|(at, _)| (*at as usize) < end)
+        {
+            let bytes = &self.bytes[at as usize..at as usize + size as usize];
+            if let Err(e) = Batch::parse(bytes) {
+                return Err(SnapshotError::Corrupt {
+                    path: self.path.clone(),
+                    position: at,
+                    reason: format!("{e} (changed since it was opened)"),
+                });
+            }
         }
-        let footer = decode_control_batch(last).map_err(|e| e.to_string())?;
-        if footer != [ControlRecord::SnapshotFooter] {
-            return Err("the last batch is not a lone SnapshotFooter".into());
-        }
-        Ok(header)
+        Ok(Some(self.bytes.slice(start..end)))
     }
 }
 

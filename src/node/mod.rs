@@ -493,6 +493,16 @@ async fn open_log(
 async fn reconcile_snapshots(log: &crate::log::MetadataLog) -> Result<(), String> {
     let snapshots = crate::log::snapshot::list(log.dir())
         .map_err(|e| format!("cannot list snapshots in {}: {e}", log.dir().display()))?;
+    // Every snapshot is checked whole before it is trusted: a corrupt one stops the start,
+    // naming the file and the byte (the operator decides; nothing is deleted here).
+    for id in &snapshots {
+        crate::log::snapshot::SnapshotReader::open(log.dir(), *id).map_err(|e| {
+            format!(
+                "snapshot {e}; move the file away (a follower can fetch a snapshot from the \
+                 leader again) and restart"
+            )
+        })?;
+    }
     let latest = snapshots.iter().filter(|s| s.end_offset > 0).max().copied();
     let start = log.start_offset();
     if start > 0 && latest.is_none_or(|s| s.end_offset < start) {

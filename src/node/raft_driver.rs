@@ -186,6 +186,8 @@ pub struct Driver {
     cluster_id: String,
     delivered: i64,
     download: Option<Download>,
+    /// The snapshot being served to followers (FetchSnapshot), checked once when opened.
+    serving: Option<crate::log::snapshot::SnapshotReader>,
 }
 
 impl Driver {
@@ -233,7 +235,13 @@ impl Driver {
         );
         let stored = election_state(stored);
         let epoch_start = Instant::now();
-        let raft = Raft::new(setup.config.clone(), membership, stored, &info, 0);
+        let raft = Raft::new(
+            setup.config.clone(),
+            membership,
+            stored,
+            &info,
+            crate::raft::Time::new(0, unix_millis()),
+        );
         let driver = Driver {
             cluster_id: setup.config.cluster_id.clone(),
             raft,
@@ -249,6 +257,7 @@ impl Driver {
             commits: BTreeMap::new(),
             listeners: Vec::new(),
             download: None,
+            serving: None,
         };
         driver.publish_features();
         Ok(driver)
@@ -351,8 +360,9 @@ impl Driver {
     }
 
     fn step(&mut self, input: Input) -> Result<(), String> {
-        let now = self.now_ms();
-        self.raft.step(now, input).map_err(|e| e.to_string())
+        let now = crate::raft::Time::new(self.now_ms(), unix_millis());
+        self.raft.step(now, input);
+        Ok(())
     }
 
     fn handle(&mut self, input: DriverInput) -> Result<(), String> {
@@ -753,6 +763,17 @@ impl Driver {
                 let download = self.download.as_mut().expect("started above");
                 download.append(bytes).await
             }
+            LogOp::SnapshotAbandon { id } => {
+                if let Some(download) = self.download.take() {
+                    warn!(
+                        offset = id.offset,
+                        epoch = id.epoch,
+                        "discarding a snapshot download"
+                    );
+                    download.abandon().await;
+                }
+                Ok(())
+            }
             LogOp::SnapshotComplete { id } => {
                 let download = self.download.take().filter(|d| d.id == *id);
                 let Some(download) = download else {
@@ -837,7 +858,8 @@ impl Driver {
                 let Some(pending) = self.calls.remove(&token) else {
                     return;
                 };
-                let data = self.response_data(&response);
+                let mut response = response;
+                let data = self.response_data(&mut response);
                 let call = &pending.call;
                 let frame =
                     encode_response_frame(call.correlation_id, call.response_header_version, |w| {
@@ -869,7 +891,9 @@ impl Driver {
 
     /// The records or snapshot bytes a response names, read now (after this `Ready`'s log
     /// operations, so never torn by a later truncation: KAFKA-18723).
-    fn response_data(&self, response: &Response) -> Option<Bytes> {
+    /// A snapshot chunk that fails its check is not sent: the answer becomes SNAPSHOT_NOT_FOUND
+    /// (the follower goes back to Fetch) and the corruption is logged with file and byte.
+    fn response_data(&mut self, response: &mut Response) -> Option<Bytes> {
         match response {
             Response::Fetch(r) => match r.records {
                 Records::Read { offset, max_bytes } => match self.log.read(offset, max_bytes) {
@@ -886,19 +910,47 @@ impl Driver {
                     id,
                     position,
                     max_bytes,
-                } => {
-                    let sid = crate::log::snapshot::SnapshotId {
-                        end_offset: id.offset,
-                        epoch: id.epoch,
-                    };
-                    crate::log::snapshot::SnapshotReader::open(&self.dir, sid)
-                        .ok()
-                        .and_then(|reader| reader.read_chunk(position, max_bytes))
-                }
+                } => match self.snapshot_chunk(id, position, max_bytes) {
+                    Ok(chunk) => chunk,
+                    Err(e) => {
+                        error!(error = %e, "not serving a corrupt snapshot");
+                        r.partition_error = ErrorCode::SNAPSHOT_NOT_FOUND;
+                        r.size = -1;
+                        r.bytes = SnapshotBytes::None;
+                        None
+                    }
+                },
                 _ => None,
             },
             _ => None,
         }
+    }
+}
+
+impl Driver {
+    /// A chunk of snapshot `id`, from a reader kept open (and checked whole once) while the
+    /// snapshot is being served.
+    fn snapshot_chunk(
+        &mut self,
+        id: OffsetAndEpoch,
+        position: u64,
+        max_bytes: usize,
+    ) -> Result<Option<Bytes>, crate::log::snapshot::SnapshotError> {
+        use crate::log::snapshot::{SnapshotId, SnapshotReader};
+        let sid = SnapshotId {
+            end_offset: id.offset,
+            epoch: id.epoch,
+        };
+        if self.serving.as_ref().is_none_or(|r| r.id != sid) {
+            self.serving = None;
+            self.serving = Some(SnapshotReader::open(&self.dir, sid)?);
+        }
+        let reader = self.serving.as_ref().expect("opened above");
+        let chunk = reader.read_chunk(position, max_bytes);
+        if chunk.is_err() {
+            self.serving = None;
+        }
+        chunk
     }
 }
 
@@ -1129,14 +1181,11 @@ fn membership_on_disk(
     latest: Option<OffsetAndEpoch>,
 ) -> Result<Vec<crate::membership::MembershipRecord>, String> {
     use crate::log::snapshot::{SnapshotId, SnapshotReader};
-    use crate::membership::history::{membership_records_in, snapshot_header_records};
+    use crate::membership::history::membership_records_in;
     use crate::membership::MembershipRecord;
     let header = |id: SnapshotId| -> Result<Vec<ControlRecord>, String> {
-        let reader = SnapshotReader::open(dir, id)
-            .map_err(|e| format!("cannot open snapshot {}-{}: {e}", id.end_offset, id.epoch))?;
-        let head = reader.read_chunk(0, 1 << 20).unwrap_or_default();
-        snapshot_header_records(&head)
-            .map_err(|e| format!("snapshot {}-{}: {e}", id.end_offset, id.epoch))
+        let reader = SnapshotReader::open(dir, id).map_err(|e| format!("snapshot {e}"))?;
+        Ok(reader.header().to_vec())
     };
     let mut out = Vec::new();
     match latest {

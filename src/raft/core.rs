@@ -10,7 +10,8 @@ use bytes::Bytes;
 use super::log_view::{LogInfo, LogView};
 use super::message::{Outbound, Request, RequestId, Response, Token};
 use super::types::Endpoint;
-use super::types::{ElectionState, LeaderAndEpoch, OffsetAndEpoch, Prng, ReplicaKey};
+use super::types::{ElectionState, LeaderAndEpoch, OffsetAndEpoch, Prng, ReplicaKey, Time};
+use crate::constants::{COMPLAINT_INTERVAL_MS, EPOCH_MAX};
 use crate::membership::{VoterHistory, VoterSet};
 use crate::records::control::{ControlRecord, LeaderChangeMessage};
 
@@ -85,6 +86,8 @@ pub struct Mutations {
     /// The single-server change bug: start a voter change before the high watermark is known
     /// (before the leader's epoch is committed and earlier leaders are fenced).
     pub voter_change_before_high_watermark: bool,
+    /// Install downloaded snapshots without checking them (the corrupt-snapshot bug).
+    pub snapshot_unchecked: bool,
 }
 
 /// What can be fed into `step`.
@@ -134,9 +137,11 @@ pub enum LogOp {
         position: u64,
         bytes: Bytes,
     },
-    /// The download of `id` is complete: fsync, rename, and replace the log with it (empty,
-    /// starting at `id.offset`).
+    /// The download of `id` is complete and checked: fsync, rename, and replace the log with
+    /// it (empty, starting at `id.offset`).
     SnapshotComplete { id: OffsetAndEpoch },
+    /// The download of `id` failed its check: delete the partial file, never install it.
+    SnapshotAbandon { id: OffsetAndEpoch },
     /// Delete log segments wholly below `offset` and snapshots older than the one there.
     DeleteBefore(i64),
 }
@@ -164,11 +169,6 @@ pub struct Ready {
     pub leader_change: Option<LeaderAndEpoch>,
     pub load_snapshot: Option<OffsetAndEpoch>,
 }
-
-/// A condition after which the replica must stop: continuing could lose committed data.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("raft: {0}")]
-pub struct FatalError(pub String);
 
 /// Why a leader append was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -224,9 +224,9 @@ pub(super) struct FollowerState {
 pub(super) struct Download {
     pub id: OffsetAndEpoch,
     pub written: u64,
-    /// The snapshot's first bytes, until its header batch parses (its voter set).
-    pub head: Vec<u8>,
-    pub header: Option<Vec<ControlRecord>>,
+    /// Every chunk is checked as it arrives (CRCs, offsets, header, footer): a corrupt
+    /// snapshot is abandoned, never installed.
+    pub check: crate::records::snapshot::SnapshotCheck,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -321,6 +321,12 @@ pub struct Raft {
     pub(super) high_watermark: Option<i64>,
     pub(super) rng: Prng,
     pub(super) now_ms: u64,
+    /// Wall-clock Unix milliseconds of the latest step: the CreateTime of records written.
+    pub(super) unix_ms: i64,
+    /// When each kind of refused peer claim was last logged (`refuse_claim`).
+    pub(super) complaints: BTreeMap<&'static str, u64>,
+    /// Peer claims refused since start: contradictions and out-of-range values.
+    pub(super) refused_claims: u64,
     pub(super) next_request_id: RequestId,
     pub(super) inflight: BTreeMap<i32, InFlight>,
     pub(super) backoff_until: BTreeMap<i32, u64>,
@@ -346,7 +352,7 @@ impl Raft {
         membership: impl Into<VoterHistory>,
         stored: Option<ElectionState>,
         log: &LogInfo,
-        now_ms: u64,
+        now: Time,
     ) -> Raft {
         let log = LogView::new(log);
         let rng = Prng::new(config.seed);
@@ -366,7 +372,10 @@ impl Raft {
             log,
             high_watermark: None,
             rng,
-            now_ms,
+            now_ms: now.mono_ms,
+            unix_ms: now.unix_ms,
+            complaints: BTreeMap::new(),
+            refused_claims: 0,
             next_request_id: 1,
             inflight: BTreeMap::new(),
             backoff_until: BTreeMap::new(),
@@ -445,14 +454,16 @@ impl Raft {
 
     // ---- Public surface -------------------------------------------------------------------
 
-    /// Feeds one input at time `now_ms` (monotonic milliseconds; a clock that goes backwards
-    /// is treated as standing still).
-    pub fn step(&mut self, now_ms: u64, input: Input) -> Result<(), FatalError> {
-        self.now_ms = self.now_ms.max(now_ms);
+    /// Feeds one input at time `now` (a monotonic clock that goes backwards is treated as
+    /// standing still). Nothing a peer sends can make this fail: claims that contradict what
+    /// this replica knows are refused and logged (`refuse_claim`).
+    pub fn step(&mut self, now: Time, input: Input) {
+        self.now_ms = self.now_ms.max(now.mono_ms);
+        self.unix_ms = now.unix_ms;
         match input {
             Input::Tick => {}
-            Input::Request { token, request } => self.handle_request(token, request)?,
-            Input::Response { id, response } => self.handle_response(id, response)?,
+            Input::Request { token, request } => self.handle_request(token, request),
+            Input::Response { id, response } => self.handle_response(id, response),
             Input::Failure { id, failure } => self.handle_failure(id, failure),
             Input::Shutdown => self.begin_shutdown(),
             Input::Resign { epoch } => {
@@ -464,7 +475,6 @@ impl Raft {
             Input::DeleteBefore { offset } => self.delete_before(offset),
         }
         self.poll();
-        Ok(())
     }
 
     /// The effects accumulated since the last call, or `None` when there are none.
@@ -610,6 +620,42 @@ impl Raft {
 
     pub fn epoch(&self) -> i32 {
         self.epoch
+    }
+
+    /// Peer claims refused since start (contradictions and out-of-range values).
+    pub fn refused_claims(&self) -> u64 {
+        self.refused_claims
+    }
+
+    /// Counts a peer's claim this replica refused and logs it, at most once per
+    /// `COMPLAINT_INTERVAL_MS` for each `kind`: a flood of forged frames must not flood the log.
+    pub(super) fn refuse_claim(&mut self, kind: &'static str, detail: impl FnOnce() -> String) {
+        self.refused_claims += 1;
+        let now = self.now_ms;
+        let due = self
+            .complaints
+            .get(kind)
+            .is_none_or(|last| now >= last.saturating_add(COMPLAINT_INTERVAL_MS));
+        if due {
+            self.complaints.insert(kind, now);
+            tracing::error!(
+                claim = kind,
+                refused = self.refused_claims,
+                "refused a peer's claim: {}",
+                detail()
+            );
+        }
+    }
+
+    /// Whether `epoch`, taken from a peer, is one this replica may adopt (`EPOCH_MAX`).
+    pub(super) fn epoch_acceptable(&mut self, epoch: i32, what: &'static str) -> bool {
+        if epoch <= EPOCH_MAX {
+            return true;
+        }
+        self.refuse_claim(what, || {
+            format!("epoch {epoch} is above the highest epoch accepted ({EPOCH_MAX})")
+        });
+        false
     }
 
     /// DescribeQuorum's content (raft.md §12); `None` unless this replica leads.
@@ -911,6 +957,14 @@ impl Raft {
 
     pub(super) fn become_candidate(&mut self) {
         debug_assert!(self.may_campaign());
+        if self.epoch >= EPOCH_MAX {
+            // Only forged frames get a quorum here (`EPOCH_MAX`); never overflow.
+            let epoch = self.epoch;
+            self.refuse_claim("epoch exhausted", || {
+                format!("cannot campaign: epoch {epoch} is the highest allowed")
+            });
+            return;
+        }
         self.epoch += 1;
         let election_deadline = self.random_election_deadline(self.now_ms);
         let granted = self.own_vote();
@@ -1024,25 +1078,27 @@ impl Raft {
     }
 
     /// raft.md §9 step 4 / §6.3 step 4: follow what a peer says about leader and epoch.
-    pub(super) fn maybe_transition(&mut self, leader: i32, epoch: i32) -> Result<(), FatalError> {
+    /// Returns false when the claim contradicts what this replica knows (another leader for
+    /// our epoch, an epoch out of range): it is refused and logged, never obeyed, and the
+    /// caller answers or ignores the message as refused. Kafka treats some of these as fatal;
+    /// a single forged frame must not stop a node.
+    pub(super) fn maybe_transition(&mut self, leader: i32, epoch: i32) -> bool {
         let local = self.config.local.id;
+        if !self.epoch_acceptable(epoch, "epoch out of range") {
+            return false;
+        }
         if epoch > self.epoch {
             if leader >= 0 && leader != local && self.can_follow(leader) {
                 self.become_follower(epoch, leader);
-            } else if leader == local && self.config.local.directory_id.is_some() {
-                self.resign_as_earlier_replica(epoch);
             } else if leader == local {
-                return Err(FatalError(format!(
-                    "a peer names this node leader of epoch {epoch}, above ours {}",
-                    self.epoch
-                )));
+                self.resign_as_earlier_replica(epoch);
             } else {
                 self.become_unattached(epoch, (leader >= 0).then_some(leader));
             }
-            return Ok(());
+            return true;
         }
         if epoch < self.epoch || leader < 0 {
-            return Ok(());
+            return true;
         }
         // A Prospective keeps the leader it followed: hearing of that leader again is no news.
         match self.leader_id() {
@@ -1051,37 +1107,37 @@ impl Raft {
                 if attach && leader != local && self.can_follow(leader) {
                     self.become_follower(epoch, leader);
                 }
-                Ok(())
+                true
             }
-            Some(known) => Err(FatalError(format!(
-                "epoch {epoch} has two leaders: {known} and {leader}"
-            ))),
-            None if leader == local && self.config.local.directory_id.is_some() => {
+            Some(known) => {
+                self.refuse_claim("two leaders", || {
+                    format!(
+                        "a peer names {leader} leader of epoch {epoch}, whose leader is {known}"
+                    )
+                });
+                false
+            }
+            None if leader == local => {
                 self.resign_as_earlier_replica(epoch);
-                Ok(())
+                true
             }
-            None if leader == local => Err(FatalError(format!(
-                "a peer names this node leader of epoch {epoch}, but it is {}",
-                self.state_name()
-            ))),
             None if self.can_follow(leader) => {
                 self.become_follower(epoch, leader);
-                Ok(())
+                true
             }
-            None => Ok(()),
+            None => true,
         }
     }
 
-    /// A peer names this node leader of `epoch`, which it never led: a replica with our node id
-    /// and an earlier directory (one since re-formatted, membership.md §1) did, and peers do
-    /// not know it is gone. Without a directory id this cannot be told from a lost
-    /// quorum-state, which stays fatal. As a restarted leader would be, this replica is
-    /// Resigned in that epoch — never leading or voting in it — and says so durably.
+    /// A peer names this node leader of `epoch`, which it never led as far as its state says.
+    /// Either a replica with our node id and an earlier directory (one since re-formatted,
+    /// membership.md §1) led it, or our `quorum-state` was lost, or the frame is forged. In
+    /// every case this replica must never lead or vote in that epoch, so, as a restarted leader
+    /// would be, it is Resigned in it — and says so durably.
     fn resign_as_earlier_replica(&mut self, epoch: i32) {
-        tracing::warn!(
-            epoch,
-            "named leader of an epoch an earlier replica of this node led"
-        );
+        self.refuse_claim("named leader", || {
+            format!("a peer names this node leader of epoch {epoch}, which it did not lead here; resigning in it")
+        });
         self.epoch = epoch;
         self.become_resigned();
         self.pending_election = Some(ElectionState {
@@ -1205,7 +1261,7 @@ impl Raft {
                 }
             }
             Role::Resigned(s) if s.election_deadline <= now => {
-                let epoch = self.epoch + 1;
+                let epoch = self.epoch.saturating_add(1).min(EPOCH_MAX);
                 self.become_unattached(epoch, None);
                 if self.may_campaign() && !self.shutting_down {
                     self.become_prospective();

@@ -1,7 +1,7 @@
 //! Elections: Vote (standard and pre-vote), BeginQuorumEpoch and EndQuorumEpoch, both as
 //! receiver and sender, and the response handling every RPC shares (raft.md §5, §6, §9).
 
-use super::core::{FatalError, Raft, Role};
+use super::core::{Raft, Role};
 use super::message::{
     BeginQuorumEpochRequest, EndQuorumEpochRequest, EpochResponse, Request, RequestId, Response,
     Token, VoteRequest, VoteResponse,
@@ -13,37 +13,18 @@ use crate::protocol::errors::ErrorCode;
 const PRE_VOTE_RETRY_MS: u64 = 100;
 
 impl Raft {
-    pub(super) fn handle_request(
-        &mut self,
-        token: Token,
-        request: Request,
-    ) -> Result<(), FatalError> {
+    pub(super) fn handle_request(&mut self, token: Token, request: Request) {
         match request {
             Request::Vote(r) => self.handle_vote_request(token, r),
             Request::BeginQuorumEpoch(r) => self.handle_begin_quorum_epoch_request(token, r),
             Request::EndQuorumEpoch(r) => self.handle_end_quorum_epoch_request(token, r),
-            Request::Fetch(r) => {
-                self.handle_fetch_request(token, r);
-                Ok(())
-            }
-            Request::FetchSnapshot(r) => {
-                self.handle_fetch_snapshot_request(token, r);
-                Ok(())
-            }
-            Request::AddVoter(r) => {
-                self.handle_add_voter_request(token, r);
-                Ok(())
-            }
-            Request::RemoveVoter(r) => {
-                self.handle_remove_voter_request(token, r);
-                Ok(())
-            }
-            Request::UpdateVoter(r) => {
-                self.handle_update_voter_request(token, r);
-                Ok(())
-            }
+            Request::Fetch(r) => self.handle_fetch_request(token, r),
+            Request::FetchSnapshot(r) => self.handle_fetch_snapshot_request(token, r),
+            Request::AddVoter(r) => self.handle_add_voter_request(token, r),
+            Request::RemoveVoter(r) => self.handle_remove_voter_request(token, r),
+            Request::UpdateVoter(r) => self.handle_update_voter_request(token, r),
             // The runtime answers ApiVersions itself.
-            Request::ApiVersions => Ok(()),
+            Request::ApiVersions => {}
         }
     }
 
@@ -118,27 +99,29 @@ impl Raft {
     }
 
     /// raft.md §5.3: validation order, then the grant rules of §5.4.
-    fn handle_vote_request(&mut self, token: Token, r: VoteRequest) -> Result<(), FatalError> {
+    fn handle_vote_request(&mut self, token: Token, r: VoteRequest) {
         if !self.cluster_id_ok(&r.cluster_id) {
             let resp =
                 self.vote_response(ErrorCode::INCONSISTENT_CLUSTER_ID, ErrorCode::NONE, false);
             self.respond(token, resp);
-            return Ok(());
+            return;
         }
         let bad_epoch = if r.pre_vote {
             r.last_offset_epoch > r.replica_epoch
         } else {
             r.last_offset_epoch >= r.replica_epoch
         };
-        if r.last_offset < 0 || r.last_offset_epoch < 0 || bad_epoch || r.candidate.id < 0 {
+        let invalid =
+            r.last_offset < 0 || r.last_offset_epoch < 0 || bad_epoch || r.candidate.id < 0;
+        if invalid || !self.epoch_acceptable(r.replica_epoch, "vote epoch out of range") {
             let resp = self.vote_response(ErrorCode::NONE, ErrorCode::INVALID_REQUEST, false);
             self.respond(token, resp);
-            return Ok(());
+            return;
         }
         if r.replica_epoch < self.epoch {
             let resp = self.vote_response(ErrorCode::NONE, ErrorCode::FENCED_LEADER_EPOCH, false);
             self.respond(token, resp);
-            return Ok(());
+            return;
         }
         if r.replica_epoch > self.epoch {
             self.become_unattached(r.replica_epoch, None);
@@ -146,7 +129,7 @@ impl Raft {
         if !self.addressed_to_us(&r.voter) {
             let resp = self.vote_response(ErrorCode::NONE, ErrorCode::INVALID_VOTER_KEY, false);
             self.respond(token, resp);
-            return Ok(());
+            return;
         }
         let theirs = OffsetAndEpoch::new(r.last_offset, r.last_offset_epoch);
         let ours = self.log.last_offset_and_epoch();
@@ -157,7 +140,6 @@ impl Raft {
         }
         let resp = self.vote_response(ErrorCode::NONE, ErrorCode::NONE, granted);
         self.respond(token, resp);
-        Ok(())
     }
 
     /// raft.md §5.4.
@@ -184,18 +166,17 @@ impl Raft {
     }
 
     /// raft.md §6.3.
-    fn handle_begin_quorum_epoch_request(
-        &mut self,
-        token: Token,
-        r: BeginQuorumEpochRequest,
-    ) -> Result<(), FatalError> {
+    fn handle_begin_quorum_epoch_request(&mut self, token: Token, r: BeginQuorumEpochRequest) {
         if let Some(error) = self.check_epoch_request(&r.cluster_id, r.leader_id, r.leader_epoch) {
             let resp = self.epoch_response_with(error);
             self.respond(token, Response::BeginQuorumEpoch(resp));
-            return Ok(());
+            return;
         }
-        self.learn_leader(r.leader_id, r.leader_epoch, &r.leader_endpoints);
-        self.maybe_transition(r.leader_id, r.leader_epoch)?;
+        if !self.accept_leader_claim(r.leader_id, r.leader_epoch, &r.leader_endpoints) {
+            let resp = self.epoch_response(ErrorCode::NONE, ErrorCode::INVALID_REQUEST);
+            self.respond(token, Response::BeginQuorumEpoch(resp));
+            return;
+        }
         let error = if self.addressed_to_us(&r.voter) {
             ErrorCode::NONE
         } else {
@@ -203,22 +184,20 @@ impl Raft {
         };
         let resp = self.epoch_response(ErrorCode::NONE, error);
         self.respond(token, Response::BeginQuorumEpoch(resp));
-        Ok(())
     }
 
     /// raft.md §6.4, receiver side.
-    fn handle_end_quorum_epoch_request(
-        &mut self,
-        token: Token,
-        r: EndQuorumEpochRequest,
-    ) -> Result<(), FatalError> {
+    fn handle_end_quorum_epoch_request(&mut self, token: Token, r: EndQuorumEpochRequest) {
         if let Some(error) = self.check_epoch_request(&r.cluster_id, r.leader_id, r.leader_epoch) {
             let resp = self.epoch_response_with(error);
             self.respond(token, Response::EndQuorumEpoch(resp));
-            return Ok(());
+            return;
         }
-        self.learn_leader(r.leader_id, r.leader_epoch, &r.leader_endpoints);
-        self.maybe_transition(r.leader_id, r.leader_epoch)?;
+        if !self.accept_leader_claim(r.leader_id, r.leader_epoch, &r.leader_endpoints) {
+            let resp = self.epoch_response(ErrorCode::NONE, ErrorCode::INVALID_REQUEST);
+            self.respond(token, Response::EndQuorumEpoch(resp));
+            return;
+        }
         let local = self.config.local;
         let position = r
             .preferred_candidates
@@ -236,7 +215,6 @@ impl Raft {
         }
         let resp = self.epoch_response(ErrorCode::NONE, ErrorCode::NONE);
         self.respond(token, Response::EndQuorumEpoch(resp));
-        Ok(())
     }
 
     /// Strict exponential backoff by position in the preferred list (raft.md §4).
@@ -265,7 +243,7 @@ impl Raft {
         if leader_epoch < self.epoch {
             return Some((ErrorCode::NONE, ErrorCode::FENCED_LEADER_EPOCH));
         }
-        if leader_id < 0 {
+        if leader_id < 0 || leader_epoch > crate::constants::EPOCH_MAX {
             return Some((ErrorCode::NONE, ErrorCode::INVALID_REQUEST));
         }
         None
@@ -280,19 +258,15 @@ impl Raft {
 
     // ---- Responses ------------------------------------------------------------------------
 
-    pub(super) fn handle_response(
-        &mut self,
-        id: RequestId,
-        response: Response,
-    ) -> Result<(), FatalError> {
+    pub(super) fn handle_response(&mut self, id: RequestId, response: Response) {
         let Some((from, flight)) = self.take_inflight(id) else {
-            return Ok(()); // Timed out, or sent in a state we have left.
+            return; // Timed out, or sent in a state we have left.
         };
-        if self.handle_membership_response(from, &response)? {
-            return Ok(());
+        if self.handle_membership_response(from, &response) {
+            return;
         }
-        if !self.handle_response_common(from, &response)? {
-            return Ok(());
+        if !self.handle_response_common(from, &response) {
+            return;
         }
         match response {
             Response::Vote(r) => self.handle_vote_response(from, flight.epoch, r),
@@ -306,50 +280,65 @@ impl Raft {
                     s.unacked.remove(&from);
                 }
             }
-            Response::Fetch(r) => self.handle_fetch_response(from, r)?,
-            Response::FetchSnapshot(r) => self.handle_fetch_snapshot_response(from, r)?,
+            Response::Fetch(r) => self.handle_fetch_response(from, r),
+            Response::FetchSnapshot(r) => self.handle_fetch_snapshot_response(from, r),
             Response::AddVoter(_)
             | Response::RemoveVoter(_)
             | Response::UpdateVoter(_)
             | Response::ApiVersions(_) => {}
         }
-        Ok(())
     }
 
     /// raft.md §9. Returns whether the body should be processed.
-    fn handle_response_common(
-        &mut self,
-        from: i32,
-        response: &Response,
-    ) -> Result<bool, FatalError> {
+    fn handle_response_common(&mut self, from: i32, response: &Response) -> bool {
         let (error, partition_error) = response.errors();
         if error != ErrorCode::NONE {
             self.backoff(from);
-            return Ok(false);
+            return false;
         }
         let Some((leader, epoch, endpoints)) = response.leader() else {
-            return Ok(true);
+            return true;
         };
-        let endpoints = endpoints.to_vec();
-        self.learn_leader(leader, epoch, &endpoints);
         if epoch < self.epoch || partition_error == ErrorCode::UNKNOWN_LEADER_EPOCH {
-            return Ok(false);
+            return false;
         }
+        let endpoints = endpoints.to_vec();
+        let newer = epoch > self.epoch;
         let fenced = partition_error == ErrorCode::FENCED_LEADER_EPOCH
             || partition_error == ErrorCode::NOT_LEADER_OR_FOLLOWER;
-        if epoch > self.epoch || fenced {
-            self.maybe_transition(leader, epoch)?;
+        if !self.accept_leader_claim(leader, epoch, &endpoints) {
+            self.backoff(from);
+            return false;
+        }
+        if newer || fenced {
             if fenced {
                 self.backoff(from);
             }
-            return Ok(false);
+            return false;
         }
-        self.maybe_transition(leader, epoch)?;
         if partition_error != ErrorCode::NONE {
             self.backoff(from);
-            return Ok(false);
+            return false;
         }
-        Ok(true)
+        true
+    }
+
+    /// Learns where `leader` of `epoch` listens and follows the claim (`maybe_transition`);
+    /// a refused claim leaves nothing behind, its endpoints included.
+    pub(super) fn accept_leader_claim(
+        &mut self,
+        leader: i32,
+        epoch: i32,
+        endpoints: &[super::types::Endpoint],
+    ) -> bool {
+        let before = self.learned_leader.clone();
+        // Learned first: following a leader outside a stale voter set needs its endpoints.
+        self.learn_leader(leader, epoch, endpoints);
+        let accepted = self.maybe_transition(leader, epoch);
+        if !accepted {
+            self.learned_leader = before;
+        }
+        accepted
     }
 
     fn handle_vote_response(&mut self, from: i32, sent_epoch: i32, r: VoteResponse) {
@@ -466,6 +455,7 @@ impl Raft {
 mod tests {
     use super::super::core::RaftConfig;
     use super::super::log_view::LogInfo;
+    use super::super::types::Time;
     use super::*;
     use crate::membership::{Voter, VoterSet};
 
@@ -478,7 +468,7 @@ mod tests {
         )
         .unwrap();
         let config = RaftConfig::new(ReplicaKey::new(id, None), "c".into(), 1);
-        Raft::new(config, set, None, &LogInfo::default(), 0)
+        Raft::new(config, set, None, &LogInfo::default(), Time::simulated(0))
     }
 
     #[test]
@@ -516,24 +506,22 @@ mod tests {
         };
         raft.ready();
         raft.step(
-            1,
+            Time::simulated(1),
             super::super::core::Input::Request {
                 token: 1,
                 request: vote(2),
             },
-        )
-        .unwrap();
+        );
         let (ok, state) = granted(&mut raft);
         assert!(ok);
         assert_eq!(state.unwrap().voted_key, Some(ReplicaKey::new(2, None)));
         raft.step(
-            2,
+            Time::simulated(2),
             super::super::core::Input::Request {
                 token: 2,
                 request: vote(3),
             },
-        )
-        .unwrap();
+        );
         assert!(
             !granted(&mut raft).0,
             "a second candidate in the same epoch"

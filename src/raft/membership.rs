@@ -4,7 +4,7 @@
 //! bootstrap servers (§6, §8). One change is in flight at a time; it takes effect when appended
 //! and is answered when committed.
 
-use super::core::{FatalError, Raft, Role};
+use super::core::{Raft, Role};
 use super::message::{
     AddVoterRequest, ApiVersionsProbe, FetchRequest, RemoveVoterRequest, Request, Response, Token,
     UpdateVoterRequest, UpdateVoterResponse, VoterChangeResponse,
@@ -140,7 +140,7 @@ impl Raft {
     pub(super) fn append_control(&mut self, records: Vec<ControlRecord>) -> i64 {
         let base = self.log.end_offset();
         let batch =
-            crate::records::control::control_batch(base, self.epoch, self.now_ms as i64, &records);
+            crate::records::control::control_batch(base, self.epoch, self.unix_ms, &records);
         for (i, record) in records.iter().enumerate() {
             if let Err(why) = self.membership.apply(base + i as i64, record, false) {
                 tracing::error!(%why, "the leader wrote a membership record it cannot apply");
@@ -757,21 +757,17 @@ impl Raft {
     }
 
     /// Membership responses the shared response path does not cover.
-    pub(super) fn handle_membership_response(
-        &mut self,
-        from: i32,
-        response: &Response,
-    ) -> Result<bool, FatalError> {
+    pub(super) fn handle_membership_response(&mut self, from: i32, response: &Response) -> bool {
         match response {
             Response::ApiVersions(probe) => {
                 self.handle_api_versions_probe(from, probe.clone());
-                Ok(true)
+                true
             }
             Response::UpdateVoter(r) => {
                 self.handle_update_voter_response(r.error);
-                Ok(false)
+                false
             }
-            _ => Ok(false),
+            _ => false,
         }
     }
 }
@@ -781,6 +777,7 @@ mod tests {
     use super::super::core::{Input, LogOp, RaftConfig};
     use super::super::log_view::LogInfo;
     use super::super::message::Outbound;
+    use super::super::types::Time;
     use super::*;
     use crate::membership::history::voters_record;
     use crate::membership::{MembershipRecord, VoterHistory, VoterSet};
@@ -817,7 +814,13 @@ mod tests {
         let mut config = RaftConfig::new(key(1), "c".into(), 7);
         config.listener_name = Some("CONTROLLER".into());
         config.local_endpoints = endpoint(1);
-        Raft::new(config, history, None, &LogInfo::default(), 0)
+        Raft::new(
+            config,
+            history,
+            None,
+            &LogInfo::default(),
+            Time::simulated(0),
+        )
     }
 
     /// Runs every pending `Ready` as a runtime would (all durable at once); returns what was
@@ -838,7 +841,7 @@ mod tests {
     }
 
     fn request(raft: &mut Raft, now: u64, token: Token, request: Request) -> Vec<Outbound> {
-        raft.step(now, Input::Request { token, request }).unwrap();
+        raft.step(Time::simulated(now), Input::Request { token, request });
         drain(raft).0
     }
 
@@ -897,7 +900,7 @@ mod tests {
             error: ErrorCode::NONE,
             kraft_version: Some((0, 1)),
         });
-        raft.step(now, Input::Response { id, response }).unwrap();
+        raft.step(Time::simulated(now), Input::Response { id, response });
         drain(raft).0
     }
 

@@ -28,8 +28,9 @@
 //! | any | Follower(e', L) | a request/response names leader L of epoch e' ≥ ours | yes |
 //! | any | Unattached(e') | a request/response carries epoch e' > ours, no leader | yes |
 //!
-//! A peer naming a *different* leader for our epoch, or naming us leader when we are not, is
-//! a `FatalError`: two leaders in one epoch means the log can no longer be trusted.
+//! A peer naming a *different* leader for our epoch is refused and logged (`refuse_claim`),
+//! never obeyed; a peer naming us leader of an epoch we did not lead makes us Resigned in it
+//! (we never lead or vote there). Nothing a peer sends stops the replica.
 
 pub mod core;
 pub mod election;
@@ -40,9 +41,9 @@ pub mod replication;
 pub mod types;
 
 pub use self::core::{
-    AppendError, FatalError, Input, LogOp, Mutations, QuorumDescription, Raft, RaftConfig, Ready,
+    AppendError, Input, LogOp, Mutations, QuorumDescription, Raft, RaftConfig, Ready,
     ReplicaDescription, FETCH_MAX_BYTES, FETCH_MAX_WAIT_MS,
 };
 pub use log_view::LogInfo;
 pub use message::{Failure, Outbound, Request, RequestId, Response, Token};
-pub use types::{ElectionState, Endpoint, LeaderAndEpoch, OffsetAndEpoch, ReplicaKey};
+pub use types::{ElectionState, Endpoint, LeaderAndEpoch, OffsetAndEpoch, ReplicaKey, Time};

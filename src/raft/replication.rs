@@ -4,7 +4,7 @@
 
 use bytes::Bytes;
 
-use super::core::{Download, FatalError, LogOp, Parked, Raft, Role, FETCH_MAX_WAIT_MS};
+use super::core::{Download, LogOp, Parked, Raft, Role, FETCH_MAX_WAIT_MS};
 use super::log_view::Validation;
 use super::message::{
     FetchRequest, FetchResponse, FetchSnapshotRequest, FetchSnapshotResponse, Records, Request,
@@ -343,13 +343,9 @@ impl Raft {
     }
 
     /// raft.md §7.3.
-    pub(super) fn handle_fetch_response(
-        &mut self,
-        from: i32,
-        r: FetchResponse,
-    ) -> Result<(), FatalError> {
+    pub(super) fn handle_fetch_response(&mut self, from: i32, r: FetchResponse) {
         if !self.follower_of(from) && !self.leader_via_bootstrap(from, &r) {
-            return Ok(());
+            return;
         }
         let deadline = self.random_fetch_deadline(self.now_ms);
         if let Role::Follower(s) = &mut self.role {
@@ -357,22 +353,27 @@ impl Raft {
             s.has_fetched = true;
         }
         if let Some(diverging) = r.diverging_epoch.filter(|d| d.epoch >= 0) {
-            return self.truncate_diverging(diverging);
+            if !self.truncate_diverging(diverging) {
+                self.backoff(from);
+            }
+            return;
         }
         if let Some(id) = r.snapshot_id {
-            if id.epoch < 0 || id.offset < 0 {
+            if id.epoch < 0 || id.offset < 0 || id.epoch > self.epoch {
+                self.refuse_claim("bad snapshot id", || {
+                    format!("the leader names snapshot {}-{}", id.offset, id.epoch)
+                });
                 self.backoff(from);
-                return Ok(());
+                return;
             }
             if let Role::Follower(s) = &mut self.role {
                 s.download = Some(Download {
                     id,
                     written: 0,
-                    head: Vec::new(),
-                    header: None,
+                    check: crate::records::snapshot::SnapshotCheck::new(id.epoch),
                 });
             }
-            return Ok(());
+            return;
         }
         if let Records::Bytes(bytes) = &r.records {
             self.append_fetched(bytes);
@@ -383,16 +384,20 @@ impl Raft {
                 self.high_watermark = Some(hwm);
             }
         }
-        Ok(())
     }
 
-    fn truncate_diverging(&mut self, d: OffsetAndEpoch) -> Result<(), FatalError> {
+    /// Truncates where the leader says this log diverges; false (nothing done) when that is
+    /// below what this replica knows is committed — a claim no correct leader makes.
+    fn truncate_diverging(&mut self, d: OffsetAndEpoch) -> bool {
         let hwm = self.high_watermark.unwrap_or(0);
         if d.offset < hwm {
-            return Err(FatalError(format!(
-                "the leader's log diverges at {} (epoch {}), below our high watermark {hwm}",
-                d.offset, d.epoch
-            )));
+            self.refuse_claim("divergence below the high watermark", || {
+                format!(
+                    "the leader's log diverges at {} (epoch {}), below our high watermark {hwm}",
+                    d.offset, d.epoch
+                )
+            });
+            return false;
         }
         let end = self.log.end_offset();
         let point = if d.epoch == 0 {
@@ -412,7 +417,7 @@ impl Raft {
             self.membership.truncate_from(point);
             self.log_ops.push(LogOp::Truncate(point));
         }
-        Ok(())
+        true
     }
 
     /// Appends the valid prefix of fetched batches: contiguous from our log end, CRC-checked,
@@ -510,46 +515,42 @@ impl Raft {
     }
 
     /// raft.md §10, follower side.
-    pub(super) fn handle_fetch_snapshot_response(
-        &mut self,
-        from: i32,
-        r: FetchSnapshotResponse,
-    ) -> Result<(), FatalError> {
+    pub(super) fn handle_fetch_snapshot_response(&mut self, from: i32, r: FetchSnapshotResponse) {
         if !self.follower_of(from) {
-            return Ok(());
+            return;
         }
         let deadline = self.random_fetch_deadline(self.now_ms);
         let Role::Follower(s) = &mut self.role else {
-            return Ok(());
+            return;
         };
         s.fetch_deadline = deadline;
         s.has_fetched = true;
         let Some(mut download) = s.download.take() else {
-            return Ok(());
+            return;
         };
         let matches = r.snapshot_id == download.id && r.position == download.written as i64;
         let SnapshotBytes::Bytes(bytes) = r.bytes else {
             s.download = None;
-            return Ok(());
+            return;
         };
         if !matches || r.size <= 0 || bytes.is_empty() {
             s.download = None;
             self.backoff(from);
-            return Ok(());
+            return;
         }
         let len = bytes.len() as u64;
-        if download.written + len > r.size as u64 {
+        if download.written.saturating_add(len) > r.size as u64 {
             s.download = None;
             self.backoff(from);
-            return Ok(());
+            return;
         }
-        if download.header.is_none() {
-            download.head.extend_from_slice(&bytes);
-            if let Ok(records) = crate::membership::history::snapshot_header_records(&download.head)
-            {
-                download.header = Some(records);
-                download.head = Vec::new();
+        let unchecked = self.config.mutations.snapshot_unchecked;
+        if let Err(corrupt) = download.check.feed(&bytes) {
+            if !unchecked {
+                self.abandon_download(from, download.id, corrupt);
+                return;
             }
+            download.check = crate::records::snapshot::SnapshotCheck::new(download.id.epoch);
         }
         self.log_ops.push(LogOp::SnapshotChunk {
             id: download.id,
@@ -558,16 +559,19 @@ impl Raft {
         });
         download.written += len;
         if download.written < r.size as u64 {
-            s.download = Some(download);
-            return Ok(());
+            if let Role::Follower(s) = &mut self.role {
+                s.download = Some(download);
+            }
+            return;
         }
-        s.download = None;
         let id = download.id;
-        let Some(header) = download.header else {
-            return Err(FatalError(format!(
-                "snapshot {}-{} from the leader has no readable header batch",
-                id.offset, id.epoch
-            )));
+        let header = match download.check.finish() {
+            Ok(header) => header,
+            Err(_) if unchecked => Vec::new(),
+            Err(corrupt) => {
+                self.abandon_download(from, id, corrupt);
+                return;
+            }
         };
         self.log_ops.push(LogOp::SnapshotComplete { id });
         self.log.reset_to_snapshot(id, download.written);
@@ -576,6 +580,23 @@ impl Raft {
             self.high_watermark = Some(id.offset);
         }
         self.load_snapshot = Some(id);
-        Ok(())
+    }
+
+    /// A downloaded snapshot failed its check: its partial file goes, the leader is asked
+    /// again after a backoff (it starts over at position 0).
+    fn abandon_download(
+        &mut self,
+        from: i32,
+        id: OffsetAndEpoch,
+        corrupt: crate::records::snapshot::SnapshotCorrupt,
+    ) {
+        self.refuse_claim("corrupt snapshot", || {
+            format!(
+                "snapshot {}-{} from the leader is {corrupt}; discarded, fetching it again",
+                id.offset, id.epoch
+            )
+        });
+        self.log_ops.push(LogOp::SnapshotAbandon { id });
+        self.backoff(from);
     }
 }

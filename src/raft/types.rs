@@ -92,6 +92,29 @@ pub struct LeaderAndEpoch {
     pub epoch: i32,
 }
 
+/// The two clocks a step is taken at. `mono_ms` (monotonic milliseconds, any origin) drives every
+/// timer; `unix_ms` (wall-clock Unix milliseconds) is only written into records as their
+/// CreateTime, which Kafka's followers copy into their time index. Both are passed in, never
+/// read, so the core stays deterministic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Time {
+    pub mono_ms: u64,
+    pub unix_ms: i64,
+}
+
+impl Time {
+    pub fn new(mono_ms: u64, unix_ms: i64) -> Self {
+        Time { mono_ms, unix_ms }
+    }
+
+    /// A time whose wall clock moves with the monotonic one from a fixed origin
+    /// (2026-01-01T00:00:00Z): what tests and the simulator step cores with.
+    pub fn simulated(mono_ms: u64) -> Self {
+        const ORIGIN_UNIX_MS: i64 = 1_767_225_600_000;
+        Time::new(mono_ms, ORIGIN_UNIX_MS.saturating_add(mono_ms as i64))
+    }
+}
+
 /// SplitMix64: a tiny seeded generator so that election jitter is reproducible in simulation
 /// and the core never reaches for thread-local randomness.
 #[derive(Debug, Clone)]

@@ -7,6 +7,7 @@ pub mod batch;
 pub mod builder;
 pub mod control;
 pub mod metadata;
+pub mod snapshot;
 
 pub use batch::{assign_in_place, batch_size, Batch, BatchError, BatchHeader, Record};
 pub use builder::BatchBuilder;

@@ -181,6 +181,7 @@ pub fn read_frame(stream: &mut TcpStream) -> Option<Vec<u8>> {
 }
 
 pub mod glommio_rt;
+pub mod quorum;
 
 /// SplitMix64: a small seeded generator, so every randomized test is replayable.
 pub struct Rng(pub u64);

@@ -27,7 +27,7 @@ use ringraft::raft::message::{ApiVersionsProbe, Records, SnapshotBytes};
 use ringraft::raft::types::Prng;
 use ringraft::raft::{
     ElectionState, Endpoint, Input, LogInfo, LogOp, Mutations, OffsetAndEpoch, Outbound, Raft,
-    RaftConfig, Ready, ReplicaKey, Request, Response,
+    RaftConfig, Ready, ReplicaKey, Request, Response, Time,
 };
 use ringraft::records::batch::Batch;
 use ringraft::records::builder::BatchBuilder;
@@ -136,6 +136,14 @@ impl SimLog {
                 part.1.extend_from_slice(bytes);
                 Vec::new()
             }
+            LogOp::SnapshotAbandon { id } => {
+                assert!(
+                    self.partial_snapshot.as_ref().is_none_or(|(p, _)| p == id),
+                    "abandoning a download that is not the one in progress"
+                );
+                self.partial_snapshot = None;
+                Vec::new()
+            }
             LogOp::SnapshotComplete { id } => {
                 let (pid, data) = self
                     .partial_snapshot
@@ -209,6 +217,24 @@ impl Disk {
         }
         VoterHistory::from_records(VoterSet::new(Vec::new())?, &records)
     }
+}
+
+/// A whole snapshot file as a state machine writes one: the header batch (SnapshotHeader and
+/// the voter set), a data batch describing the state, the footer.
+pub fn snapshot_file(id: OffsetAndEpoch, header: &[ControlRecord]) -> Vec<u8> {
+    let mut content = control_batch(0, id.epoch, 0, header);
+    let next = header.len() as i64;
+    let mut state = BatchBuilder::new(next, id.epoch, 0, false);
+    let text = format!("state at {} epoch {}", id.offset, id.epoch).repeat(8);
+    state.append(None, Some(text.as_bytes()));
+    content.extend(state.finish());
+    content.extend(control_batch(
+        next + 1,
+        id.epoch,
+        0,
+        &[ControlRecord::SnapshotFooter],
+    ));
+    content
 }
 
 /// The listener raft uses in dynamic clusters (`controller.listener.names`).
@@ -350,6 +376,8 @@ pub struct NetConfig {
     pub delay_min_ms: u64,
     pub delay_max_ms: u64,
     pub disk_delay_ms: u64,
+    /// Snapshot chunks with one byte flipped on the way (a bad disk or link at the sender).
+    pub corrupt_per_mille: u64,
 }
 
 pub struct Cluster {
@@ -374,6 +402,9 @@ pub struct Cluster {
     pub snapshot_interval_ms: u64,
     pub events_run: u64,
     pub snapshot_downloads: u64,
+    /// Snapshot chunks corrupted on the way, and downloads abandoned for failing their check.
+    pub corrupted_chunks: u64,
+    pub abandoned_downloads: u64,
     pub truncations: u64,
     /// Timer wake-ups per node (KAFKA-17751: an idle replica must not spin).
     pub ticks: Vec<u64>,
@@ -443,6 +474,8 @@ impl Cluster {
             snapshot_interval_ms: 0,
             events_run: 0,
             snapshot_downloads: 0,
+            corrupted_chunks: 0,
+            abandoned_downloads: 0,
             truncations: 0,
             ticks: vec![0; size],
             trace: std::env::var_os("RINGRAFT_SIM_TRACE").is_some(),
@@ -547,7 +580,7 @@ impl Cluster {
             history,
             node.disk.election.clone(),
             &node.disk.log.info(),
-            now,
+            Time::simulated(now),
         );
         node.raft = Some(raft);
         self.checker.node_restarted(id);
@@ -715,13 +748,7 @@ impl Cluster {
                 last_contained_log_timestamp: 0,
             }];
             header.extend(raft.membership().snapshot_records(snapshot.offset));
-            let mut content = control_batch(0, snapshot.epoch, 0, &header);
-            content.extend(
-                format!("state at {} epoch {}", snapshot.offset, snapshot.epoch)
-                    .repeat(8)
-                    .as_bytes(),
-            );
-            let content = Bytes::from(content);
+            let content = Bytes::from(snapshot_file(snapshot, &header));
             let size = content.len() as u64;
             self.nodes[i].disk.log.snapshots.insert(snapshot, content);
             self.step(id, Input::SnapshotCreated { id: snapshot, size })?;
@@ -819,9 +846,7 @@ impl Cluster {
         let Some(raft) = self.nodes[id as usize].raft.as_mut() else {
             return Ok(());
         };
-        if let Err(fatal) = raft.step(now, input) {
-            return Err(format!("node {id} stopped: {fatal}"));
-        }
+        raft.step(Time::simulated(now), input);
         self.after_step(id)
     }
 
@@ -881,8 +906,12 @@ impl Cluster {
             }
         }
         for op in &ready.log_ops {
+            if let LogOp::SnapshotComplete { id: sid } = op {
+                self.check_installed_snapshot(id, *sid)?;
+            }
             match op {
                 LogOp::SnapshotComplete { .. } => self.snapshot_downloads += 1,
+                LogOp::SnapshotAbandon { .. } => self.abandoned_downloads += 1,
                 LogOp::Truncate(_) => self.truncations += 1,
                 _ => {}
             }
@@ -931,9 +960,7 @@ impl Cluster {
         let now = self.node_now(id);
         if let Some(raft) = self.nodes[id as usize].raft.as_mut() {
             raft.persisted(ready.id);
-            if let Err(fatal) = raft.step(now, Input::Tick) {
-                return Err(format!("node {id} stopped: {fatal}"));
-            }
+            raft.step(Time::simulated(now), Input::Tick);
         }
         self.after_step(id)
     }
@@ -1010,6 +1037,7 @@ impl Cluster {
                     return Ok(());
                 };
                 let response = self.materialize(from, response);
+                let response = self.maybe_corrupt(response);
                 self.checker.response_sent(from, &request, &response)?;
                 if to == OPERATOR {
                     if self.trace {
@@ -1040,6 +1068,37 @@ impl Cluster {
             );
         }
         Ok(())
+    }
+
+    /// NoCorruptSnapshotInstalled: a download replaces the log only when it is whole.
+    fn check_installed_snapshot(&self, node: i32, id: OffsetAndEpoch) -> Result<(), String> {
+        let log = &self.nodes[node as usize].disk.log;
+        let Some((_, data)) = log.partial_snapshot.as_ref().filter(|(p, _)| *p == id) else {
+            return Err(format!(
+                "node {node} completed snapshot {id:?} without its bytes"
+            ));
+        };
+        ringraft::records::snapshot::check_snapshot(data, id.epoch).map_err(|e| {
+            format!("NoCorruptSnapshotInstalled: node {node} installed snapshot {id:?}, {e}")
+        })?;
+        Ok(())
+    }
+
+    /// With `corrupt_per_mille`, flips one byte of a snapshot chunk.
+    fn maybe_corrupt(&mut self, response: Response) -> Response {
+        let Response::FetchSnapshot(mut r) = response else {
+            return response;
+        };
+        if let SnapshotBytes::Bytes(bytes) = &r.bytes {
+            if !bytes.is_empty() && self.rng.below(1000) < self.net.corrupt_per_mille {
+                let mut bad = bytes.to_vec();
+                let at = self.rng.below(bad.len() as u64) as usize;
+                bad[at] ^= 1 << self.rng.below(8);
+                r.bytes = SnapshotBytes::Bytes(Bytes::from(bad));
+                self.corrupted_chunks += 1;
+            }
+        }
+        Response::FetchSnapshot(r)
     }
 
     /// Fills in the bytes a response names (records or snapshot chunk) from the sender's disk.

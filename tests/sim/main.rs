@@ -37,6 +37,8 @@ pub struct RunStats {
     pub events: u64,
     pub committed_batches: usize,
     pub snapshot_downloads: u64,
+    /// Downloads abandoned because a chunk arrived corrupt (`corrupt_per_mille`).
+    pub abandoned_downloads: u64,
     pub truncations: u64,
 }
 
@@ -47,6 +49,7 @@ pub fn random_net(rng: &mut Prng) -> NetConfig {
         delay_min_ms: 1,
         delay_max_ms: 2 + rng.below(25),
         disk_delay_ms: 1 + rng.below(10),
+        corrupt_per_mille: if rng.below(4) == 0 { 100 } else { 0 },
     }
 }
 
@@ -73,6 +76,7 @@ pub fn random_run(seed: u64, size: usize, mutations: Mutations) -> Result<RunSta
         events: c.events_run,
         committed_batches: c.checker.committed_batches,
         snapshot_downloads: c.snapshot_downloads,
+        abandoned_downloads: c.abandoned_downloads,
         truncations: c.truncations,
     })
 }
@@ -123,6 +127,7 @@ pub fn random_dynamic_run(seed: u64, mutations: Mutations) -> Result<DynamicStat
             events: c.events_run,
             committed_batches: c.checker.committed_batches,
             snapshot_downloads: c.snapshot_downloads,
+            abandoned_downloads: c.abandoned_downloads,
             truncations: c.truncations,
         },
         changes: c.checker.committed_changes(&c.voters),
@@ -298,12 +303,14 @@ fn env_u64(name: &str, default: u64) -> u64 {
 fn run_seeds(size: usize, count: u64) {
     let base = env_u64("RINGRAFT_SIM_BASE", 0);
     let (mut events, mut committed, mut downloads, mut truncations) = (0u64, 0usize, 0, 0);
+    let mut abandoned = 0;
     for seed in base..base + count {
         match random_run(seed, size, Mutations::default()) {
             Ok(stats) => {
                 events += stats.events;
                 committed += stats.committed_batches;
                 downloads += stats.snapshot_downloads;
+                abandoned += stats.abandoned_downloads;
                 truncations += stats.truncations;
             }
             Err(why) => panic!(
@@ -314,7 +321,8 @@ fn run_seeds(size: usize, count: u64) {
     }
     println!(
         "{count} seeds × {size} nodes: 0 violations, {events} events, {committed} committed \
-         batches, {truncations} divergence truncations, {downloads} snapshot downloads"
+         batches, {truncations} divergence truncations, {downloads} snapshot downloads, \
+         {abandoned} corrupt downloads abandoned"
     );
     assert!(
         committed as u64 >= count,
@@ -323,6 +331,10 @@ fn run_seeds(size: usize, count: u64) {
     // The faults must reach the paths they exist for.
     assert!(truncations > 0, "no run truncated a divergent suffix");
     assert!(downloads > 0, "no run caught up through FetchSnapshot");
+    assert!(
+        abandoned > 0,
+        "no run abandoned a corrupt snapshot download"
+    );
 }
 
 /// Runs `count` dynamic seeds from `base`; panics with the first failure and its replay
@@ -467,6 +479,19 @@ fn broken_core_high_watermark_from_minority_is_caught() {
     let (seed, why) = first_violation(5, broken, 200).expect("must be caught within 200 seeds");
     assert!(
         why.contains("MajorityReachedHighWatermark") || why.contains("ConsistentCommittedData"),
+        "seed {seed}: {why}"
+    );
+}
+
+#[test]
+fn broken_core_installing_unchecked_snapshots_is_caught() {
+    let broken = Mutations {
+        snapshot_unchecked: true,
+        ..Mutations::default()
+    };
+    let (seed, why) = first_violation(3, broken, 300).expect("must be caught within 300 seeds");
+    assert!(
+        why.contains("NoCorruptSnapshotInstalled"),
         "seed {seed}: {why}"
     );
 }

@@ -2,6 +2,7 @@
 //! of §2.3, each replayed against the real core, plus the checker's own "can it fail" cases.
 //! The KIP-853 bugs of §2.2 live in `scenarios/kip853.rs`.
 
+mod attacks;
 mod kip853;
 
 use bytes::Bytes;
@@ -10,7 +11,7 @@ use ringraft::protocol::errors::ErrorCode;
 use ringraft::raft::message::{FetchRequest, FetchResponse, Records, VoteRequest};
 use ringraft::raft::{
     ElectionState, Input, LogInfo, Mutations, Outbound, Raft, RaftConfig, ReplicaKey, Request,
-    Response,
+    Response, Time,
 };
 use ringraft::records::builder::BatchBuilder;
 
@@ -25,6 +26,7 @@ pub(super) fn quiet_net() -> NetConfig {
         delay_min_ms: 1,
         delay_max_ms: 3,
         disk_delay_ms: 2,
+        corrupt_per_mille: 0,
     }
 }
 
@@ -40,7 +42,13 @@ fn voters(n: i32) -> VoterSet {
 fn core(id: i32, n: i32, stored: Option<ElectionState>, mutations: Mutations) -> Raft {
     let mut config = RaftConfig::new(ReplicaKey::new(id, None), CLUSTER_ID.into(), 7);
     config.mutations = mutations;
-    Raft::new(config, voters(n), stored, &LogInfo::default(), 0)
+    Raft::new(
+        config,
+        voters(n),
+        stored,
+        &LogInfo::default(),
+        Time::simulated(0),
+    )
 }
 
 fn vote(candidate: i32, epoch: i32, pre_vote: bool) -> Request {
@@ -85,13 +93,12 @@ pub fn vote_not_persisted_scenario(mutations: Mutations) -> Result<(), String> {
     for (candidate, token) in [(0, 1), (1, 2)] {
         let request = vote(candidate, 1, false);
         raft.step(
-            10,
+            Time::simulated(10),
             Input::Request {
                 token,
                 request: request.clone(),
             },
-        )
-        .map_err(|e| e.to_string())?;
+        );
         for m in drain(&mut raft, &mut disk) {
             if let Outbound::Response { response, .. } = m {
                 checker.response_sent(2, &request, &response)?;
@@ -112,13 +119,12 @@ fn pre_votes_are_granted_freely_and_never_persisted() {
     let before = disk.clone();
     for (token, candidate) in [(1, 0), (2, 1)] {
         raft.step(
-            5,
+            Time::simulated(5),
             Input::Request {
                 token,
                 request: vote(candidate, 0, true),
             },
-        )
-        .unwrap();
+        );
         let out = drain(&mut raft, &mut disk);
         assert!(vote_granted(&out), "pre-vote from {candidate}");
     }
@@ -143,7 +149,7 @@ fn kafka_10527_restarted_leader_is_resigned_in_its_epoch() {
     // After its election timeout it campaigns for a later epoch, never 4.
     let mut disk = None;
     drain(&mut raft, &mut disk);
-    raft.step(2_100, Input::Tick).unwrap();
+    raft.step(Time::simulated(2_100), Input::Tick);
     drain(&mut raft, &mut disk);
     assert!(raft.epoch() > 4 || raft.state_name() == "Resigned");
     assert!(!raft.is_leader());
@@ -154,7 +160,7 @@ fn elected_leader() -> (Raft, i64) {
     let mut disk = None;
     let mut raft = core(0, 3, None, Mutations::default());
     drain(&mut raft, &mut disk);
-    raft.step(2_000, Input::Tick).unwrap(); // election timeout: Prospective
+    raft.step(Time::simulated(2_000), Input::Tick); // election timeout: Prospective
     let out = drain(&mut raft, &mut disk);
     let prevote = out
         .iter()
@@ -178,7 +184,7 @@ fn elected_leader() -> (Raft, i64) {
             leader_endpoints: vec![],
         }),
     };
-    raft.step(2_001, granted(prevote)).unwrap();
+    raft.step(Time::simulated(2_001), granted(prevote));
     assert_eq!(raft.state_name(), "Candidate");
     let out = drain(&mut raft, &mut disk);
     let standard = out
@@ -200,7 +206,7 @@ fn elected_leader() -> (Raft, i64) {
     {
         r.leader_epoch = 1;
     }
-    raft.step(2_002, response).unwrap();
+    raft.step(Time::simulated(2_002), response);
     assert!(raft.is_leader());
     let start = raft.log_end_offset() - 1;
     drain(&mut raft, &mut disk);
@@ -226,22 +232,20 @@ fn kafka_12619_high_watermark_waits_for_the_leader_change_batch() {
     let (mut raft, epoch_start) = elected_leader();
     let epoch = raft.epoch();
     raft.step(
-        2_010,
+        Time::simulated(2_010),
         Input::Request {
             token: 1,
             request: fetch(1, epoch_start, epoch),
         },
-    )
-    .unwrap();
+    );
     assert_eq!(raft.high_watermark(), None);
     raft.step(
-        2_011,
+        Time::simulated(2_011),
         Input::Request {
             token: 2,
             request: fetch(1, epoch_start + 1, epoch),
         },
-    )
-    .unwrap();
+    );
     assert_eq!(raft.high_watermark(), Some(epoch_start + 1));
 }
 
@@ -281,7 +285,7 @@ fn kafka_18723_invalid_fetched_records_are_not_appended() {
             records: Records::Bytes(records),
             leader_endpoints: vec![],
         });
-        raft.step(10, Input::Response { id, response }).unwrap();
+        raft.step(Time::simulated(10), Input::Response { id, response });
     };
     answer(
         &mut raft,
@@ -304,13 +308,13 @@ fn kafka_18723_invalid_fetched_records_are_not_appended() {
     assert_eq!(raft.log_end_offset(), 1);
 }
 
-fn cluster(seed: u64, size: usize) -> Cluster {
+pub(super) fn cluster(seed: u64, size: usize) -> Cluster {
     let mut c = Cluster::new(seed, size, quiet_net());
     c.start_all().unwrap();
     c
 }
 
-fn wait_for_leader(c: &mut Cluster, within_ms: u64) -> (i32, i32) {
+pub(super) fn wait_for_leader(c: &mut Cluster, within_ms: u64) -> (i32, i32) {
     c.run_while(within_ms, |c| c.leader().is_none()).unwrap();
     c.leader().expect("a leader")
 }
@@ -463,7 +467,7 @@ fn pre_vote_falls_back_to_a_standard_election_when_a_peer_lacks_vote_v2() {
     let mut disk = None;
     let mut raft = core(0, 3, None, Mutations::default());
     drain(&mut raft, &mut disk);
-    raft.step(2_000, Input::Tick).unwrap();
+    raft.step(Time::simulated(2_000), Input::Tick);
     assert_eq!(raft.state_name(), "Prospective");
     let out = drain(&mut raft, &mut disk);
     let id = out
@@ -478,7 +482,7 @@ fn pre_vote_falls_back_to_a_standard_election_when_a_peer_lacks_vote_v2() {
         })
         .expect("a pre-vote");
     let failure = ringraft::raft::Failure::UnsupportedVersion;
-    raft.step(2_001, Input::Failure { id, failure }).unwrap();
+    raft.step(Time::simulated(2_001), Input::Failure { id, failure });
     assert_eq!(raft.state_name(), "Candidate");
     assert_eq!(raft.epoch(), 1);
     assert_eq!(
@@ -494,8 +498,10 @@ fn pre_vote_falls_back_to_a_standard_election_when_a_peer_lacks_vote_v2() {
 
 fn answer(raft: &mut Raft, request: Request) -> Response {
     let mut disk = None;
-    raft.step(3_000, Input::Request { token: 77, request })
-        .unwrap();
+    raft.step(
+        Time::simulated(3_000),
+        Input::Request { token: 77, request },
+    );
     drain(raft, &mut disk)
         .into_iter()
         .find_map(|m| match m {
@@ -581,24 +587,20 @@ fn the_leader_describes_voters_and_observers() {
     assert!(core(1, 3, None, Mutations::default())
         .describe_quorum()
         .is_none());
-    leader
-        .step(
-            2_100,
-            Input::Request {
-                token: 1,
-                request: fetch(1, start + 1, epoch),
-            },
-        )
-        .unwrap();
-    leader
-        .step(
-            2_200,
-            Input::Request {
-                token: 2,
-                request: fetch(7, 0, epoch),
-            },
-        )
-        .unwrap();
+    leader.step(
+        Time::simulated(2_100),
+        Input::Request {
+            token: 1,
+            request: fetch(1, start + 1, epoch),
+        },
+    );
+    leader.step(
+        Time::simulated(2_200),
+        Input::Request {
+            token: 2,
+            request: fetch(7, 0, epoch),
+        },
+    );
     let d = leader.describe_quorum().unwrap();
     assert_eq!(
         (d.leader_id, d.epoch, d.high_watermark),
@@ -625,7 +627,7 @@ fn the_leader_describes_voters_and_observers() {
         (7, 0)
     );
     // Five minutes later the observer is forgotten.
-    leader.step(2_200 + 300_001, Input::Tick).unwrap();
+    leader.step(Time::simulated(2_200 + 300_001), Input::Tick);
     assert!(leader
         .describe_quorum()
         .is_none_or(|d| d.observers.is_empty()));
@@ -684,15 +686,13 @@ fn kafka_15100_divergence_and_snapshot_answers_are_not_parked() {
     if let Request::Fetch(f) = &mut caught_up {
         f.max_wait_ms = 500;
     }
-    leader
-        .step(
-            3_100,
-            Input::Request {
-                token: 9,
-                request: caught_up,
-            },
-        )
-        .unwrap();
+    leader.step(
+        Time::simulated(3_100),
+        Input::Request {
+            token: 9,
+            request: caught_up,
+        },
+    );
     let out = drain(&mut leader, &mut disk);
     assert!(
         !out.iter()
@@ -712,15 +712,13 @@ fn kafka_14618_snapshot_ids_end_exclusively() {
     let (first, last) = leader.append(b.finish()).unwrap();
     assert_eq!(first, start + 1);
     // Commit everything: the follower fetches past the last record.
-    leader
-        .step(
-            3_000,
-            Input::Request {
-                token: 1,
-                request: fetch(1, last + 1, epoch),
-            },
-        )
-        .unwrap();
+    leader.step(
+        Time::simulated(3_000),
+        Input::Request {
+            token: 1,
+            request: fetch(1, last + 1, epoch),
+        },
+    );
     let mut disk = None;
     drain(&mut leader, &mut disk);
     assert_eq!(leader.high_watermark(), Some(last + 1));
@@ -737,12 +735,14 @@ fn kafka_14618_snapshot_ids_end_exclusively() {
     );
     // With the log below the snapshot gone, a replica starting from 0 is sent to the snapshot
     // at once, even on a long-poll (KAFKA-15100's other half).
-    leader
-        .step(3_001, Input::SnapshotCreated { id, size: 100 })
-        .unwrap();
-    leader
-        .step(3_002, Input::DeleteBefore { offset: id.offset })
-        .unwrap();
+    leader.step(
+        Time::simulated(3_001),
+        Input::SnapshotCreated { id, size: 100 },
+    );
+    leader.step(
+        Time::simulated(3_002),
+        Input::DeleteBefore { offset: id.offset },
+    );
     assert_eq!(leader.log_start_offset(), id.offset);
     let mut from_zero = fetch(2, 0, epoch);
     if let Request::Fetch(f) = &mut from_zero {

@@ -8,7 +8,7 @@ use ringraft::membership::{MembershipRecord, Voter, VoterHistory, VoterSet};
 use ringraft::protocol::errors::ErrorCode;
 use ringraft::raft::message::BeginQuorumEpochRequest;
 use ringraft::raft::{
-    ElectionState, Endpoint, Input, LogInfo, Mutations, Raft, RaftConfig, ReplicaKey, Request,
+    ElectionState, Endpoint, Input, LogInfo, Mutations, Raft, RaftConfig, ReplicaKey, Request, Time,
 };
 use ringraft::records::control::ControlRecord;
 
@@ -580,7 +580,13 @@ fn kafka_16927_followers_dial_the_endpoint_the_leader_announces() {
         leader_id: Some(0),
         voted_key: None,
     };
-    let mut raft = Raft::new(config, history, Some(stored), &LogInfo::default(), 0);
+    let mut raft = Raft::new(
+        config,
+        history,
+        Some(stored),
+        &LogInfo::default(),
+        Time::simulated(0),
+    );
     assert_eq!(raft.address_of(0).unwrap().port, 9093);
     let begin = |epoch: i32, leader: i32, port: u16| {
         Request::BeginQuorumEpoch(BeginQuorumEpochRequest {
@@ -595,7 +601,7 @@ fn kafka_16927_followers_dial_the_endpoint_the_leader_announces() {
         })
     };
     let step = |raft: &mut Raft, token: u64, request: Request| {
-        raft.step(10, Input::Request { token, request }).unwrap();
+        raft.step(Time::simulated(10), Input::Request { token, request });
         while let Some(ready) = raft.ready() {
             raft.persisted(ready.id);
         }
@@ -651,7 +657,7 @@ fn membership_checkers_catch_their_violations() {
         snapshots: vec![],
     };
     let config = RaftConfig::new(key(0), CLUSTER_ID.into(), 5);
-    let leader = Raft::new(config, history.clone(), None, &log, 0);
+    let leader = Raft::new(config, history.clone(), None, &log, Time::simulated(0));
     assert!(leader.is_leader());
     let why = Checker::new(3)
         .check_uncommitted_changes(0, &leader)
