@@ -461,3 +461,49 @@ fn voter_change_and_feature_requests_are_answered() {
     node.signal(SIGTERM);
     assert_eq!(node.wait_exit(Duration::from_secs(10)), Some(0));
 }
+
+/// Every batch a node writes carries a Unix-time CreateTime (issue: mixed quorum, item 1).
+/// The LeaderChange, KRaftVersion and Voters batches used to carry milliseconds since the
+/// process started (1084, 28702), which Kafka followers copy into their time index.
+#[test]
+fn batches_carry_wall_clock_create_time() {
+    let before = unix_ms();
+    let (dir, mut node) = formatted_node("create-time");
+    std::thread::sleep(Duration::from_millis(1500));
+    node.signal(SIGTERM);
+    assert_eq!(node.wait_exit(Duration::from_secs(10)), Some(0));
+    let after = unix_ms();
+    let partition = dir.path().join("data/__cluster_metadata-0");
+    let out = run(
+        &["debug", "read-log", "--dir", partition.to_str().unwrap()],
+        dir.path(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let stamps: Vec<i64> = text
+        .lines()
+        .filter(|l| l.starts_with("batch "))
+        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert!(
+        !stamps.is_empty(),
+        "the leader wrote its epoch-start batch:\n{text}"
+    );
+    for ts in stamps {
+        assert!(
+            (before..=after).contains(&ts),
+            "CreateTime {ts} outside [{before}, {after}]:\n{text}"
+        );
+    }
+}
+
+fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}

@@ -39,7 +39,8 @@ pub enum DebugCommand {
         segment_bytes: usize,
     },
     /// Open (and so recover) a partition directory and print every batch:
-    /// `batch <base> <last> <epoch> <control|data> <records> <crc>` and its control records.
+    /// `batch <base> <last> <epoch> <control|data> <records> <crc> <first> <max timestamp>`
+    /// and its control records.
     ReadLog {
         #[arg(long)]
         dir: PathBuf,
@@ -193,9 +194,9 @@ async fn make_log(dir: PathBuf, config: LogConfig) -> Result<(), CliError> {
     read_log(dir).await
 }
 
-/// One line per batch: `batch <base> <last> <epoch> <control|data> <records> <crc> <first>`,
-/// where `<first>` is a data batch's first value read as a big-endian u64 (the load
-/// generator's sequence number), then one line per control record.
+/// One line per batch: `batch <base> <last> <epoch> <control|data> <records> <crc> <first>
+/// <max timestamp>`, where `<first>` is a data batch's first value read as a big-endian u64
+/// (the load generator's sequence number), then one line per control record.
 fn print_batch(out: &mut impl Write, batch: &Batch<'_>) -> Result<(), CliError> {
     use crate::records::control::decode_control_batch;
     let kind = if batch.is_control() {
@@ -215,12 +216,13 @@ fn print_batch(out: &mut impl Write, batch: &Batch<'_>) -> Result<(), CliError> 
         });
     let _ = writeln!(
         out,
-        "batch {} {} {} {kind} {} {} {first}",
+        "batch {} {} {} {kind} {} {} {first} {}",
         batch.base_offset(),
         batch.last_offset(),
         batch.partition_leader_epoch(),
         batch.header().records_count.get(),
-        batch.header().crc.get()
+        batch.header().crc.get(),
+        batch.max_timestamp()
     );
     if batch.is_control() {
         for record in decode_control_batch(batch).map_err(|e| CliError::new(e.to_string()))? {

@@ -267,7 +267,8 @@ pub fn exchange(port: u16, request: &Request) -> Option<Response> {
     raft_rpc::decode_response(key, version, &rest).ok()
 }
 
-/// `batch <base> <last> <epoch> <kind> <count> <crc> <first>` lines by base offset.
+/// `batch <base> <last> <epoch> <kind> <count> <crc> <first> <max timestamp>` lines by base
+/// offset.
 pub fn batches(lines: &[String]) -> BTreeMap<i64, Vec<String>> {
     lines
         .iter()

@@ -309,6 +309,48 @@ for v in $KAFKA_VERSIONS; do
   check "ringraft reads the metadata log of a real Kafka $v controller" ringraft_reads_kafka_log "$v"
 done
 
+# Every batch ringraft writes carries a Unix-time CreateTime, as DumpLogSegments shows it: a
+# --standalone node writes LeaderChange, KRaftVersion and Voters batches at its first epoch
+# (they once carried milliseconds since the process started, which Kafka followers copied
+# into their time index).
+ringraft_create_times() {
+  local v=$1 dir="$RUN/ct-$1" cfg="$RUN/ct-$1.properties" port t0 t1 pid
+  port=$(free_port)
+  cat > "$cfg" <<PROPS
+process.roles=controller
+node.id=1
+listeners=CONTROLLER://127.0.0.1:$port
+controller.listener.names=CONTROLLER
+controller.quorum.bootstrap.servers=127.0.0.1:$port
+metadata.log.dir=$dir
+PROPS
+  "$RINGRAFT" storage format -t "$("$RINGRAFT" storage random-uuid)" -c "$cfg" --standalone >/dev/null || return 1
+  t0=$(date +%s%3N)
+  "$RINGRAFT" start -c "$cfg" > "$RUN/ct-$v.log" 2>&1 &
+  pid=$!
+  sleep 3
+  kill -TERM "$pid"; wait "$pid" || { tail -20 "$RUN/ct-$v.log"; return 1; }
+  t1=$(date +%s%3N)
+  dump_log "$v" "$dir"/__cluster_metadata-0/*.log > "$RUN/ct-$v.dump"
+  python3 - "$t0" "$t1" "$RUN/ct-$v.dump" <<'PY'
+import re, sys
+t0, t1, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+text = open(path).read()
+batches = [l for l in text.splitlines() if l.startswith("baseOffset:")]
+stamps = [int(m) for m in re.findall(r"CreateTime: (-?\d+)", text)]
+kinds = set(re.findall(r"(LeaderChange|KRaftVersion|KRaftVoters)", text))
+print(f"{len(batches)} batches, {len(stamps)} CreateTimes, records: {sorted(kinds)}")
+bad = [t for t in stamps if not t0 <= t <= t1]
+if not batches or len(stamps) < len(batches) or bad or len(kinds) < 3:
+    print(f"outside [{t0}, {t1}]: {bad[:5]}")
+    print(text[:3000])
+    sys.exit(1)
+PY
+}
+for v in $KAFKA_VERSIONS; do
+  check "kafka-dump-log $v shows Unix-time CreateTimes on every batch ringraft writes" ringraft_create_times "$v"
+done
+
 # ---- storage format for a dynamic quorum, against Kafka's own kafka-storage ------------------
 # Kafka 4.4 is what ringraft writes like (4.1 also wrote a top-level bootstrap.checkpoint and no
 # feature records in the snapshot): the newest 4.4+ version listed is the byte reference. Every
