@@ -4,6 +4,12 @@
 /// `socket.request.max.bytes`: the largest request frame a server accepts (Kafka: 100 MiB).
 pub const SOCKET_REQUEST_MAX_BYTES_DEFAULT: i32 = 100 * 1024 * 1024;
 
+/// `queued.max.request.bytes`: the most memory every connection's partly read request frames
+/// may hold together. Kafka's default is −1 (no bound); a controller's requests are small, so
+/// ringraft bounds it by default, at more than one `socket.request.max.bytes` frame so that
+/// any single legal request can always be read.
+pub const QUEUED_MAX_REQUEST_BYTES_DEFAULT: i64 = 128 * 1024 * 1024;
+
 /// The smallest legal request frame: api key, api version and correlation id (header v0).
 pub const REQUEST_HEADER_MIN_BYTES: usize = 2 + 2 + 4;
 
@@ -69,6 +75,7 @@ pub const COMPLAINT_INTERVAL_MS: u64 = 10_000;
 pub const SHARDS_MAX: usize = 256;
 
 const _: () = assert!(REQUEST_HEADER_MIN_BYTES == 8);
+const _: () = assert!(QUEUED_MAX_REQUEST_BYTES_DEFAULT >= SOCKET_REQUEST_MAX_BYTES_DEFAULT as i64);
 const _: () = assert!(METADATA_LOG_SEGMENT_BYTES_DEFAULT >= METADATA_LOG_SEGMENT_MIN_BYTES_DEFAULT);
 const _: () = assert!(FRAME_READ_STEP_BYTES as i64 <= SOCKET_REQUEST_MAX_BYTES_DEFAULT as i64);
 const _: () = assert!(IO_MEMORY_BYTES_DEFAULT >= 512 * 1024);

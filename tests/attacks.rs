@@ -194,28 +194,6 @@ fn hardening_two_leaders_frames_do_not_stop_the_quorum() {
     }
 }
 
-/// Starts a node in `dir` that must refuse to start; returns what it printed.
-fn start_must_fail(dir: &std::path::Path) -> String {
-    let mut child = std::process::Command::new(common::binary())
-        .args(["start", "-c", "server.properties"])
-        .current_dir(dir)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let until = Instant::now() + Duration::from_secs(20);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > until {
-            let _ = child.kill();
-            panic!("the node started instead of refusing");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().unwrap();
-    assert!(!out.status.success(), "exit status {}", out.status);
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
 /// The newest `.checkpoint` (end offset > 0) in node `id`'s partition directory.
 fn newest_snapshot(c: &Cluster, id: i32) -> Option<std::path::PathBuf> {
     let dir = c.node_dir(id).join("data/__cluster_metadata-0");
@@ -326,9 +304,73 @@ fn hardening_a_corrupt_snapshot_is_never_served_or_opened() {
     assert_eq!(node.wait_exit(Duration::from_secs(10)), Some(0));
     c.nodes[leader as usize - 1] = None;
     write_anyway(&snapshot, &good[..good.len() - 7]);
-    let stderr = start_must_fail(&c.node_dir(leader));
+    let stderr =
+        common::start_must_fail(&["start", "-c", "server.properties"], &c.node_dir(leader));
     assert!(
         stderr.contains(&snapshot.display().to_string()) && stderr.contains("corrupt at byte"),
         "{stderr}"
+    );
+}
+
+/// A node formatted with another cluster id sits isolated; both sides say why, naming the
+/// peer and the cluster ids, once per interval rather than once per request.
+#[test]
+fn a_node_with_a_foreign_cluster_id_says_why_it_is_isolated() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = Cluster::new("attack-foreign-cluster");
+    let foreign = String::from_utf8(run(&["storage", "random-uuid"], c.dir.path()).stdout)
+        .unwrap()
+        .trim()
+        .to_string();
+    let dir3 = c.node_dir(3);
+    std::fs::remove_dir_all(dir3.join("data")).unwrap();
+    let out = run(
+        &[
+            "storage",
+            "format",
+            "-t",
+            &foreign,
+            "-c",
+            "server.properties",
+        ],
+        &dir3,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for id in 1..=3 {
+        c.start_with(id, &[]);
+    }
+    c.wait_for(Duration::from_secs(20), Cluster::leader)
+        .expect("nodes 1 and 2 elect a leader");
+    std::thread::sleep(Duration::from_secs(4));
+    let log3 = c.nodes[2].as_ref().unwrap().log_text();
+    let received: Vec<&str> = log3
+        .lines()
+        .filter(|l| l.contains("isolated from a peer") && l.contains("INCONSISTENT_CLUSTER_ID"))
+        .collect();
+    assert!(
+        received.iter().any(|l| l.contains(&foreign)),
+        "node 3 never said why:\n{log3}"
+    );
+    assert!(
+        received.len() <= 2,
+        "not rate-limited:\n{}",
+        received.join("\n")
+    );
+    let told = (1..=2).any(|id| {
+        let log = c.nodes[id - 1].as_ref().unwrap().log_text();
+        log.lines().any(|l| {
+            l.contains("isolated from a peer")
+                && l.contains("replica 3")
+                && l.contains(&foreign)
+                && l.contains(&c.cluster_id)
+        })
+    });
+    assert!(
+        told,
+        "neither node 1 nor 2 named node 3 and both cluster ids"
     );
 }

@@ -6,7 +6,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use ringraft::net::dispatch::{handle_frame, Action, ServerState};
-use ringraft::net::frame::read_frame;
+use ringraft::net::frame::{read_frame, FrameBuffer, RequestMemory};
 use ringraft::protocol::decode_request;
 
 mod common;
@@ -392,7 +392,8 @@ fn frame_reader_trusts_no_announced_size() {
         let mut stream = announced.to_be_bytes().to_vec();
         stream.extend((0..sent).map(|_| rng.next() as u8));
         let mut input: &[u8] = &stream;
-        let mut buf = Vec::new();
+        let memory = RequestMemory::unbounded();
+        let mut buf = FrameBuffer::new(memory.clone());
         let (result, largest, _) = measured(|| {
             futures_lite::future::block_on(read_frame(&mut input, MAX_REQUEST, &mut buf))
         });
@@ -403,13 +404,20 @@ fn frame_reader_trusts_no_announced_size() {
             "case {i}: announced {announced}, sent {sent}, allocated {largest}"
         );
         match result {
-            Ok(true) => assert_eq!(buf.len(), announced as usize, "case {i}"),
+            Ok(true) => assert_eq!(buf.bytes().len(), announced as usize, "case {i}"),
             Ok(false) => panic!("case {i}: a stream with a prefix is not a clean end"),
             Err(_) => assert!(
                 announced < 0 || announced as usize > sent,
                 "case {i}: good frame refused"
             ),
         }
+        let large = announced as usize > ringraft::constants::FRAME_READ_STEP_BYTES;
+        assert!(
+            large || memory.used() == 0,
+            "case {i}: a small frame used the budget"
+        );
+        drop(buf);
+        assert_eq!(memory.used(), 0, "case {i}: the budget was not given back");
     }
 }
 
@@ -424,10 +432,10 @@ fn pipelined_frames_come_out_in_order() {
         stream.extend(frame);
     }
     let mut input: &[u8] = &stream;
-    let mut buf = Vec::new();
+    let mut buf = FrameBuffer::new(RequestMemory::unbounded());
     for correlation in 0..50i32 {
         assert!(futures_lite::future::block_on(read_frame(&mut input, 1024, &mut buf)).unwrap());
-        let Action::Respond(bytes) = handle_frame(&buf, &ServerState::default()) else {
+        let Action::Respond(bytes) = handle_frame(buf.bytes(), &ServerState::default()) else {
             panic!("not answered");
         };
         assert_eq!(bytes[4..8], correlation.to_be_bytes());

@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use ringraft::net::dispatch::{handle_frame, Action, ServerState};
-use ringraft::net::frame::read_frame;
+use ringraft::net::frame::{read_frame, FrameBuffer, RequestMemory};
 
 fuzz_target!(|data: &[u8]| {
     // The input as a request body on its own.
@@ -13,11 +13,11 @@ fuzz_target!(|data: &[u8]| {
     // The input as a stream of frames.
     let state = ServerState::default();
     let mut stream = data;
-    let mut frame = Vec::new();
+    let mut frame = FrameBuffer::new(RequestMemory::unbounded());
     while let Ok(true) =
         futures_lite::future::block_on(read_frame(&mut stream, 1 << 20, &mut frame))
     {
-        if let Action::Close(_) = handle_frame(&frame, &state) {
+        if let Action::Close(_) = handle_frame(frame.bytes(), &state) {
             break;
         }
     }

@@ -25,6 +25,18 @@ pub enum StorageCommand {
         #[arg(short = 'c', long = "config")]
         config: PathBuf,
     },
+    /// Rewrite a lost or rewound quorum-state explicitly (a node refuses to start without it).
+    /// The node is recorded as having voted for itself in the highest epoch its log, its
+    /// snapshots, the old file and --epoch name, so it never votes again in that epoch.
+    RepairQuorumState {
+        /// The node's server.properties.
+        #[arg(short = 'c', long = "config")]
+        config: PathBuf,
+        /// The quorum's current epoch (`quorum describe --status`, LeaderEpoch): any vote this
+        /// node cast was in an epoch no higher than it.
+        #[arg(long = "epoch")]
+        epoch: Option<i32>,
+    },
 }
 
 pub fn run(command: StorageCommand) -> Result<(), CliError> {
@@ -35,7 +47,77 @@ pub fn run(command: StorageCommand) -> Result<(), CliError> {
         }
         StorageCommand::Format(args) => format::run(&args),
         StorageCommand::Info { config } => info(&config),
+        StorageCommand::RepairQuorumState { config, epoch } => repair_quorum_state(&config, epoch),
     }
+}
+
+/// See `StorageCommand::RepairQuorumState`. Reads the log without changing it: the largest
+/// epoch of its batches (every segment scanned, last first) and of its snapshots.
+fn repair_quorum_state(config_path: &Path, epoch: Option<i32>) -> Result<(), CliError> {
+    use crate::log::{layout, QuorumStateData};
+    let config = super::load_config(config_path)?;
+    let meta =
+        MetaProperties::read(&config.metadata_dir()).map_err(|e| CliError::new(e.to_string()))?;
+    let _lock = crate::node::storage::lock_dir(&config).map_err(|e| CliError::new(e.0))?;
+    let dir = layout::partition_dir(&config.metadata_dir());
+    let old = QuorumStateData::read_if_present(&dir).ok().flatten();
+    let log_epoch = largest_log_epoch(&dir)?;
+    let target = [Some(log_epoch), old.as_ref().map(|o| o.leader_epoch), epoch]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(0)
+        .max(0);
+    if target > crate::constants::EPOCH_MAX {
+        return Err(CliError::new(format!(
+            "epoch {target} is above the highest epoch ringraft accepts ({})",
+            crate::constants::EPOCH_MAX
+        )));
+    }
+    let state = QuorumStateData {
+        leader_id: -1,
+        leader_epoch: target,
+        voted_id: config.node_id,
+        voted_directory_id: meta.directory_id.unwrap_or(uuid::Uuid::nil()),
+        data_version: 1,
+        current_voters: None,
+    };
+    state.write(&dir).map_err(|e| {
+        CliError::new(format!(
+            "cannot write quorum-state in {}: {e}",
+            dir.display()
+        ))
+    })?;
+    println!(
+        "Wrote {}: epoch {target}, voted for itself (node {}). It will not vote for another \
+         replica in epoch {target}; it campaigns or follows from there.",
+        dir.join(layout::QUORUM_STATE_FILE).display(),
+        config.node_id
+    );
+    Ok(())
+}
+
+/// The largest epoch among the batches of every segment and every snapshot in `dir`; −1
+/// when there are none.
+fn largest_log_epoch(dir: &Path) -> Result<i32, CliError> {
+    use crate::log::{layout, scan::scan_segment};
+    let io = |e: std::io::Error| CliError::new(format!("cannot read {}: {e}", dir.display()));
+    let mut largest = -1;
+    for entry in std::fs::read_dir(dir).map_err(io)? {
+        let name = entry.map_err(io)?.file_name();
+        let name = name.to_string_lossy();
+        if let Some((_, epoch)) = layout::parse_snapshot_name(&name) {
+            largest = largest.max(epoch);
+        } else if let Some(base) = layout::parse_segment_name(&name) {
+            let bytes = std::fs::read(dir.join(&*name)).map_err(io)?;
+            let scan = scan_segment(&bytes, base, -1)
+                .map_err(|c| CliError::new(format!("{}: {c}", dir.join(&*name).display())))?;
+            if let Some(last) = scan.batches.last() {
+                largest = largest.max(last.epoch);
+            }
+        }
+    }
+    Ok(largest)
 }
 
 fn info(config_path: &Path) -> Result<(), CliError> {

@@ -100,6 +100,8 @@ pub struct ServerConfig {
     pub metadata_log_max_snapshot_interval_ms: i64,
     pub metadata_log_max_record_bytes_between_snapshots: i64,
     pub socket_request_max_bytes: i32,
+    /// `queued.max.request.bytes`; −1: no bound (Kafka's default, not ringraft's).
+    pub queued_max_request_bytes: i64,
     pub connections_max_idle_ms: i64,
     pub unstable_api_versions_enable: bool,
     /// Keys that were set but that ringraft does not know: logged as warnings at start.
@@ -137,6 +139,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "metadata.log.max.snapshot.interval.ms",
     "metadata.log.max.record.bytes.between.snapshots",
     "socket.request.max.bytes",
+    "queued.max.request.bytes",
     "connections.max.idle.ms",
     "unstable.api.versions.enable",
 ];
@@ -467,6 +470,11 @@ impl ServerConfig {
                 c::SOCKET_REQUEST_MAX_BYTES_DEFAULT,
                 c::REQUEST_HEADER_MIN_BYTES as i32,
             )?,
+            queued_max_request_bytes: l.long(
+                "queued.max.request.bytes",
+                c::QUEUED_MAX_REQUEST_BYTES_DEFAULT,
+                -1,
+            )?,
             connections_max_idle_ms: l.long(
                 "connections.max.idle.ms",
                 c::CONNECTIONS_MAX_IDLE_MS_DEFAULT,
@@ -528,6 +536,18 @@ impl ServerConfig {
                 self.metadata_log_segment_min_bytes
             });
             return Err(invalid("metadata.log.segment.bytes", &value, why));
+        }
+        let queued = self.queued_max_request_bytes;
+        if queued == 0 || (queued > 0 && queued < i64::from(self.socket_request_max_bytes)) {
+            let why = format!(
+                "must be -1 (no bound) or at least socket.request.max.bytes ({})",
+                self.socket_request_max_bytes
+            );
+            return Err(invalid(
+                "queued.max.request.bytes",
+                &queued.to_string(),
+                why,
+            ));
         }
         if self.log_dirs.is_empty() && self.metadata_log_dir.is_none() {
             return Err(invalid("log.dirs", "", "no log directory configured"));

@@ -125,11 +125,61 @@ impl QuorumStateData {
 
     /// Reads `<partition dir>/quorum-state`; a missing file is the default state.
     pub fn read(partition_dir: &Path) -> Result<QuorumStateData, QuorumStateError> {
+        Ok(Self::read_if_present(partition_dir)?.unwrap_or_default())
+    }
+
+    /// Reads `<partition dir>/quorum-state`; `None` when the file does not exist. An epoch
+    /// above `EPOCH_MAX` is refused like a malformed file.
+    pub fn read_if_present(partition_dir: &Path) -> Result<Option<Self>, QuorumStateError> {
         let path = partition_dir.join(super::layout::QUORUM_STATE_FILE);
-        match fs::read_to_string(&path) {
-            Ok(text) => Self::from_json(&text).map_err(|why| QuorumStateError::Invalid(path, why)),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(QuorumStateData::default()),
-            Err(e) => Err(QuorumStateError::Io(path, e)),
+        let state = match fs::read_to_string(&path) {
+            Ok(text) => {
+                Self::from_json(&text).map_err(|why| QuorumStateError::Invalid(path, why))?
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(QuorumStateError::Io(path, e)),
+        };
+        if state.leader_epoch > crate::constants::EPOCH_MAX || state.leader_epoch < 0 {
+            let why = format!(
+                "leaderEpoch {} is outside 0..={}",
+                state.leader_epoch,
+                crate::constants::EPOCH_MAX
+            );
+            let path = partition_dir.join(super::layout::QUORUM_STATE_FILE);
+            return Err(QuorumStateError::Invalid(path, why));
+        }
+        Ok(Some(state))
+    }
+
+    /// Refuses an election state that a log says was lost or rewound: `quorum-state` missing
+    /// beside a log that has history (`history_epoch` ≥ 0: the largest epoch of its batches and
+    /// snapshots), or holding an epoch below it. Either way the vote this node cast may be
+    /// gone, and voting again in that epoch could elect two leaders; only an explicit repair
+    /// (`ringraft storage repair-quorum-state`) may start such a node. Kafka instead starts
+    /// Unattached at the log's epoch with no vote.
+    pub fn check_against_log(
+        state: Option<&Self>,
+        partition_dir: &Path,
+        history_epoch: i32,
+    ) -> Result<(), String> {
+        let repair = "If the file was lost and you accept that this node forgets any vote it \
+                      cast, repair it explicitly: ringraft storage repair-quorum-state -c \
+                      <server.properties> --epoch <the quorum's current epoch> (README: \
+                      \"Repairing quorum-state\")";
+        let path = partition_dir.join(super::layout::QUORUM_STATE_FILE);
+        match state {
+            None if history_epoch >= 0 => Err(format!(
+                "{} is missing, but the metadata log beside it holds epoch {history_epoch}: \
+                 this node may have voted in that epoch or a later one. {repair}",
+                path.display()
+            )),
+            Some(s) if s.leader_epoch < history_epoch => Err(format!(
+                "{} says epoch {}, but the metadata log beside it holds epoch \
+                 {history_epoch}: the file was rewound or replaced. {repair}",
+                path.display(),
+                s.leader_epoch
+            )),
+            _ => Ok(()),
         }
     }
 
@@ -167,6 +217,29 @@ mod tests {
             parse_kafka_uuid("J8aAPcfLQt2bqs1JT_rMgQ").unwrap()
         );
         assert_eq!(state.to_json(), v1);
+    }
+
+    #[test]
+    fn a_lost_or_rewound_state_is_refused_beside_a_log_with_history() {
+        let dir = Path::new("/d");
+        let at = |epoch| QuorumStateData {
+            leader_epoch: epoch,
+            ..QuorumStateData::default()
+        };
+        assert!(
+            QuorumStateData::check_against_log(None, dir, -1).is_ok(),
+            "a new log"
+        );
+        let missing = QuorumStateData::check_against_log(None, dir, 3).unwrap_err();
+        assert!(missing.contains("/d/quorum-state is missing"), "{missing}");
+        assert!(missing.contains("repair-quorum-state"), "{missing}");
+        let rewound = QuorumStateData::check_against_log(Some(&at(1)), dir, 5).unwrap_err();
+        assert!(
+            rewound.contains("says epoch 1") && rewound.contains("epoch 5"),
+            "{rewound}"
+        );
+        assert!(QuorumStateData::check_against_log(Some(&at(5)), dir, 5).is_ok());
+        assert!(QuorumStateData::check_against_log(Some(&at(6)), dir, 5).is_ok());
     }
 
     #[test]

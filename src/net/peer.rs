@@ -21,7 +21,7 @@ use bytes::Bytes;
 use futures_lite::{future, AsyncWriteExt};
 use glommio::net::{Preallocated, TcpStream};
 
-use super::frame::{read_frame, FrameError};
+use super::frame::{read_frame, FrameBuffer, FrameError, RequestMemory};
 use crate::constants::SOCKET_REQUEST_MAX_BYTES_DEFAULT;
 use crate::protocol::api_versions::{ApiVersionsRequest, ApiVersionsResponse};
 use crate::protocol::header::{decode_response_header, RequestHeader};
@@ -332,9 +332,10 @@ impl PeerConnection {
             write_all(stream, &frame)
                 .await
                 .map_err(|source| PeerError::Io { peer, source })?;
-            let mut buf = Vec::new();
+            // Answers to our own requests: no shared budget (their size is bounded above).
+            let mut buf = FrameBuffer::new(RequestMemory::unbounded());
             match read_frame(stream, PEER_RESPONSE_MAX_BYTES, &mut buf).await {
-                Ok(true) => Ok(Bytes::from(buf)),
+                Ok(true) => Ok(Bytes::from(buf.take())),
                 Ok(false) => Err(PeerError::Closed {
                     peer,
                     reason: "closed by the peer",

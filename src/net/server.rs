@@ -13,16 +13,19 @@ use glommio::sync::Gate;
 use tracing::{debug, info, warn, Instrument};
 
 use super::dispatch::{handle_frame, Action, ServerState};
-use super::frame::{read_frame, FrameError};
+use super::frame::{read_frame, FrameBuffer, FrameError, RequestMemory};
 use crate::node::raft_driver::RaftHandle;
 use crate::node::stop::StopSignal;
 
 /// Settings every connection needs.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ConnectionLimits {
     pub request_max_bytes: usize,
-    /// `connections.max.idle.ms`; `None` keeps idle connections forever.
+    /// `connections.max.idle.ms`; `None` keeps idle connections forever. It also bounds how
+    /// long one frame may take to arrive: a peer that dribbles a frame is closed.
     pub idle_timeout: Option<Duration>,
+    /// `queued.max.request.bytes`, shared by every connection of the node.
+    pub memory: RequestMemory,
 }
 
 /// Binds `addr` on this shard. Errors (port in use, bad address) are returned, not panicked.
@@ -66,9 +69,10 @@ pub async fn serve(
             .map(|a| a.to_string())
             .unwrap_or_else(|_| "?".into());
         let (state, stop, raft) = (state.clone(), stop.clone(), raft.clone());
+        let limits = limits.clone();
         let span = tracing::debug_span!("conn", peer = %peer);
         let spawned = gate.spawn(
-            async move { serve_connection(stream, &state, raft.as_ref(), limits, &stop).await }
+            async move { serve_connection(stream, &state, raft.as_ref(), &limits, &stop).await }
                 .instrument(span),
         );
         match spawned {
@@ -97,7 +101,7 @@ async fn serve_connection(
     stream: TcpStream,
     state: &ServerState,
     raft: Option<&RaftHandle>,
-    limits: ConnectionLimits,
+    limits: &ConnectionLimits,
     stop: &StopSignal,
 ) {
     if let Err(e) = stream.set_read_timeout(limits.idle_timeout) {
@@ -105,10 +109,13 @@ async fn serve_connection(
     }
     let _ = stream.set_nodelay(true);
     let mut stream = stream.buffered();
-    let mut frame = Vec::new();
+    let mut frame = FrameBuffer::new(limits.memory.clone());
     loop {
         let read = future::or(
-            async { Some(read_frame(&mut stream, limits.request_max_bytes, &mut frame).await) },
+            async {
+                let reading = read_frame(&mut stream, limits.request_max_bytes, &mut frame);
+                Some(within(limits.idle_timeout, reading).await)
+            },
             async {
                 stop.wait().await;
                 None
@@ -127,7 +134,7 @@ async fn serve_connection(
             }
             Some(Ok(true)) => {}
         }
-        let action = match handle_frame(&frame, state) {
+        let action = match handle_frame(frame.bytes(), state) {
             Action::Raft(call) => match raft {
                 Some(raft) => match raft.call(call).await {
                     Some(bytes) => Action::Respond(bytes),
@@ -160,13 +167,30 @@ async fn serve_connection(
             }
         }
         // A connection that once sent a huge frame should not keep its buffer.
-        if frame.capacity() > 4 * crate::constants::FRAME_READ_STEP_BYTES {
-            frame = Vec::new();
-        }
+        frame.shrink_past(4 * crate::constants::FRAME_READ_STEP_BYTES);
         if stop.is_stopped() {
             break;
         }
     }
+}
+
+/// `future`, or a TimedOut error once `limit` has passed (no limit: just `future`).
+async fn within(
+    limit: Option<Duration>,
+    future: impl std::future::Future<Output = Result<bool, FrameError>>,
+) -> Result<bool, FrameError> {
+    let Some(limit) = limit else {
+        return future.await;
+    };
+    future::or(future, async {
+        glommio::timer::sleep(limit).await;
+        let why = "no whole frame within connections.max.idle.ms";
+        Err(FrameError::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            why,
+        )))
+    })
+    .await
 }
 
 async fn write_response<W: futures_lite::AsyncWrite + Unpin>(

@@ -10,7 +10,7 @@ pub mod load;
 pub mod preflight;
 pub mod raft_driver;
 pub mod stop;
-mod storage;
+pub mod storage;
 
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -276,6 +276,9 @@ fn spawn_shards(
         node_id: config.node_id,
         listen,
         limits: ConnectionLimits {
+            memory: crate::net::frame::RequestMemory::new(
+                usize::try_from(config.queued_max_request_bytes).ok(),
+            ),
             request_max_bytes: config.socket_request_max_bytes as usize,
             idle_timeout: u64::try_from(config.connections_max_idle_ms)
                 .ok()
@@ -430,7 +433,7 @@ async fn shard_body(ctx: ShardContext) -> Result<(), String> {
                         listener,
                         state.clone(),
                         raft,
-                        ctx.limits,
+                        ctx.limits.clone(),
                         stop.clone(),
                         drain,
                     );
@@ -471,9 +474,11 @@ async fn open_log(
     if let Some((file, position, reason)) = &report.torn_tail {
         warn!(file = %file.display(), position, reason = %reason, "cut a torn tail after a crash");
     }
-    let quorum = crate::log::QuorumStateData::read(dir)
+    let quorum = crate::log::QuorumStateData::read_if_present(dir)
         .map_err(|e| format!("cannot read quorum-state: {e}"))?;
-    reconcile_snapshots(&log).await?;
+    let history_epoch = reconcile_snapshots(&log).await?;
+    crate::log::QuorumStateData::check_against_log(quorum.as_ref(), dir, history_epoch)?;
+    let quorum = quorum.unwrap_or_default();
     info!(
         start = log.start_offset(),
         end = log.end_offset(),
@@ -489,8 +494,9 @@ async fn open_log(
 /// raft.md §11.4 at start: a log that starts past 0 needs a snapshot at or above its start
 /// (KAFKA-14240: otherwise the state before it is gone and the node must refuse), and a
 /// snapshot past the log's end (a crash between installing a downloaded snapshot and
-/// resetting the log) replaces the log.
-async fn reconcile_snapshots(log: &crate::log::MetadataLog) -> Result<(), String> {
+/// resetting the log) replaces the log. Returns the largest epoch the log and its snapshots
+/// hold (−1 for a log with no history), which `quorum-state` must not be below.
+async fn reconcile_snapshots(log: &crate::log::MetadataLog) -> Result<i32, String> {
     let snapshots = crate::log::snapshot::list(log.dir())
         .map_err(|e| format!("cannot list snapshots in {}: {e}", log.dir().display()))?;
     // Every snapshot is checked whole before it is trusted: a corrupt one stops the start,
@@ -522,7 +528,8 @@ async fn reconcile_snapshots(log: &crate::log::MetadataLog) -> Result<(), String
             .await
             .map_err(|e| format!("cannot reset the log to snapshot {}: {e}", s.end_offset))?;
     }
-    Ok(())
+    let snapshot_epoch = latest.map_or(-1, |s| s.epoch);
+    Ok(log.last_epoch().max(snapshot_epoch))
 }
 
 /// Joins the mesh, giving up if the node is told to stop first (a shard failed to start).

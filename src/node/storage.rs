@@ -62,7 +62,8 @@ pub fn prepare(config: &ServerConfig, embedded: bool) -> Result<Identity, NodeEr
     Ok(Identity { meta, _lock: lock })
 }
 
-fn lock_dir(config: &ServerConfig) -> Result<File, NodeError> {
+/// Locks the metadata directory (`flock` on `<dir>/.lock`) against a second process.
+pub fn lock_dir(config: &ServerConfig) -> Result<File, NodeError> {
     let path = config.metadata_dir().join(".lock");
     let file = OpenOptions::new()
         .create(true)

@@ -631,13 +631,7 @@ impl Raft {
     /// `COMPLAINT_INTERVAL_MS` for each `kind`: a flood of forged frames must not flood the log.
     pub(super) fn refuse_claim(&mut self, kind: &'static str, detail: impl FnOnce() -> String) {
         self.refused_claims += 1;
-        let now = self.now_ms;
-        let due = self
-            .complaints
-            .get(kind)
-            .is_none_or(|last| now >= last.saturating_add(COMPLAINT_INTERVAL_MS));
-        if due {
-            self.complaints.insert(kind, now);
+        if self.complaint_due(kind) {
             tracing::error!(
                 claim = kind,
                 refused = self.refused_claims,
@@ -645,6 +639,31 @@ impl Raft {
                 detail()
             );
         }
+    }
+
+    /// Logs why this replica cannot work with a peer (a cluster id or voter set that differs),
+    /// rate-limited like `refuse_claim`: a node that sits isolated must say why.
+    pub(super) fn complain_isolated(
+        &mut self,
+        kind: &'static str,
+        detail: impl FnOnce() -> String,
+    ) {
+        if self.complaint_due(kind) {
+            tracing::error!("isolated from a peer: {}", detail());
+        }
+    }
+
+    /// Whether a complaint of `kind` may be logged now (once per `COMPLAINT_INTERVAL_MS`).
+    fn complaint_due(&mut self, kind: &'static str) -> bool {
+        let now = self.now_ms;
+        let due = self
+            .complaints
+            .get(kind)
+            .is_none_or(|last| now >= last.saturating_add(COMPLAINT_INTERVAL_MS));
+        if due {
+            self.complaints.insert(kind, now);
+        }
+        due
     }
 
     /// Whether `epoch`, taken from a peer, is one this replica may adopt (`EPOCH_MAX`).

@@ -42,10 +42,23 @@ impl Raft {
     }
 
     /// A present cluster id must equal ours; an empty one is wrong too (raft.md §5.3 step 1).
-    pub(super) fn cluster_id_ok(&self, cluster_id: &Option<String>) -> bool {
-        cluster_id
+    /// A mismatch is why a node sits isolated, so it is logged, naming `peer` (the sender's
+    /// replica id as the request gives it) and both cluster ids.
+    pub(super) fn cluster_id_ok(&mut self, cluster_id: &Option<String>, peer: i32) -> bool {
+        let ok = cluster_id
             .as_deref()
-            .is_none_or(|id| id == self.config.cluster_id)
+            .is_none_or(|id| id == self.config.cluster_id);
+        if !ok {
+            let ours = self.config.cluster_id.clone();
+            let theirs = cluster_id.clone().unwrap_or_default();
+            self.complain_isolated("INCONSISTENT_CLUSTER_ID sent", || {
+                format!(
+                    "replica {peer} sent cluster id {theirs:?}, ours is {ours:?}; answered \
+                     INCONSISTENT_CLUSTER_ID"
+                )
+            });
+        }
+        ok
     }
 
     /// Where the leader this replica knows listens (every response's NodeEndpoints).
@@ -100,7 +113,7 @@ impl Raft {
 
     /// raft.md §5.3: validation order, then the grant rules of §5.4.
     fn handle_vote_request(&mut self, token: Token, r: VoteRequest) {
-        if !self.cluster_id_ok(&r.cluster_id) {
+        if !self.cluster_id_ok(&r.cluster_id, r.candidate.id) {
             let resp =
                 self.vote_response(ErrorCode::INCONSISTENT_CLUSTER_ID, ErrorCode::NONE, false);
             self.respond(token, resp);
@@ -232,12 +245,12 @@ impl Raft {
 
     /// Shared checks of BeginQuorumEpoch / EndQuorumEpoch requests: (top, partition) errors.
     fn check_epoch_request(
-        &self,
+        &mut self,
         cluster_id: &Option<String>,
         leader_id: i32,
         leader_epoch: i32,
     ) -> Option<(ErrorCode, ErrorCode)> {
-        if !self.cluster_id_ok(cluster_id) {
+        if !self.cluster_id_ok(cluster_id, leader_id) {
             return Some((ErrorCode::INCONSISTENT_CLUSTER_ID, ErrorCode::NONE));
         }
         if leader_epoch < self.epoch {
@@ -293,6 +306,23 @@ impl Raft {
     fn handle_response_common(&mut self, from: i32, response: &Response) -> bool {
         let (error, partition_error) = response.errors();
         if error != ErrorCode::NONE {
+            if error == ErrorCode::INCONSISTENT_CLUSTER_ID
+                || error == ErrorCode::INCONSISTENT_VOTER_SET
+                || partition_error == ErrorCode::INCONSISTENT_VOTER_SET
+            {
+                let ours = self.config.cluster_id.clone();
+                let address = self
+                    .address_of(from)
+                    .map(|e| format!("{}:{}", e.host, e.port));
+                self.complain_isolated("isolation answer received", || {
+                    format!(
+                        "replica {from} ({}) answered {}: it does not share our cluster id \
+                         {ours:?} or our voter set",
+                        address.unwrap_or_else(|| "no address".into()),
+                        error.name()
+                    )
+                });
+            }
             self.backoff(from);
             return false;
         }

@@ -223,8 +223,12 @@ impl Raft {
     }
 
     /// Checks shared by AddRaftVoter and RemoveRaftVoter before the handler (§4 a–c).
-    fn change_prechecks(&self, cluster_id: &Option<String>, voter: &ReplicaKey) -> Option<Refusal> {
-        if !self.cluster_id_ok(cluster_id) {
+    fn change_prechecks(
+        &mut self,
+        cluster_id: &Option<String>,
+        voter: &ReplicaKey,
+    ) -> Option<Refusal> {
+        if !self.cluster_id_ok(cluster_id, voter.id) {
             return Some(refusal(ErrorCode::INCONSISTENT_CLUSTER_ID, ""));
         }
         if !self.is_leader() {
@@ -487,7 +491,7 @@ impl Raft {
     }
 
     fn update_voter(&mut self, r: &UpdateVoterRequest) -> Result<(), ErrorCode> {
-        if !self.cluster_id_ok(&r.cluster_id) {
+        if !self.cluster_id_ok(&r.cluster_id, r.voter.id) {
             return Err(ErrorCode::INCONSISTENT_CLUSTER_ID);
         }
         if let Some(error) = self.leader_epoch_error(r.current_leader_epoch) {

@@ -57,7 +57,7 @@ impl Raft {
 
     /// raft.md §7.2.
     pub(super) fn handle_fetch_request(&mut self, token: Token, r: FetchRequest) {
-        if !self.cluster_id_ok(&r.cluster_id) {
+        if !self.cluster_id_ok(&r.cluster_id, r.replica.id) {
             let resp = self.fetch_response(ErrorCode::INCONSISTENT_CLUSTER_ID, ErrorCode::NONE);
             self.respond(token, Response::Fetch(resp));
             return;
@@ -472,7 +472,7 @@ impl Raft {
             bytes: SnapshotBytes::None,
             leader_endpoints: self.leader_endpoints(),
         };
-        if !self.cluster_id_ok(&r.cluster_id) {
+        if !self.cluster_id_ok(&r.cluster_id, r.replica.id) {
             resp.error = ErrorCode::INCONSISTENT_CLUSTER_ID;
         } else if let Some(error) = self.leader_epoch_error(r.current_leader_epoch) {
             resp.partition_error = error;

@@ -66,6 +66,29 @@ pub fn write_config(dir: &Path, port: u16, extra: &str) -> PathBuf {
     path
 }
 
+/// Runs the binary with `args` where it must refuse to start; returns its stderr. A process
+/// still running after 20 s fails the test instead of hanging it.
+pub fn start_must_fail(args: &[&str], cwd: &Path) -> String {
+    let mut child = Command::new(binary())
+        .args(args)
+        .current_dir(cwd)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > until {
+            let _ = child.kill();
+            panic!("`ringraft {}` started instead of refusing", args.join(" "));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success(), "exit status {}", out.status);
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 pub fn run(args: &[&str], cwd: &Path) -> Output {
     Command::new(binary())
         .args(args)
