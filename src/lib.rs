@@ -28,3 +28,4 @@ pub mod protocol;
 pub mod raft;
 pub mod records;
 pub mod sys;
+pub mod types;

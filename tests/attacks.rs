@@ -289,10 +289,22 @@ fn hardening_a_corrupt_snapshot_is_never_served_or_opened() {
     let caught_up = c.wait_for(Duration::from_secs(20), |c| {
         c.probe(follower).filter(|p| p.high_watermark >= target)
     });
-    assert!(
-        caught_up.is_some(),
-        "the follower did not catch up after the repair"
-    );
+    if caught_up.is_none() {
+        for id in [leader, follower] {
+            let log = c.nodes[id as usize - 1].as_ref().unwrap().log_text();
+            let tail: Vec<&str> = log
+                .lines()
+                .filter(|l| !l.contains("DEBUG"))
+                .rev()
+                .take(25)
+                .collect();
+            eprintln!(
+                "node {id}:\n{}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+        panic!("the follower did not catch up after the repair");
+    }
     assert_eq!(
         std::fs::read(&copied).unwrap(),
         good,

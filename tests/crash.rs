@@ -82,7 +82,7 @@ fn verify(dir: &Path, acked: &[Acked]) -> i64 {
                 "acked {a:?} beyond the recovered end {}",
                 log.end_offset()
             );
-            let batches = log.read(a.base, 1).expect("acked offset readable");
+            let batches = log.read(a.base, 1).await.expect("acked offset readable");
             let (batch, _) = Batch::parse(&batches[0]).expect("intact batch");
             assert_eq!(
                 (batch.base_offset(), batch.last_offset()),

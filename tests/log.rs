@@ -31,11 +31,11 @@ fn small() -> LogConfig {
 type ReadBatch = (i64, i64, i32, Vec<u8>);
 
 /// Every batch from `from` to the end, via repeated reads.
-fn read_all(log: &MetadataLog, from: i64) -> Vec<ReadBatch> {
+async fn read_all(log: &MetadataLog, from: i64) -> Vec<ReadBatch> {
     let mut out = Vec::new();
     let mut offset = from;
     while offset < log.end_offset() {
-        let batches = log.read(offset, 10_000).unwrap();
+        let batches = log.read(offset, 10_000).await.unwrap();
         assert!(!batches.is_empty(), "read at {offset} returned nothing");
         for bytes in batches {
             let (b, _) = Batch::parse(&bytes).unwrap();
@@ -74,9 +74,9 @@ fn append_flush_read_reopen() {
             assert_eq!(log.flushed_offset(), 0, "nothing durable before flush");
             assert_eq!(log.flush(6).await.unwrap(), 6);
             assert_eq!(log.epochs().entries(), [(1, 0), (4, 5)]);
-            let all = read_all(&log, 0);
+            let all = read_all(&log, 0).await;
             assert_eq!(
-                read_all(&log, 4)[0].0,
+                read_all(&log, 4).await[0].0,
                 3,
                 "reads start at the batch holding the offset"
             );
@@ -93,7 +93,7 @@ fn append_flush_read_reopen() {
             (log.end_offset(), log.flushed_offset(), log.last_epoch()),
             (6, 6, 4)
         );
-        read_all(&log, 0)
+        read_all(&log, 0).await
     });
     assert_eq!(before, after);
     let checkpoint =
@@ -151,7 +151,7 @@ fn segments_roll_and_reads_cross_them() {
                 }
             }
             log.flush(log.end_offset()).await.unwrap();
-            let all = read_all(&log, 0);
+            let all = read_all(&log, 0).await;
             log.close().await.unwrap();
             all
         }
@@ -170,8 +170,10 @@ fn segments_roll_and_reads_cross_them() {
         segments >= 8,
         "only {segments} segments of 16 KiB for ~150 KiB"
     );
-    let reread =
-        run(async move { read_all(&MetadataLog::open(&path, small()).await.unwrap().0, 0) });
+    let reread = run(async move {
+        let (log, _) = MetadataLog::open(&path, small()).await.unwrap();
+        read_all(&log, 0).await
+    });
     assert_eq!(written, reread);
     assert_eq!(written.len(), 600);
 }
@@ -191,7 +193,7 @@ fn truncation_within_and_across_segments() {
             );
         }
         log.flush(log.end_offset()).await.unwrap();
-        let full = read_all(&log, 0);
+        let full = read_all(&log, 0).await;
         // Below the floor: refused.
         assert!(matches!(
             log.truncate_to(bases[10], bases[20]).await,
@@ -201,11 +203,11 @@ fn truncation_within_and_across_segments() {
         assert!(log.truncate_to(bases[100] + 1, 0).await.is_err());
         // Inside the active segment, then far back across segments.
         log.truncate_to(bases[110], 0).await.unwrap();
-        assert_eq!(read_all(&log, 0), full[..110]);
+        assert_eq!(read_all(&log, 0).await, full[..110]);
         log.truncate_to(bases[30], 0).await.unwrap();
         assert_eq!(log.end_offset(), bases[30]);
         assert_eq!(log.last_epoch(), 1);
-        assert_eq!(read_all(&log, 0), full[..30]);
+        assert_eq!(read_all(&log, 0).await, full[..30]);
         // Appending continues from the truncation point.
         let next = log.append_as_leader(batch(1, 9), 7).unwrap();
         assert_eq!(next.base_offset, bases[30]);
@@ -213,7 +215,7 @@ fn truncation_within_and_across_segments() {
         log.close().await.unwrap();
         let (log, report) = MetadataLog::open(&path, small()).await.unwrap();
         assert!(report.torn_tail.is_none());
-        assert_eq!(read_all(&log, 0).len(), 31);
+        assert_eq!(read_all(&log, 0).await.len(), 31);
         assert_eq!(log.epochs().entries(), [(1, 0), (7, bases[30])]);
     });
 }
@@ -271,10 +273,11 @@ fn delete_before_drops_whole_segments() {
         );
         assert!(!path.join(format!("{:020}.index", 0)).exists());
         assert!(matches!(
-            log.read(start - 1, 100),
+            log.read(start - 1, 100).await,
             Err(LogError::OutOfRange(_))
         ));
         assert!(read_all(&log, start)
+            .await
             .first()
             .is_some_and(|b| b.0 <= start && start <= b.1));
         log.close().await.unwrap();
@@ -293,7 +296,7 @@ fn written_log(name: &str) -> (TempDir, PathBuf, Vec<ReadBatch>) {
                 log.append_as_leader(batch(3, i as u8), 2).unwrap();
             }
             log.flush(log.end_offset()).await.unwrap();
-            let all = read_all(&log, 0);
+            let all = read_all(&log, 0).await;
             log.close().await.unwrap();
             all
         }
@@ -329,7 +332,7 @@ fn a_torn_tail_is_cut_and_reported() {
     std::fs::write(&segment, &bytes).unwrap();
     let (report, recovered) = run(async move {
         let (log, report) = MetadataLog::open(&path, small()).await.unwrap();
-        (report, read_all(&log, 0))
+        (report, read_all(&log, 0).await)
     });
     let (file, _, reason) = report.torn_tail.expect("torn tail reported");
     assert_eq!(file, segment);
@@ -374,7 +377,7 @@ fn a_flipped_bit_anywhere_in_a_sealed_segment_is_detected() {
         let path = path.clone();
         let outcome = run(async move {
             match MetadataLog::open(&path, small()).await {
-                Ok((log, _)) => Ok(read_all(&log, 0)),
+                Ok((log, _)) => Ok(read_all(&log, 0).await),
                 Err(e) => Err(e.to_string()),
             }
         });
@@ -488,7 +491,7 @@ fn missing_or_wrong_index_files_of_sealed_segments_are_rebuilt() {
         let path = path.clone();
         async move {
             let (log, _) = MetadataLog::open(&path, small()).await.unwrap();
-            read_all(&log, 0)
+            read_all(&log, 0).await
         }
     });
     assert_eq!(read, all);
@@ -563,4 +566,46 @@ fn corrupt_snapshots_are_refused_with_file_and_position() {
     assert!(reader.read_chunk(0, 100).unwrap().is_some());
     let err = reader.read_chunk(last as u64 - 5, 100).unwrap_err();
     assert!(err.to_string().contains("corrupt at byte"), "{err}");
+}
+
+/// The raft shard's snapshot files (`snapshot_io`): a stream written batch by batch through the
+/// ring reads back whole, chunk by chunk, and matches what the blocking writer writes.
+#[test]
+fn snapshot_files_stream_through_the_ring() {
+    use ringraft::log::snapshot::SnapshotId;
+    use ringraft::log::snapshot_io::{SnapshotFile, SnapshotStream};
+    use ringraft::raft::OffsetAndEpoch;
+    let dir = TempDir::new("snapshot-io");
+    let path = std::path::absolute(partition(&dir)).unwrap();
+    std::fs::create_dir_all(&path).unwrap();
+    let id = OffsetAndEpoch::new(300, 2);
+    let written = run({
+        let path = path.clone();
+        async move {
+            let mut stream = SnapshotStream::create(&path, id, &[], 9).await.unwrap();
+            for i in 0..3000u32 {
+                stream
+                    .append(&[&i.to_be_bytes()[..], &[7; 300]], 9)
+                    .await
+                    .unwrap();
+            }
+            let size = stream.finish(9).await.unwrap();
+            let file = SnapshotFile::open(&path, id).await.unwrap();
+            assert_eq!(file.size(), size);
+            let mut whole = Vec::new();
+            let mut position = 0;
+            while let Some(chunk) = file.read_chunk(position, 100_000).await.unwrap() {
+                position += chunk.len() as u64;
+                whole.extend_from_slice(&chunk);
+            }
+            whole
+        }
+    });
+    let sid = SnapshotId {
+        end_offset: 300,
+        epoch: 2,
+    };
+    let on_disk = std::fs::read(ringraft::log::layout::snapshot_file(&path, 300, 2)).unwrap();
+    assert_eq!(written, on_disk);
+    ringraft::log::snapshot::SnapshotReader::open(&path, sid).unwrap();
 }

@@ -44,9 +44,10 @@ fn config() -> LogConfig {
     }
 }
 
-fn check_read(log: &MetadataLog, model: &Model, offset: i64, max_bytes: usize, step: usize) {
+async fn check_read(log: &MetadataLog, model: &Model, offset: i64, max_bytes: usize, step: usize) {
     let got = log
         .read(offset, max_bytes)
+        .await
         .unwrap_or_else(|e| panic!("step {step}: read {offset}: {e}"));
     let first = model
         .batches
@@ -132,7 +133,7 @@ fn random_operation_sequences_match_the_model() {
                     }
                     let info = l.append_as_leader(b.finish(), model.epoch).unwrap();
                     assert_eq!(info.base_offset, model.end(), "step {step}");
-                    let bytes = l.read(info.base_offset, 1).unwrap()[0].to_vec();
+                    let bytes = l.read(info.base_offset, 1).await.unwrap()[0].to_vec();
                     model.batches.push(ModelBatch {
                         base: info.base_offset,
                         last: info.last_offset,
@@ -150,7 +151,7 @@ fn random_operation_sequences_match_the_model() {
                     if model.end() > model.start {
                         let offset =
                             model.start + rng.below((model.end() - model.start) as u64) as i64;
-                        check_read(l, &model, offset, 1 + rng.below(4000) as usize, step);
+                        check_read(l, &model, offset, 1 + rng.below(4000) as usize, step).await;
                     }
                 }
                 930..=959 => {

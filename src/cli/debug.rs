@@ -248,6 +248,7 @@ async fn read_log(dir: PathBuf) -> Result<(), CliError> {
     while offset < log.end_offset() {
         let batches = log
             .read(offset, 1 << 20)
+            .await
             .map_err(|e| CliError::new(e.to_string()))?;
         if batches.is_empty() {
             break;

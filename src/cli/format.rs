@@ -363,13 +363,6 @@ fn write_meta(
     Ok(meta)
 }
 
-/// Creates `dir` and writes its `meta.properties` with a fresh directory id — nothing else.
-/// The node uses it to format the embedded default's directory on its first start.
-pub fn format_dir(dir: &Path, cluster_id: &str, node_id: i32) -> Result<MetaProperties, CliError> {
-    create_dir(dir)?;
-    write_meta(dir, cluster_id, node_id, random_kafka_uuid())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

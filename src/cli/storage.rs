@@ -11,8 +11,6 @@ use super::CliError;
 use crate::ids::{random_kafka_uuid, uuid_to_kafka_string};
 use crate::log::meta_properties::{MetaError, MetaProperties};
 
-pub use super::format::format_dir;
-
 #[derive(Debug, Subcommand)]
 pub enum StorageCommand {
     /// Print a random UUID in Kafka's text form (22 characters, base64url).

@@ -96,12 +96,13 @@ impl EpochCache {
         Ok(cache)
     }
 
-    /// Writes the checkpoint durably.
-    pub fn write(&self, partition_dir: &Path) -> io::Result<()> {
-        durable::replace_file(
+    /// Writes the checkpoint durably, through the ring (the raft shard never blocks on it).
+    pub async fn write(&self, partition_dir: &Path) -> io::Result<()> {
+        durable::replace_file_async(
             &partition_dir.join(LEADER_EPOCH_CHECKPOINT_FILE),
             self.render().as_bytes(),
         )
+        .await
     }
 }
 

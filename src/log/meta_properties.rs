@@ -110,6 +110,20 @@ impl MetaProperties {
     }
 
     /// Writes `<dir>/meta.properties` durably. The directory must exist.
+    /// Creates `dir` and writes a new `meta.properties` in it with a fresh directory id —
+    /// nothing else: how the embedded default formats its directory on its first start.
+    pub fn format_new(dir: &Path, cluster_id: &str, node_id: i32) -> io::Result<MetaProperties> {
+        std::fs::create_dir_all(dir)?;
+        let meta = MetaProperties {
+            version: 1,
+            cluster_id: cluster_id.to_owned(),
+            node_id,
+            directory_id: Some(crate::ids::random_kafka_uuid()),
+        };
+        meta.write(dir)?;
+        Ok(meta)
+    }
+
     pub fn write(&self, dir: &Path) -> io::Result<()> {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

@@ -9,24 +9,33 @@
 //!   the others wait, and usually find their data already covered.
 //! - An I/O error from `flush`, `truncate_to` or `delete_before` (`LogError::Io`) means durable
 //!   state is unknown: the caller must stop the process (DESIGN.md §3 rule 4).
-//! - `open` recovers: it validates every batch, truncates a torn tail (reported), and refuses a
-//!   log with corruption in the middle (`LogError::Corrupt`, naming file and byte).
+//! - `open` recovers (`recovery`): it validates every batch, truncates a torn tail (reported),
+//!   and refuses a log with corruption in the middle (`LogError::Corrupt`, naming file and
+//!   byte).
+//!
+//! After `open` nothing here blocks the shard's thread: writes, fsyncs, reads of data older
+//! than the batch cache, index and epoch-cache files, truncation and deletion all go through
+//! the glommio ring. No file that is written or truncated is mapped (`tests/purity.rs`).
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use bytes::Bytes;
+use glommio::io::DmaFile;
 use glommio::sync::Semaphore;
 use zerocopy::FromBytes;
 
 use super::epoch_cache::EpochCache;
 use super::layout;
-use super::scan::{scan_segment, ScanEnd};
-use super::segment::{ActiveSegment, OffsetIndex, SealedSegment};
-use crate::records::{assign_in_place, Batch};
+use super::segment::{glommio_io, open_reader, ActiveSegment, OffsetIndex};
+use crate::records::{batch_size, BatchError, BatchHeader, BatchInfo, ValidBatches};
+
+/// A read older than the batch cache reads at least this much of a segment at a time.
+const DISK_READ_MIN_BYTES: usize = 64 << 10;
 
 /// Sizes that shape the log. `segment_bytes` comes from `metadata.log.segment.bytes`.
 #[derive(Debug, Clone, Copy)]
@@ -118,22 +127,33 @@ pub struct RecoveryReport {
     pub batches: usize,
     /// (segment, position, reason) of a torn tail that was cut.
     pub torn_tail: Option<(PathBuf, usize, String)>,
+    /// Which io_uring serves the directory's files.
+    pub ring: Option<super::ring::RingReport>,
 }
 
 /// Appended batches waiting for the flusher; `roll` starts a new segment before them.
 struct Pending {
     roll: bool,
     segment_base: i64,
-    bytes: Vec<u8>,
+    batches: Vec<Bytes>,
+}
+
+/// A segment file as reads see it: a read-only handle, and how much of it is durable data.
+struct SegmentFile {
+    reader: Rc<DmaFile>,
+    /// Sealed: the file's length; active: what the last flush made durable.
+    durable_len: usize,
 }
 
 struct State {
-    sealed: Vec<SealedSegment>,
+    /// Every segment file that exists, by base offset (the active one included).
+    files: BTreeMap<i64, SegmentFile>,
     /// Taken by the flusher while it writes.
     active: Option<ActiveSegment>,
     active_base: i64,
     /// Length the active segment will have once pending bytes are written.
     active_len: usize,
+    /// Every segment's index, including a segment a queued roll will create.
     indexes: BTreeMap<i64, OffsetIndex>,
     pending: VecDeque<Pending>,
     epochs: EpochCache,
@@ -145,9 +165,6 @@ struct State {
     cache: VecDeque<(i64, i64, Bytes)>,
     cache_bytes: usize,
     stats: LogStats,
-    /// A read-only map of a segment that is not sealed yet, for reads older than the cache:
-    /// (segment base, map). Remapped when the file has grown, dropped on truncation.
-    unsealed_map: Option<(i64, Bytes)>,
     /// Set by the first storage error: every later call fails with it (the log's on-disk state
     /// is unknown, and the caller must stop anyway).
     failed: Option<String>,
@@ -233,109 +250,59 @@ impl MetadataLog {
         self.state.borrow().epochs.latest_epoch().unwrap_or(-1)
     }
 
-    /// Opens `<partition dir>`, recovering what is there. See the module doc.
+    /// Opens `<partition dir>`, recovering what is there (`recovery`). See the module doc.
     pub async fn open(
         partition_dir: &Path,
         config: LogConfig,
     ) -> Result<(MetadataLog, RecoveryReport), LogError> {
-        std::fs::create_dir_all(partition_dir)?;
-        layout::ensure_partition_metadata(partition_dir)?;
-        remove_transient_files(partition_dir)?;
-        let bases = segment_bases(partition_dir)?;
-        let mut report = RecoveryReport {
-            segments: bases.len().max(1),
-            ..Default::default()
-        };
-        let mut epochs = EpochCache::default();
-        let mut sealed = Vec::new();
+        // glommio opens relative to no directory: every path it is given must be absolute.
+        let dir = std::path::absolute(partition_dir)?;
+        let mut recovered = super::recovery::recover(&dir)?;
+        // Before any DmaFile here is opened on this shard: no busy polling where the device
+        // cannot poll (`ring`).
+        recovered.report.ring = Some(super::ring::prepare(&dir).await?);
+        let mut files = BTreeMap::new();
         let mut indexes = BTreeMap::new();
-        let mut expected: Option<i64> = None;
-        let mut last: Option<(i64, usize)> = None;
-        for (i, &base) in bases.iter().enumerate() {
-            let path = layout::segment_file(partition_dir, base);
-            if let Some(expected) = expected.filter(|e| *e != base) {
-                let reason =
-                    format!("segment starts at {base}, the previous one ends at {expected}");
-                return Err(LogError::Corrupt {
-                    path,
-                    position: 0,
-                    reason,
-                });
-            }
-            let file = std::fs::File::open(&path)?;
-            let map = if file.metadata()?.len() == 0 {
-                None
+        let last = recovered.segments.len() - 1;
+        let (mut active_base, mut active_len, mut end_offset) = (0, 0, 0);
+        for (i, segment) in recovered.segments.into_iter().enumerate() {
+            let base = segment.base_offset;
+            if i == last {
+                (active_base, active_len, end_offset) =
+                    (base, segment.valid_bytes, segment.next_offset);
             } else {
-                Some(crate::sys::map_read_only(&file)?)
-            };
-            let bytes: &[u8] = map.as_deref().unwrap_or(&[]);
-            let scan =
-                scan_segment(bytes, base, epochs.latest_epoch().unwrap_or(-1)).map_err(|c| {
-                    LogError::Corrupt {
-                        path: path.clone(),
-                        position: c.position,
-                        reason: c.reason,
-                    }
-                })?;
-            let is_last = i + 1 == bases.len();
-            if let ScanEnd::TornTail { position, reason } = &scan.end {
-                if !is_last {
-                    let reason = format!("{reason}, and later segments follow");
-                    return Err(LogError::Corrupt {
-                        path,
-                        position: *position,
-                        reason,
-                    });
-                }
-                report.torn_tail = Some((path.clone(), *position, reason.clone()));
-            }
-            let mut index = OffsetIndex::default();
-            for b in &scan.batches {
-                epochs.assign(b.epoch, b.base_offset);
-                index.note(
-                    b.base_offset,
-                    b.last_offset,
-                    b.position,
-                    b.size,
-                    b.max_timestamp,
+                let reader = open_reader(&layout::segment_file(&dir, base)).await?;
+                let durable_len = segment.valid_bytes;
+                files.insert(
+                    base,
+                    SegmentFile {
+                        reader,
+                        durable_len,
+                    },
                 );
             }
-            report.batches += scan.batches.len();
-            let next = scan.next_offset(base);
-            drop(map);
-            if is_last {
-                last = Some((base, scan.valid_bytes));
-            } else {
-                if file.metadata()?.len() as usize != scan.valid_bytes {
-                    file.set_len(scan.valid_bytes as u64)?; // trim a zeroed tail left by a crash
-                }
-                restore_index_files(partition_dir, base, &index)?;
-                sealed.push(SealedSegment::open(&path, base, next, index.clone())?);
-            }
-            indexes.insert(base, index);
-            expected = Some(next);
+            indexes.insert(base, segment.index);
         }
-        let (active_base, active_len) = last.unwrap_or((0, 0));
-        let end_offset = expected.unwrap_or(0);
-        let index = indexes.get(&active_base).cloned().unwrap_or_default();
-        indexes.insert(active_base, index);
-        let active = ActiveSegment::open(
-            partition_dir,
+        let active =
+            ActiveSegment::open(&dir, active_base, active_len, config.preallocate_bytes).await?;
+        let reader = open_reader(&active.path).await?;
+        files.insert(
             active_base,
-            active_len,
-            config.preallocate_bytes,
-        )
-        .await?;
-        epochs.write(partition_dir)?;
-        let start_offset = sealed.first().map_or(active_base, |s| s.base_offset);
+            SegmentFile {
+                reader,
+                durable_len: active_len,
+            },
+        );
+        recovered.epochs.write(&dir).await?;
+        let start_offset = *files.keys().next().expect("the active segment");
         let state = State {
-            sealed,
+            files,
             active: Some(active),
             active_base,
             active_len,
             indexes,
             pending: VecDeque::new(),
-            epochs,
+            epochs: recovered.epochs,
             epochs_dirty: false,
             start_offset,
             end_offset,
@@ -343,33 +310,24 @@ impl MetadataLog {
             cache: VecDeque::new(),
             cache_bytes: 0,
             stats: LogStats::default(),
-            unsealed_map: None,
             failed: None,
         };
         let log = MetadataLog {
-            dir: partition_dir.to_owned(),
+            dir,
             config,
             state: RefCell::new(state),
             flush_lock: Semaphore::new(1),
             flush_waiters: FlushWaiters::default(),
         };
-        Ok((log, report))
+        Ok((log, recovered.report))
     }
 
     /// Appends batches built by this leader: each gets the next offsets and `epoch`, written
     /// into the bytes in place (outside the CRC, so nothing is re-encoded).
-    pub fn append_as_leader(&self, mut bytes: Vec<u8>, epoch: i32) -> Result<AppendInfo, LogError> {
-        let mut next = self.end_offset();
-        let mut position = 0;
-        while position < bytes.len() {
-            let (batch, _) = Batch::parse(&bytes[position..])
-                .map_err(|e| LogError::InvalidAppend(format!("batch at byte {position}: {e}")))?;
-            let (len, count) = (batch.len(), batch.last_offset() - batch.base_offset() + 1);
-            assign_in_place(&mut bytes[position..position + len], next, epoch);
-            next += count;
-            position += len;
-        }
-        self.append_checked(Bytes::from(bytes))
+    pub fn append_as_leader(&self, bytes: Vec<u8>, epoch: i32) -> Result<AppendInfo, LogError> {
+        let batches = ValidBatches::assign(bytes, self.end_offset(), epoch)
+            .map_err(|e| LogError::InvalidAppend(e.to_string()))?;
+        self.append(&batches)
     }
 
     /// Appends batches built by this leader and resolves with their offsets only once they are
@@ -380,10 +338,11 @@ impl MetadataLog {
         Ok(info)
     }
 
-    /// Appends a leader's batches as received: offsets must continue this log and epochs must
-    /// not fall below its last epoch.
+    /// Appends a leader's batches as received (checked here: a caller without `ValidBatches`).
     pub fn append_as_follower(&self, bytes: Bytes) -> Result<AppendInfo, LogError> {
-        self.append_checked(bytes)
+        let batches =
+            ValidBatches::parse(bytes).map_err(|e| LogError::InvalidAppend(e.to_string()))?;
+        self.append(&batches)
     }
 
     /// The first storage error, if any: the log refuses all work after it.
@@ -396,52 +355,36 @@ impl MetadataLog {
         }
     }
 
-    fn append_checked(&self, bytes: Bytes) -> Result<AppendInfo, LogError> {
+    /// Appends checked batches: offsets must continue this log and epochs must not fall below
+    /// its last epoch. The batch bytes are queued as they are (shared, not copied) and copied
+    /// once, into the aligned buffers of the flush that writes them.
+    pub fn append(&self, batches: &ValidBatches) -> Result<AppendInfo, LogError> {
         self.check_failed()?;
-        if bytes.is_empty() {
-            return Err(LogError::InvalidAppend("no batches".into()));
-        }
-        let mut batches = Vec::new();
         let (mut expected, mut epoch) = (self.end_offset(), self.last_epoch());
-        let mut rest: &[u8] = &bytes;
-        while !rest.is_empty() {
-            let at = bytes.len() - rest.len();
-            let (batch, after) = Batch::parse(rest)
-                .map_err(|e| LogError::InvalidAppend(format!("batch at byte {at}: {e}")))?;
-            if batch.base_offset() != expected {
+        for info in batches.batches() {
+            if info.base_offset != expected {
                 let why = format!(
                     "batch starts at {}, the log ends at {expected}",
-                    batch.base_offset()
+                    info.base_offset
                 );
                 return Err(LogError::InvalidAppend(why));
             }
-            if batch.partition_leader_epoch() < epoch {
-                let why = format!(
-                    "epoch {} below the log's {epoch}",
-                    batch.partition_leader_epoch()
-                );
+            if info.epoch < epoch {
+                let why = format!("epoch {} below the log's {epoch}", info.epoch);
                 return Err(LogError::InvalidAppend(why));
             }
-            if batch.len() > self.config.segment_bytes {
+            if info.len > self.config.segment_bytes {
                 return Err(LogError::InvalidAppend(
                     "batch larger than a segment".into(),
                 ));
             }
-            epoch = batch.partition_leader_epoch();
-            expected = batch.next_offset();
-            let meta = (
-                batch.base_offset(),
-                batch.last_offset(),
-                epoch,
-                batch.max_timestamp(),
-            );
-            batches.push((at, batch.len(), meta));
-            rest = after;
+            epoch = info.epoch;
+            expected = info.next_offset();
         }
         let mut state = self.state.borrow_mut();
         let base_offset = state.end_offset;
-        for (at, len, meta) in batches {
-            self.enqueue(&mut state, bytes.slice(at..at + len), meta);
+        for (info, bytes) in batches.iter() {
+            self.enqueue(&mut state, bytes, info);
         }
         Ok(AppendInfo {
             base_offset,
@@ -449,9 +392,10 @@ impl MetadataLog {
         })
     }
 
-    /// Queues one validated batch: (base offset, last offset, epoch, max timestamp).
-    fn enqueue(&self, state: &mut State, batch: Bytes, meta: (i64, i64, i32, i64)) {
-        let (base, last, epoch, max_timestamp) = meta;
+    /// Queues one checked batch.
+    fn enqueue(&self, state: &mut State, batch: Bytes, info: BatchInfo) {
+        let (base, last, epoch) = (info.base_offset, info.last_offset, info.epoch);
+        let max_timestamp = info.max_timestamp;
         let roll =
             state.active_len > 0 && state.active_len + batch.len() > self.config.segment_bytes;
         if roll || state.pending.is_empty() {
@@ -464,7 +408,7 @@ impl MetadataLog {
             state.pending.push_back(Pending {
                 roll,
                 segment_base,
-                bytes: Vec::new(),
+                batches: Vec::new(),
             });
         }
         let position = state.active_len;
@@ -478,8 +422,8 @@ impl MetadataLog {
             .pending
             .back_mut()
             .expect("pending chunk")
-            .bytes
-            .extend_from_slice(&batch);
+            .batches
+            .push(batch.clone());
         state.active_len += batch.len();
         if state
             .epochs
@@ -552,18 +496,27 @@ impl MetadataLog {
                 dirty,
             )
         };
-        let written: usize = pending.iter().map(|p| p.bytes.len()).sum();
+        let written: usize = pending
+            .iter()
+            .flat_map(|p| p.batches.iter())
+            .map(Bytes::len)
+            .sum();
         for chunk in pending {
             if chunk.roll {
                 active = self.roll(active, chunk.segment_base).await?;
             }
-            active.append(&chunk.bytes);
+            for batch in chunk.batches {
+                active.append(batch);
+            }
         }
         active.flush().await?;
         if let Some(epochs) = dirty_epochs {
-            epochs.write(&self.dir)?;
+            epochs.write(&self.dir).await?;
         }
         let mut state = self.state.borrow_mut();
+        if let Some(file) = state.files.get_mut(&active.base_offset) {
+            file.durable_len = active.flushed_len;
+        }
         state.active = Some(active);
         state.stats.flushes += 1;
         state.stats.flushed_bytes += written as u64;
@@ -581,10 +534,23 @@ impl MetadataLog {
             .get(&base)
             .cloned()
             .unwrap_or_default();
-        let path = active.seal(&index).await?;
-        let sealed = SealedSegment::open(&path, base, new_base, index)?;
-        self.state.borrow_mut().sealed.push(sealed);
-        Ok(ActiveSegment::open(&self.dir, new_base, 0, self.config.preallocate_bytes).await?)
+        let len = active.len;
+        active.seal(&index).await?;
+        let next =
+            ActiveSegment::open(&self.dir, new_base, 0, self.config.preallocate_bytes).await?;
+        let reader = open_reader(&next.path).await?;
+        let mut state = self.state.borrow_mut();
+        if let Some(file) = state.files.get_mut(&base) {
+            file.durable_len = len;
+        }
+        state.files.insert(
+            new_base,
+            SegmentFile {
+                reader,
+                durable_len: 0,
+            },
+        );
+        Ok(next)
     }
 
     fn evict_cache(&self, state: &mut State) {
@@ -600,91 +566,47 @@ impl MetadataLog {
     }
 
     /// Whole batches from the one containing `offset`, up to `max_bytes` (at least one batch).
-    /// Recent batches come from memory, older ones from mapped segments; record bytes are not
-    /// copied except for older data of the active segment, read with pread.
-    pub fn read(&self, offset: i64, max_bytes: usize) -> Result<Vec<Bytes>, LogError> {
-        let state = self.state.borrow();
-        if offset < state.start_offset || offset > state.end_offset {
-            let why = format!(
-                "offset {offset} outside [{}, {}]",
-                state.start_offset, state.end_offset
-            );
-            return Err(LogError::OutOfRange(why));
-        }
-        if offset == state.end_offset {
-            return Ok(Vec::new());
-        }
-        if let Some(&(first, _, _)) = state.cache.front() {
-            if offset >= first {
-                // Binary search: a fetch at the tail must not walk a 32 MiB cache.
-                let from = state.cache.partition_point(|(_, last, _)| *last < offset);
-                return Ok(take_batches(
-                    state
-                        .cache
-                        .range(from..)
-                        .map(|(b, l, bytes)| (*b, *l, bytes.clone())),
-                    offset,
-                    max_bytes,
-                ));
+    /// Recent batches come from memory without a copy; older ones are read from their segment
+    /// through the ring (one copy, out of the read buffer). Batches were checked when they
+    /// entered, so their CRCs are not checked again.
+    pub async fn read(&self, offset: i64, max_bytes: usize) -> Result<Vec<Bytes>, LogError> {
+        let (reader, position, durable_len) = {
+            let state = self.state.borrow();
+            if offset < state.start_offset || offset > state.end_offset {
+                let why = format!(
+                    "offset {offset} outside [{}, {}]",
+                    state.start_offset, state.end_offset
+                );
+                return Err(LogError::OutOfRange(why));
             }
-        }
-        let sealed = state.sealed.iter().rfind(|s| s.base_offset <= offset);
-        let bytes = match sealed.filter(|s| offset < s.next_offset) {
-            Some(segment) => segment.map.slice(segment.index.lookup(offset)..),
-            None => {
-                // A segment not (yet) sealed: the active one, or the one a queued roll will seal.
-                // Everything older than the cache is flushed, so the file holds it; the batch
-                // parser stops at the data's end.
-                let base = *state
-                    .indexes
-                    .range(..=offset)
-                    .next_back()
-                    .expect("segment")
-                    .0;
-                let from = state.indexes[&base].lookup(offset);
-                drop(state);
-                let map = self.unsealed_map(base, from)?;
-                map.slice(from.min(map.len())..)
+            if offset == state.end_offset {
+                return Ok(Vec::new());
             }
+            if let Some(&(first, _, _)) = state.cache.front() {
+                if offset >= first {
+                    // Binary search: a fetch at the tail must not walk a 32 MiB cache.
+                    let from = state.cache.partition_point(|(_, last, _)| *last < offset);
+                    return Ok(take_batches(
+                        state
+                            .cache
+                            .range(from..)
+                            .map(|(b, l, bytes)| (*b, *l, bytes.clone())),
+                        offset,
+                        max_bytes,
+                    ));
+                }
+            }
+            // Older than the cache, so flushed: on disk in the segment that holds it.
+            let (base, index) = state
+                .indexes
+                .range(..=offset)
+                .next_back()
+                .expect("a segment holds every offset in the log");
+            let file = &state.files[base];
+            (file.reader.clone(), index.lookup(offset), file.durable_len)
         };
-        // Batches on disk were validated when appended or recovered: walk them by their
-        // length fields without checking CRCs again (the data ends where a length does not fit).
-        // Lazily: only as far as `max_bytes` needs, not to the end of the segment.
-        let mut rest = bytes;
-        let batches = std::iter::from_fn(move || {
-            let len = crate::records::batch_size(&rest).ok()?;
-            let (header, _) = crate::records::BatchHeader::ref_from_prefix(&rest).ok()?;
-            let base = header.base_offset.get();
-            let last = base + i64::from(header.last_offset_delta.get());
-            if base < 0 || header.magic != 2 {
-                return None; // pre-allocated zeros or a batch not yet written
-            }
-            let batch = rest.slice(..len);
-            rest = rest.slice(len..);
-            Some((base, last, batch))
-        });
-        Ok(take_batches(batches, offset, max_bytes))
-    }
-
-    /// A map of the unsealed segment at `base` covering `position`, reused while it does.
-    /// Flushed bytes never change in place (the rewritten tail page keeps its prefix), so a
-    /// map made earlier still shows them correctly.
-    fn unsealed_map(&self, base: i64, position: usize) -> io::Result<Bytes> {
-        let path = layout::segment_file(&self.dir, base);
-        let len = std::fs::metadata(&path)?.len() as usize;
-        if let Some((mapped_base, map)) = &self.state.borrow().unsealed_map {
-            if *mapped_base == base && map.len() == len && position <= len {
-                return Ok(map.clone());
-            }
-        }
-        let file = std::fs::File::open(&path)?;
-        let map = if file.metadata()?.len() == 0 {
-            Bytes::new()
-        } else {
-            Bytes::from_owner(crate::sys::map_read_only(&file)?)
-        };
-        self.state.borrow_mut().unsealed_map = Some((base, map.clone()));
-        Ok(map)
+        let batches = read_from_disk(&reader, position, durable_len, offset, max_bytes).await?;
+        Ok(take_batches(batches.into_iter(), offset, max_bytes))
     }
 
     /// Removes every batch at or after `offset` (a batch boundary), which must not be below
@@ -713,7 +635,6 @@ impl MetadataLog {
     }
 
     async fn truncate_locked(&self, offset: i64) -> Result<(), LogError> {
-        self.state.borrow_mut().unsealed_map = None;
         let (start, end) = (self.start_offset(), self.end_offset());
         if offset >= end {
             return Ok(());
@@ -723,7 +644,7 @@ impl MetadataLog {
                 "truncation to {offset} below the log start {start}"
             )));
         }
-        let (segment_base, position) = self.batch_position(offset)?;
+        let (segment_base, position) = self.batch_position(offset).await?;
         let mut active = self
             .state
             .borrow_mut()
@@ -733,119 +654,149 @@ impl MetadataLog {
         if segment_base == active.base_offset {
             active.truncate(position).await?;
         } else {
-            let dir = self.dir.clone();
             active.remove().await?;
-            {
+            let gone: Vec<(i64, SegmentFile)> = {
                 let mut state = self.state.borrow_mut();
-                while state
-                    .sealed
-                    .last()
-                    .is_some_and(|s| s.base_offset > segment_base)
-                {
-                    let gone = state.sealed.pop().expect("checked");
-                    remove_segment_files(&dir, gone.base_offset)?;
-                }
-                // Unmap the segment that becomes active again before reopening it for writes.
-                state.sealed.pop().expect("segment holding the offset");
+                let later: Vec<i64> = state
+                    .files
+                    .range(segment_base + 1..)
+                    .map(|(b, _)| *b)
+                    .collect();
+                later
+                    .into_iter()
+                    .filter_map(|b| state.files.remove(&b).map(|f| (b, f)))
+                    .collect()
+            };
+            for (base, file) in gone {
+                close_reader(file.reader).await;
+                remove_segment_files(&self.dir, base).await?;
             }
-            active =
-                ActiveSegment::open(&dir, segment_base, position, self.config.preallocate_bytes)
-                    .await?;
+            // The segment holding the offset becomes active again, cut at the offset.
+            active = ActiveSegment::open(
+                &self.dir,
+                segment_base,
+                position,
+                self.config.preallocate_bytes,
+            )
+            .await?;
         }
-        let mut state = self.state.borrow_mut();
-        state.active = Some(active);
-        state.active_base = segment_base;
-        state.active_len = position;
-        state.indexes.retain(|base, _| *base <= segment_base);
-        state
-            .indexes
-            .get_mut(&segment_base)
-            .expect("index")
-            .truncate(position, offset);
-        state.epochs.truncate_from_end(offset);
-        state.epochs.write(&self.dir)?;
-        while state
-            .cache
-            .back()
-            .is_some_and(|(base, _, _)| *base >= offset)
-        {
-            let (_, _, bytes) = state.cache.pop_back().expect("checked");
-            state.cache_bytes -= bytes.len();
-        }
-        state.end_offset = offset;
-        state.flushed_offset = offset;
+        let epochs = {
+            let mut state = self.state.borrow_mut();
+            state.active = Some(active);
+            state.active_base = segment_base;
+            state.active_len = position;
+            if let Some(file) = state.files.get_mut(&segment_base) {
+                file.durable_len = position;
+            }
+            state.indexes.retain(|base, _| *base <= segment_base);
+            state
+                .indexes
+                .get_mut(&segment_base)
+                .expect("index")
+                .truncate(position, offset);
+            state.epochs.truncate_from_end(offset);
+            let epochs = state.epochs.clone();
+            while state
+                .cache
+                .back()
+                .is_some_and(|(base, _, _)| *base >= offset)
+            {
+                let (_, _, bytes) = state.cache.pop_back().expect("checked");
+                state.cache_bytes -= bytes.len();
+            }
+            state.end_offset = offset;
+            state.flushed_offset = offset;
+            epochs
+        };
+        epochs.write(&self.dir).await?;
         Ok(())
     }
 
-    /// (segment base, byte position) of the batch starting at `offset`.
-    fn batch_position(&self, offset: i64) -> Result<(i64, usize), LogError> {
-        let state = self.state.borrow();
-        let base = *state
-            .indexes
-            .range(..=offset)
-            .next_back()
-            .map(|(b, _)| b)
-            .expect("a segment");
-        let from = state.indexes[&base].lookup(offset);
-        // The mapped segment, not a read of the whole file: truncation runs on the raft shard.
-        let sealed = state.sealed.iter().find(|s| s.base_offset == base);
-        let bytes = match sealed {
-            Some(segment) => segment.map.clone(),
-            None => {
-                drop(state);
-                self.unsealed_map(base, from)?
-            }
+    /// (segment base, byte position) of the batch starting at `offset`, read through the ring
+    /// from the indexed batch before it. Everything is flushed when this runs.
+    async fn batch_position(&self, offset: i64) -> Result<(i64, usize), LogError> {
+        let (base, from, reader, durable_len) = {
+            let state = self.state.borrow();
+            let (base, index) = state
+                .indexes
+                .range(..=offset)
+                .next_back()
+                .expect("a segment holds every offset in the log");
+            let file = &state.files[base];
+            (
+                *base,
+                index.lookup(offset),
+                file.reader.clone(),
+                file.durable_len,
+            )
         };
         let mut position = from;
-        while position < bytes.len() {
-            let Ok((batch, _)) = Batch::parse(&bytes[position..]) else {
+        while position < durable_len {
+            let header = reader
+                .read_at(
+                    position as u64,
+                    BATCH_HEADER_PREFIX.min(durable_len - position),
+                )
+                .await
+                .map_err(glommio_io)?;
+            let Ok((header, _)) = BatchHeader::ref_from_prefix(&header[..]) else {
                 break;
             };
-            if batch.base_offset() == offset {
+            let batch_base = header.base_offset.get();
+            if batch_base == offset {
                 return Ok((base, position));
             }
-            if batch.base_offset() > offset {
+            let len = header.batch_length.get();
+            if batch_base > offset || len <= 0 {
                 break;
             }
-            position += batch.len();
+            position += 12 + len as usize;
         }
         Err(LogError::OutOfRange(format!(
             "offset {offset} is not the start of a batch"
         )))
     }
 
-    /// Advances the log start to `offset` (a snapshot's end offset) and deletes the sealed
-    /// segments wholly before it. Durable on return.
+    /// Advances the log start to `offset` (a snapshot's end offset) and deletes the segments
+    /// wholly before it. Durable on return.
     pub async fn delete_before(&self, offset: i64) -> Result<(), LogError> {
         let _permit = self.acquire_flush_lock().await?;
         self.check_failed()?;
-        let result = self.delete_before_locked(offset);
+        let result = self.delete_before_locked(offset).await;
         self.poison_on_io_error(&result);
         result
     }
 
-    fn delete_before_locked(&self, offset: i64) -> Result<(), LogError> {
-        let mut state = self.state.borrow_mut();
-        if offset <= state.start_offset {
-            return Ok(());
+    async fn delete_before_locked(&self, offset: i64) -> Result<(), LogError> {
+        let (gone, epochs) = {
+            let mut state = self.state.borrow_mut();
+            if offset <= state.start_offset {
+                return Ok(());
+            }
+            if offset > state.flushed_offset {
+                return Err(LogError::OutOfRange(format!(
+                    "log start {offset} beyond the flushed end"
+                )));
+            }
+            // A segment is wholly before `offset` when the next segment starts at or below it.
+            let bases: Vec<i64> = state.files.keys().copied().collect();
+            let mut gone = Vec::new();
+            for pair in bases.windows(2) {
+                if pair[1] <= offset {
+                    let file = state.files.remove(&pair[0]).expect("listed");
+                    state.indexes.remove(&pair[0]);
+                    gone.push((pair[0], file));
+                }
+            }
+            state.start_offset = offset;
+            state.epochs.truncate_from_start(offset);
+            (gone, state.epochs.clone())
+        };
+        for (base, file) in gone {
+            close_reader(file.reader).await;
+            remove_segment_files(&self.dir, base).await?;
         }
-        if offset > state.flushed_offset {
-            return Err(LogError::OutOfRange(format!(
-                "log start {offset} beyond the flushed end"
-            )));
-        }
-        while state
-            .sealed
-            .first()
-            .is_some_and(|s| s.next_offset <= offset)
-        {
-            let gone = state.sealed.remove(0);
-            state.indexes.remove(&gone.base_offset);
-            remove_segment_files(&self.dir, gone.base_offset)?;
-        }
-        state.start_offset = offset;
-        state.epochs.truncate_from_start(offset);
-        state.epochs.write(&self.dir)?;
+        epochs.write(&self.dir).await?;
         Ok(())
     }
 
@@ -868,57 +819,137 @@ impl MetadataLog {
             .take()
             .expect("active segment");
         active.remove().await?;
-        let sealed = {
+        let files = {
             let mut state = self.state.borrow_mut();
-            state.unsealed_map = None;
             state.indexes.clear();
             state.pending.clear();
             state.cache.clear();
             state.cache_bytes = 0;
-            std::mem::take(&mut state.sealed)
+            std::mem::take(&mut state.files)
         };
-        for segment in sealed {
-            remove_segment_files(&self.dir, segment.base_offset)?;
+        for (base, file) in files {
+            close_reader(file.reader).await;
+            remove_segment_files(&self.dir, base).await?;
         }
         let active =
             ActiveSegment::open(&self.dir, offset, 0, self.config.preallocate_bytes).await?;
-        glommio::io::Directory::open(std::path::absolute(&self.dir)?)
-            .await
-            .map_err(|e| LogError::Io(io::Error::other(e.to_string())))?
-            .sync()
-            .await
-            .map_err(|e| LogError::Io(io::Error::other(e.to_string())))?;
-        let mut state = self.state.borrow_mut();
-        state.active = Some(active);
-        state.active_base = offset;
-        state.active_len = 0;
-        state.indexes.insert(offset, OffsetIndex::default());
-        state.start_offset = offset;
-        state.end_offset = offset;
-        state.flushed_offset = offset;
-        state.epochs = EpochCache::default();
-        state.epochs.write(&self.dir)?;
+        let reader = open_reader(&active.path).await?;
+        sync_dir(&self.dir).await?;
+        let epochs = EpochCache::default();
+        {
+            let mut state = self.state.borrow_mut();
+            state.active = Some(active);
+            state.active_base = offset;
+            state.active_len = 0;
+            state.files.insert(
+                offset,
+                SegmentFile {
+                    reader,
+                    durable_len: 0,
+                },
+            );
+            state.indexes.insert(offset, OffsetIndex::default());
+            state.start_offset = offset;
+            state.end_offset = offset;
+            state.flushed_offset = offset;
+            state.epochs = epochs.clone();
+        }
+        epochs.write(&self.dir).await?;
         Ok(())
     }
 
     /// Flushes, trims the active segment and closes it: the directory is then readable by
     /// Kafka's tools.
-    pub async fn close(self) -> Result<(), LogError> {
+    pub async fn close(&self) -> Result<(), LogError> {
         let _permit = self.acquire_flush_lock().await?;
         self.flush_locked().await?;
-        let (active, index) = {
+        let (active, index, files) = {
             let mut state = self.state.borrow_mut();
-            let active = state.active.take().expect("active segment");
+            let Some(active) = state.active.take() else {
+                return Ok(()); // closed before
+            };
             let index = state
                 .indexes
                 .get(&active.base_offset)
                 .cloned()
                 .unwrap_or_default();
-            (active, index)
+            (active, index, std::mem::take(&mut state.files))
         };
         active.seal(&index).await?;
+        for (_, file) in files {
+            close_reader(file.reader).await;
+        }
         Ok(())
     }
+}
+
+/// The size of a batch's length prefix plus the header fields up to the leader epoch: what
+/// `batch_position` reads to step from batch to batch.
+const BATCH_HEADER_PREFIX: usize = crate::records::batch::BATCH_HEADER_BYTES;
+
+/// Whole batches of a segment from byte `position` on — the ones whose last offset is at or
+/// past `offset` — up to `max_bytes` (at least one), read through the ring in windows of at
+/// least `DISK_READ_MIN_BYTES`. Reading stops at the end of the durable data or at bytes that
+/// are not a batch (pre-allocated zeros).
+async fn read_from_disk(
+    reader: &DmaFile,
+    mut position: usize,
+    durable_len: usize,
+    offset: i64,
+    max_bytes: usize,
+) -> Result<Vec<(i64, i64, Bytes)>, LogError> {
+    let mut out = Vec::new();
+    let mut total = 0usize;
+    let mut want = max_bytes.max(DISK_READ_MIN_BYTES);
+    'windows: while position < durable_len {
+        let len = want.min(durable_len - position);
+        let data = reader
+            .read_at(position as u64, len)
+            .await
+            .map_err(glommio_io)?;
+        let window = Bytes::copy_from_slice(&data);
+        let mut at = 0;
+        loop {
+            let rest = &window[at..];
+            match batch_size(rest) {
+                Ok(size) => {
+                    let Ok((header, _)) = BatchHeader::ref_from_prefix(rest) else {
+                        break 'windows;
+                    };
+                    let base = header.base_offset.get();
+                    let last = base + i64::from(header.last_offset_delta.get());
+                    if base < 0 || header.magic != 2 {
+                        break 'windows; // pre-allocated zeros or a batch not yet written
+                    }
+                    if last >= offset {
+                        if !out.is_empty() && total + size > max_bytes {
+                            break 'windows;
+                        }
+                        out.push((base, last, window.slice(at..at + size)));
+                        total += size;
+                    }
+                    at += size;
+                }
+                Err(BatchError::Incomplete { needed, .. }) if at == 0 && rest.len() >= 12 => {
+                    if needed <= rest.len() || position + needed > durable_len {
+                        break 'windows; // the durable data ends inside this batch
+                    }
+                    want = needed; // a batch larger than the window: read it whole
+                    continue 'windows;
+                }
+                Err(BatchError::Incomplete { .. }) => break,
+                Err(_) => break 'windows,
+            }
+        }
+        if at == 0 {
+            break;
+        }
+        position += at;
+        if total >= max_bytes {
+            break;
+        }
+    }
+    Ok(out)
 }
 
 fn take_batches(
@@ -928,71 +959,40 @@ fn take_batches(
 ) -> Vec<Bytes> {
     let mut out = Vec::new();
     let mut total = 0;
-    for (_, last, bytes) in batches.skip_while(|(_, last, _)| *last < offset) {
+    for (_, _, bytes) in batches.skip_while(|(_, last, _)| *last < offset) {
         if !out.is_empty() && total + bytes.len() > max_bytes {
             break;
         }
-        let _ = last;
         total += bytes.len();
         out.push(bytes);
     }
     out
 }
 
-fn segment_bases(dir: &Path) -> io::Result<Vec<i64>> {
-    let mut bases: Vec<i64> = std::fs::read_dir(dir)?
-        .filter_map(|e| {
-            e.ok()?
-                .file_name()
-                .to_str()
-                .and_then(layout::parse_segment_name)
-        })
-        .collect();
-    bases.sort_unstable();
-    Ok(bases)
+async fn close_reader(reader: Rc<DmaFile>) {
+    let _ = reader.close_rc().await;
 }
 
-/// Deletes files a crash can leave behind (spec/storage.md §11 steps 3 and 6).
-fn remove_transient_files(dir: &Path) -> io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        let transient = [".deleted", ".cleaned", ".swap", ".checkpoint.part", ".tmp"]
-            .iter()
-            .any(|suffix| name.ends_with(suffix));
-        if transient {
-            std::fs::remove_file(entry.path())?;
-        }
-    }
-    Ok(())
-}
-
-/// Rewrites a sealed segment's `.index` / `.timeindex` when missing or different from what
-/// its batches say (a crash during a seal, or damage): Kafka's tools read these files.
-fn restore_index_files(dir: &Path, base: i64, index: &OffsetIndex) -> io::Result<()> {
-    let files = [
-        (layout::index_file(dir, base), index.render(base)),
-        (layout::time_index_file(dir, base), index.render_time(base)),
-    ];
-    for (path, want) in files {
-        if std::fs::read(&path).ok().as_deref() != Some(want.as_slice()) {
-            super::durable::replace_file(&path, &want)?;
-        }
-    }
-    Ok(())
-}
-
-fn remove_segment_files(dir: &Path, base: i64) -> io::Result<()> {
+async fn remove_segment_files(dir: &Path, base: i64) -> io::Result<()> {
     for path in [
         layout::segment_file(dir, base),
         layout::index_file(dir, base),
         layout::time_index_file(dir, base),
     ] {
-        match std::fs::remove_file(&path) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-            _ => {}
+        match glommio::io::remove(&path).await {
+            Err(glommio::GlommioError::IoError(e)) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(glommio_io(e)),
+            Ok(()) => {}
         }
     }
     Ok(())
+}
+
+async fn sync_dir(dir: &Path) -> io::Result<()> {
+    glommio::io::Directory::open(dir)
+        .await
+        .map_err(glommio_io)?
+        .sync()
+        .await
+        .map_err(glommio_io)
 }

@@ -11,9 +11,13 @@ pub mod layout;
 pub mod meta_properties;
 pub mod metadata_log;
 pub mod quorum_state;
+mod recovery;
+pub mod ring;
 pub mod scan;
 pub mod segment;
 pub mod snapshot;
+pub mod snapshot_io;
+pub mod voter_history;
 
 pub use meta_properties::MetaProperties;
 pub use metadata_log::{AppendInfo, LogConfig, LogError, LogStats, MetadataLog, RecoveryReport};

@@ -2,10 +2,11 @@
 //!
 //! The active segment is written with glommio's `DmaFile` (O_DIRECT): whole 4 KiB pages at
 //! page-aligned positions, so the partly filled last page is kept in memory and written again
-//! as it fills. Space ahead of the write position is pre-allocated in chunks (reading as
+//! as it fills. Appended batches are queued as shared `Bytes` and copied once, straight into
+//! the flush's aligned buffers. Space ahead of the write position is pre-allocated in chunks (reading as
 //! zeros) and made durable once, so a data flush neither grows the file nor allocates blocks
 //! (DESIGN.md §4: appends into pre-allocated blocks are ~30 % cheaper). Sealed segments are
-//! trimmed to their data and read through a read-only memory map.
+//! trimmed to their data and read through the ring like every other segment (`open_reader`).
 //!
 //! Durability: `ActiveSegment::flush` returns Ok only after `fdatasync` covered every byte
 //! appended before the call. An error from it means the data may not be durable and the caller
@@ -13,6 +14,7 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use bytes::Bytes;
 use glommio::io::{DmaFile, OpenOptions};
@@ -109,42 +111,14 @@ impl OffsetIndex {
     }
 }
 
-/// A segment that no longer changes: its file trimmed to its data, mapped read-only.
-pub struct SealedSegment {
-    pub base_offset: i64,
-    pub next_offset: i64,
-    pub path: PathBuf,
-    pub map: Bytes,
-    pub index: OffsetIndex,
-}
-
-impl SealedSegment {
-    /// Maps `path` (already trimmed to `len` bytes of valid batches).
-    pub fn open(
-        path: &Path,
-        base_offset: i64,
-        next_offset: i64,
-        index: OffsetIndex,
-    ) -> io::Result<Self> {
-        let file = std::fs::File::open(path)?;
-        let map = if file.metadata()?.len() == 0 {
-            Bytes::new()
-        } else {
-            map_read_only(&file)?
-        };
-        Ok(SealedSegment {
-            base_offset,
-            next_offset,
-            path: path.to_owned(),
-            map,
-            index,
-        })
-    }
-}
-
-fn map_read_only(file: &std::fs::File) -> io::Result<Bytes> {
-    let map = crate::sys::map_read_only(file)?;
-    Ok(Bytes::from_owner(map))
+/// Opens a segment file read-only for reads through the ring (O_DIRECT, aligned internally).
+pub async fn open_reader(path: &Path) -> io::Result<Rc<DmaFile>> {
+    let file = OpenOptions::new()
+        .read(true)
+        .dma_open(path)
+        .await
+        .map_err(glommio_io)?;
+    Ok(Rc::new(file))
 }
 
 /// The segment being appended to.
@@ -154,10 +128,14 @@ pub struct ActiveSegment {
     file: DmaFile,
     /// Bytes of valid batches in the file, flushed or not.
     pub len: usize,
-    /// File position of `tail[0]`; always page aligned.
+    /// File position of the first page the next flush writes; always page aligned.
     tail_position: usize,
-    /// The last partial page as written, plus everything appended since the last flush.
-    tail: Vec<u8>,
+    /// What the file already holds of that page (less than a page): written again, with what
+    /// follows it, by the next flush.
+    tail_page: Vec<u8>,
+    /// Batches appended since the last flush, in order: shared with the batch cache, copied
+    /// only into the flush's aligned buffers.
+    queued: Vec<Bytes>,
     /// Everything below this position is durable.
     pub flushed_len: usize,
     /// The file is allocated, reading as zeros beyond the data, durably up to here.
@@ -186,13 +164,19 @@ impl ActiveSegment {
             .await
             .map_err(glommio_io)?;
         let tail_position = len - len % PAGE_BYTES;
-        let mut tail = vec![0u8; len - tail_position];
-        if !tail.is_empty() {
-            // A plain pread: once per open, and it works on filesystems without O_DIRECT reads.
-            use std::os::unix::fs::FileExt;
-            std::fs::File::open(&path)?.read_exact_at(&mut tail, tail_position as u64)?;
+        let mut tail_page = Vec::with_capacity(PAGE_BYTES);
+        if len > tail_position {
+            // The partial last page, read through the ring (aligned, one page).
+            let page = file
+                .read_at_aligned(tail_position as u64, PAGE_BYTES)
+                .await
+                .map_err(glommio_io)?;
+            if page.len() < len - tail_position {
+                let why = format!("short read of the last page of {}", path.display());
+                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, why));
+            }
+            tail_page.extend_from_slice(&page[..len - tail_position]);
         }
-        tail.reserve(2 * PAGE_BYTES);
         // Cut whatever follows the valid data (a torn tail), then zero ahead afresh.
         file.truncate(len as u64).await.map_err(glommio_io)?;
         let mut segment = ActiveSegment {
@@ -201,7 +185,8 @@ impl ActiveSegment {
             file,
             len,
             tail_position,
-            tail,
+            tail_page,
+            queued: Vec::new(),
             flushed_len: len,
             allocated_to: len,
             preallocate_bytes,
@@ -212,14 +197,13 @@ impl ActiveSegment {
         Ok(segment)
     }
 
-    /// Buffers batch bytes at the end of the segment. Not durable until `flush`.
-    pub fn append(&mut self, bytes: &[u8]) {
-        self.tail.extend_from_slice(bytes);
-        self.len += bytes.len();
-        debug_assert_eq!(self.tail_position + self.tail.len(), self.len);
+    /// Queues a checked batch at the end of the segment. Not durable until `flush`.
+    pub fn append(&mut self, batch: Bytes) {
+        self.len += batch.len();
+        self.queued.push(batch);
     }
 
-    /// Writes every buffered byte and fdatasyncs. On return Ok, `flushed_len == len` as of the
+    /// Writes every queued byte and fdatasyncs. On return Ok, `flushed_len == len` as of the
     /// call. Errors are final: see the module doc.
     pub async fn flush(&mut self) -> io::Result<()> {
         if self.flushed_len == self.len {
@@ -232,26 +216,33 @@ impl ActiveSegment {
         // Big flushes go out as up to WRITE_QUEUE_DEPTH concurrent writes of WRITE_CHUNK_BYTES:
         // bandwidth comes from I/O in flight (DESIGN.md §4: QD1 0.5 GB/s, QD8 1.0 GB/s).
         let writing = std::time::Instant::now();
-        let padded = self.tail.len().div_ceil(PAGE_BYTES) * PAGE_BYTES;
+        let data = target - self.tail_position;
+        let padded = data.div_ceil(PAGE_BYTES) * PAGE_BYTES;
         let chunks: Vec<(usize, usize)> = (0..padded)
             .step_by(WRITE_CHUNK_BYTES)
             .map(|start| (start, WRITE_CHUNK_BYTES.min(padded - start)))
             .collect();
+        let mut source = Gather::new(&self.tail_page, &self.queued);
+        let full_pages = data / PAGE_BYTES * PAGE_BYTES;
+        let mut next_tail = Vec::with_capacity(PAGE_BYTES);
         for group in chunks.chunks(WRITE_QUEUE_DEPTH) {
-            let mut writes: Vec<_> = group
-                .iter()
-                .map(|&(start, len)| {
-                    let mut buffer = self.file.alloc_dma_buffer(len);
-                    let out = buffer.as_bytes_mut();
-                    let data_end = self.tail.len().clamp(start, start + len);
-                    out[..data_end - start].copy_from_slice(&self.tail[start..data_end]);
-                    out[data_end - start..].fill(0);
-                    Box::pin(
-                        self.file
-                            .write_at(buffer, (self.tail_position + start) as u64),
-                    )
-                })
-                .collect();
+            let mut writes = Vec::with_capacity(group.len());
+            for &(start, len) in group {
+                let mut buffer = self.file.alloc_dma_buffer(len);
+                let out = buffer.as_bytes_mut();
+                let filled = source.copy_into(out);
+                out[filled..].fill(0);
+                let end = start + filled;
+                if end > full_pages {
+                    // The partial last page is kept for the next flush to write again.
+                    let from = full_pages.max(start) - start;
+                    next_tail.extend_from_slice(&out[from..filled]);
+                }
+                writes.push(Box::pin(
+                    self.file
+                        .write_at(buffer, (self.tail_position + start) as u64),
+                ));
+            }
             for (written, &(_, len)) in join_all(&mut writes).await.into_iter().zip(group) {
                 let written = written.map_err(glommio_io)?;
                 if written != len {
@@ -260,14 +251,14 @@ impl ActiveSegment {
                 }
             }
         }
+        debug_assert_eq!(source.remaining(), 0);
         self.write_nanos += writing.elapsed().as_nanos() as u64;
         crate::log::failpoint::check("fdatasync")?;
         let synced = std::time::Instant::now();
         self.file.fdatasync().await.map_err(glommio_io)?;
         self.sync_nanos += synced.elapsed().as_nanos() as u64;
-        // Keep only the partial last page for the next write.
-        let full_pages = self.tail.len() / PAGE_BYTES * PAGE_BYTES;
-        self.tail.drain(..full_pages);
+        self.queued.clear();
+        self.tail_page = next_tail;
         self.tail_position += full_pages;
         self.flushed_len = target;
         Ok(())
@@ -316,12 +307,11 @@ impl ActiveSegment {
         self.file.fdatasync().await.map_err(glommio_io)?;
         let dir = self.path.parent().expect("segment in a dir").to_owned();
         let index_bytes = index.render(self.base_offset);
-        super::durable::replace_file(&layout::index_file(&dir, self.base_offset), &index_bytes)?;
+        let index_path = layout::index_file(&dir, self.base_offset);
+        super::durable::replace_file_async(&index_path, &index_bytes).await?;
         let time_bytes = index.render_time(self.base_offset);
-        super::durable::replace_file(
-            &layout::time_index_file(&dir, self.base_offset),
-            &time_bytes,
-        )?;
+        let time_path = layout::time_index_file(&dir, self.base_offset);
+        super::durable::replace_file_async(&time_path, &time_bytes).await?;
         self.file.close().await.map_err(glommio_io)?;
         Ok(self.path)
     }
@@ -338,12 +328,58 @@ impl ActiveSegment {
             layout::index_file(&dir, base),
             layout::time_index_file(&dir, base),
         ] {
-            match std::fs::remove_file(&path) {
-                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-                _ => {}
+            match glommio::io::remove(&path).await {
+                Err(glommio::GlommioError::IoError(e)) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(glommio_io(e)),
+                Ok(()) => {}
             }
         }
         Ok(())
+    }
+}
+
+/// The bytes a flush writes, in file order — the carried partial page, then each queued
+/// batch — copied out buffer by buffer without joining them first.
+struct Gather<'a> {
+    pieces: Vec<&'a [u8]>,
+    piece: usize,
+    offset: usize,
+}
+
+impl<'a> Gather<'a> {
+    fn new(tail_page: &'a [u8], queued: &'a [Bytes]) -> Self {
+        let mut pieces = vec![tail_page];
+        pieces.extend(queued.iter().map(|b| &b[..]));
+        Gather {
+            pieces,
+            piece: 0,
+            offset: 0,
+        }
+    }
+
+    /// Fills `out` from the front of what is left; returns how much it filled.
+    fn copy_into(&mut self, out: &mut [u8]) -> usize {
+        let mut filled = 0;
+        while filled < out.len() && self.piece < self.pieces.len() {
+            let piece = &self.pieces[self.piece][self.offset..];
+            let n = piece.len().min(out.len() - filled);
+            out[filled..filled + n].copy_from_slice(&piece[..n]);
+            filled += n;
+            self.offset += n;
+            if self.offset == self.pieces[self.piece].len() {
+                self.piece += 1;
+                self.offset = 0;
+            }
+        }
+        filled
+    }
+
+    fn remaining(&self) -> usize {
+        let rest: usize = self.pieces[self.piece.min(self.pieces.len())..]
+            .iter()
+            .map(|p| p.len())
+            .sum();
+        rest - self.offset
     }
 }
 

@@ -9,9 +9,9 @@
 use uuid::Uuid;
 
 use super::voter_set::{KRaftRange, Voter, VoterSet};
-use crate::raft::types::{Endpoint, ReplicaKey};
 use crate::records::batch::Batch;
 use crate::records::control::{self, decode_control_batch, ControlRecord, VotersRecord};
+use crate::types::{Endpoint, ReplicaKey};
 
 /// Offset the bootstrap checkpoint's records are treated as sitting at.
 pub const BOOTSTRAP_OFFSET: i64 = -1;

@@ -2,7 +2,7 @@
 //! listeners raft connects to (raft.md §1, membership.md §2). Static sets come from
 //! `controller.quorum.voters`; KIP-853 sets from the log (the membership issue).
 
-use crate::raft::types::{Endpoint, ReplicaKey};
+use crate::types::{Endpoint, ReplicaKey};
 
 /// The kraft.version levels a voter supports (VotersRecord's KRaftVersionFeature).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

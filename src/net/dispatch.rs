@@ -18,6 +18,14 @@ pub struct RaftCall {
     pub body: RequestBody,
 }
 
+/// Where a connection hands the requests it does not answer itself (every Raft and admin
+/// RPC): the raft shard in a node (`node::RaftHandle`), anything in a test. The server knows
+/// only this trait, not the node.
+pub trait RaftService: Clone + 'static {
+    /// The whole response frame for `call`; `None` closes the connection (the node stops).
+    fn call(&self, call: RaftCall) -> impl std::future::Future<Output = Option<Vec<u8>>>;
+}
+
 /// The answer to a frame.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Action {

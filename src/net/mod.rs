@@ -6,3 +6,4 @@ pub mod frame;
 pub mod peer;
 pub mod raft_rpc;
 pub mod server;
+pub mod stop;

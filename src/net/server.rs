@@ -12,10 +12,9 @@ use glommio::net::{TcpListener, TcpStream};
 use glommio::sync::Gate;
 use tracing::{debug, info, warn, Instrument};
 
-use super::dispatch::{handle_frame, Action, ServerState};
+use super::dispatch::{handle_frame, Action, RaftService, ServerState};
 use super::frame::{read_frame, FrameBuffer, FrameError, RequestMemory};
-use crate::node::raft_driver::RaftHandle;
-use crate::node::stop::StopSignal;
+use super::stop::StopSignal;
 
 /// Settings every connection needs.
 #[derive(Debug, Clone)]
@@ -34,10 +33,10 @@ pub fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
 }
 
 /// Accepts until `stop` fires, then waits up to `drain` for open connections to finish.
-pub async fn serve(
+pub async fn serve<R: RaftService>(
     listener: TcpListener,
     state: Rc<ServerState>,
-    raft: Option<RaftHandle>,
+    raft: Option<R>,
     limits: ConnectionLimits,
     stop: StopSignal,
     drain: Duration,
@@ -97,10 +96,10 @@ pub async fn serve(
     }
 }
 
-async fn serve_connection(
+async fn serve_connection<R: RaftService>(
     stream: TcpStream,
     state: &ServerState,
-    raft: Option<&RaftHandle>,
+    raft: Option<&R>,
     limits: &ConnectionLimits,
     stop: &StopSignal,
 ) {

@@ -23,9 +23,9 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use tracing::{info, warn};
 
-use super::raft_driver::{RaftHandle, RaftListener};
-use super::stop::StopSignal;
+use super::handle::{RaftHandle, RaftListener};
 use super::unix_millis;
+use crate::net::stop::StopSignal;
 use crate::raft::{LeaderAndEpoch, OffsetAndEpoch};
 
 /// What to generate. `seconds == 0` runs until the node stops.

@@ -6,10 +6,14 @@
 //! only cross-thread state is the stop flag the signal handler sets. The raft shard is the
 //! coordinator: it watches that flag and tells the other shards to stop over the mesh.
 
+pub mod admin;
+pub mod executor;
+pub mod handle;
 pub mod load;
+pub mod peers;
 pub mod preflight;
-pub mod raft_driver;
-pub mod stop;
+pub mod raft_shard;
+pub mod raft_storage;
 pub mod storage;
 
 use std::fmt;
@@ -28,8 +32,9 @@ use crate::config::{Role, ServerConfig, Tuning};
 use crate::constants as c;
 use crate::net::dispatch::ServerState;
 use crate::net::server::{self, ConnectionLimits};
-use raft_driver::{Driver, RaftHandle, RaftSetup};
-use stop::StopSignal;
+use crate::net::stop::StopSignal;
+use handle::RaftHandle;
+use raft_shard::RaftSetup;
 
 /// Why the node stopped with an error.
 #[derive(Debug)]
@@ -71,7 +76,7 @@ struct ShardContext {
     load: Option<load::LoadSpec>,
 }
 
-type RaftInputs = futures_channel::mpsc::UnboundedReceiver<raft_driver::DriverInput>;
+type RaftInputs = futures_channel::mpsc::UnboundedReceiver<handle::ExecutorInput>;
 
 /// Runs the node until SIGTERM/SIGINT. `embedded` means the built-in default config, which
 /// formats its directory on first start.
@@ -108,9 +113,13 @@ pub fn run(
     result
 }
 
+/// Info and above, without glommio's report of the iopoll probe that `log::ring` makes fail
+/// on purpose. `RUST_LOG` replaces it.
+const DEFAULT_LOG_FILTER: &str = "info,glommio::reactor=off";
+
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -387,37 +396,46 @@ async fn shard_body(ctx: ShardContext) -> Result<(), String> {
     }
     info!(roles = ?ctx.roles, "shard started");
     let mut result = Ok(());
-    let mut driver = None;
+    let mut raft_task = None;
     if let Some((log, quorum)) = log {
         let inputs = ctx.raft_inputs.lock().ok().and_then(|mut i| i.take());
         let inputs = inputs.expect("one raft shard takes the raft inputs");
-        let built = Driver::new(
+        let log = Rc::new(log);
+        let built = raft_shard::build(
             ctx.raft_setup.clone(),
-            log,
+            log.clone(),
             &quorum,
-            &ctx.raft,
+            ctx.raft.sender(),
             ctx.state.clone(),
-        );
-        let driver_task = match built {
-            Ok(d) => d,
+        )
+        .await;
+        let executor = match built {
+            Ok(executor) => executor,
             Err(e) => {
                 error!("{e}");
                 ctx.stop_flag.store(true, Ordering::SeqCst);
                 return Err(e);
             }
         };
-        let (flag, stop) = (ctx.stop_flag.clone(), stop.clone());
+        // A stop of the shard becomes a graceful stop of the executor.
+        let (handle, watch) = (ctx.raft.clone(), stop.clone());
+        glommio::spawn_local(async move {
+            watch.wait().await;
+            handle.stop();
+        })
+        .detach();
+        let flag = ctx.stop_flag.clone();
         let run = async move {
-            let (result, log) = driver_task.run(inputs, stop).await;
+            let result = raft_shard::run(executor, inputs).await;
             if result.is_err() {
                 // A fatal raft error stops the whole node.
                 flag.store(true, Ordering::SeqCst);
             }
-            (result, log)
+            (result.map_err(|e| e.to_string()), log)
         };
-        driver = Some(glommio::spawn_local(run.in_current_span()));
+        raft_task = Some(glommio::spawn_local(run.in_current_span()));
     }
-    if let (true, Some(spec)) = (driver.is_some(), ctx.load.clone()) {
+    if let (true, Some(spec)) = (raft_task.is_some(), ctx.load.clone()) {
         let task = load::run(spec, ctx.raft.clone(), ctx.node_id, stop.clone());
         glommio::spawn_local(task.in_current_span()).detach();
     }
@@ -451,7 +469,7 @@ async fn shard_body(ctx: ShardContext) -> Result<(), String> {
     for task in serving {
         task.await;
     }
-    if let Some(task) = driver {
+    if let Some(task) = raft_task {
         let (raft_result, log) = task.await;
         result = result.and(raft_result);
         if let Err(e) = log.close().await {
@@ -471,6 +489,9 @@ async fn open_log(
     let (log, report) = crate::log::MetadataLog::open(dir, ctx.log_config)
         .await
         .map_err(|e| format!("cannot open the metadata log: {e}"))?;
+    if let Some(ring) = &report.ring {
+        info!(dir = %dir.display(), ring = %ring.ring, io_poll = %ring.io_poll, "data directory ring");
+    }
     if let Some((file, position, reason)) = &report.torn_tail {
         warn!(file = %file.display(), position, reason = %reason, "cut a torn tail after a crash");
     }
@@ -575,9 +596,4 @@ async fn follow_stop(receivers: Receivers<ShardMessage>, coordinator: usize, sto
     }
 }
 
-/// Wall-clock milliseconds since the Unix epoch (record timestamps, DescribeQuorum times).
-pub(crate) fn unix_millis() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
+pub(crate) use crate::types::unix_millis;

@@ -33,8 +33,8 @@ pub fn prepare(config: &ServerConfig, embedded: bool) -> Result<Identity, NodeEr
         Ok(meta) => meta,
         Err(MetaError::Missing(_)) if embedded => {
             let cluster_id = uuid_to_kafka_string(&random_kafka_uuid());
-            let meta = crate::cli::storage::format_dir(&dir, &cluster_id, config.node_id)
-                .map_err(|e| NodeError(e.to_string()))?;
+            let meta = MetaProperties::format_new(&dir, &cluster_id, config.node_id)
+                .map_err(|e| NodeError(format!("cannot format {shown}: {e}")))?;
             info!(dir = %shown, cluster_id = %cluster_id, "formatted on first start");
             meta
         }

@@ -88,6 +88,9 @@ pub struct Mutations {
     pub voter_change_before_high_watermark: bool,
     /// Install downloaded snapshots without checking them (the corrupt-snapshot bug).
     pub snapshot_unchecked: bool,
+    /// For the runtime's executor (`node::executor`): send every message before the election
+    /// state and the log it depends on are durable.
+    pub send_before_persist: bool,
 }
 
 /// What can be fed into `step`.
@@ -129,8 +132,9 @@ pub enum Input {
 pub enum LogOp {
     /// Drop everything from `offset` on.
     Truncate(i64),
-    /// Whole batches whose offsets and epochs are final; they start at the log end.
-    Append(Bytes),
+    /// Whole batches, checked once where they entered (`ValidBatches`), whose offsets and
+    /// epochs are final; they start at the log end.
+    Append(crate::records::ValidBatches),
     /// Part of a snapshot download: `bytes` at `position` of snapshot `id`'s `.part` file.
     SnapshotChunk {
         id: OffsetAndEpoch,
@@ -560,7 +564,7 @@ impl Raft {
 
     /// Appends `batches` (whole v2 batches, offsets to be assigned) as leader. Returns the
     /// first and last offsets; they are committed once `high_watermark` passes the last.
-    pub fn append(&mut self, mut batches: Vec<u8>) -> Result<(i64, i64), AppendError> {
+    pub fn append(&mut self, batches: Vec<u8>) -> Result<(i64, i64), AppendError> {
         if !matches!(self.role, Role::Leader(_)) || self.shutting_down {
             return Err(AppendError::NotLeader {
                 epoch: self.epoch,
@@ -568,31 +572,16 @@ impl Raft {
             });
         }
         let first = self.log.end_offset();
-        let mut next = first;
-        let mut position = 0;
-        while position < batches.len() {
-            let (len, count) = {
-                let (batch, _) = crate::records::batch::Batch::parse(&batches[position..])
-                    .map_err(|e| AppendError::InvalidBatch(e.to_string()))?;
-                if batch.is_control() {
-                    // Control records change raft's own state; only raft writes them.
-                    return Err(AppendError::InvalidBatch("a control batch".into()));
-                }
-                (batch.len(), batch.last_offset() - batch.base_offset() + 1)
-            };
-            crate::records::batch::assign_in_place(
-                &mut batches[position..position + len],
-                next,
-                self.epoch,
-            );
-            next += count;
-            position += len;
+        // Parsed and checked here, once: everything downstream trusts `ValidBatches`.
+        let batches = crate::records::ValidBatches::assign(batches, first, self.epoch)
+            .map_err(|e| AppendError::InvalidBatch(e.to_string()))?;
+        if batches.batches().iter().any(|b| b.control) {
+            // Control records change raft's own state; only raft writes them.
+            return Err(AppendError::InvalidBatch("a control batch".into()));
         }
-        if next == first {
-            return Err(AppendError::InvalidBatch("no batches".into()));
-        }
+        let next = batches.next_offset();
         self.log.appended(first, next, self.epoch);
-        self.log_ops.push(LogOp::Append(Bytes::from(batches)));
+        self.log_ops.push(LogOp::Append(batches));
         self.complete_parked_fetches(false);
         Ok((first, next - 1))
     }

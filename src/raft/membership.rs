@@ -148,8 +148,9 @@ impl Raft {
         }
         self.log
             .appended(base, base + records.len() as i64, self.epoch);
-        self.log_ops
-            .push(super::core::LogOp::Append(bytes::Bytes::from(batch)));
+        let batch = crate::records::ValidBatches::parse(bytes::Bytes::from(batch))
+            .expect("a control batch the leader just built is valid");
+        self.log_ops.push(super::core::LogOp::Append(batch));
         self.complete_parked_fetches(false);
         base
     }
@@ -834,7 +835,7 @@ mod tests {
         while let Some(ready) = raft.ready() {
             for op in &ready.log_ops {
                 if let LogOp::Append(b) = op {
-                    appended.push(b.clone());
+                    appended.push(b.bytes().clone());
                 }
             }
             sent.extend(ready.early_messages.clone());

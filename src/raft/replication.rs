@@ -12,7 +12,6 @@ use super::message::{
 };
 use super::types::{OffsetAndEpoch, ReplicaKey};
 use crate::protocol::errors::ErrorCode;
-use crate::records::batch::Batch;
 
 impl Raft {
     fn fetch_response(&self, error: ErrorCode, partition_error: ErrorCode) -> FetchResponse {
@@ -420,43 +419,38 @@ impl Raft {
         true
     }
 
-    /// Appends the valid prefix of fetched batches: contiguous from our log end, CRC-checked,
-    /// epochs no higher than ours (KAFKA-18723). A torn final batch is normal and dropped.
+    /// Appends the valid prefix of fetched batches: contiguous from our log end, CRC-checked
+    /// (here, once), epochs no higher than ours (KAFKA-18723). A torn final batch is normal
+    /// and dropped.
     fn append_fetched(&mut self, bytes: &Bytes) {
-        let mut rest: &[u8] = bytes;
         let mut expected = self.log.end_offset();
         let mut last_epoch = self.log.last_fetched_epoch();
-        let mut valid = 0usize;
-        let mut spans = Vec::new();
-        while !rest.is_empty() {
-            let Ok((batch, after)) = Batch::parse(rest) else {
-                break;
-            };
+        let epoch_now = self.epoch;
+        let membership = &mut self.membership;
+        let accepted = crate::records::ValidBatches::parse_prefix(bytes, |batch| {
             let epoch = batch.partition_leader_epoch();
-            if batch.base_offset() != expected || epoch > self.epoch || epoch < last_epoch {
-                break;
+            if batch.base_offset() != expected || epoch > epoch_now || epoch < last_epoch {
+                return false;
             }
             if batch.is_control() {
                 // Voter sets take effect when appended, committed or not (membership.md §2).
-                let bytes = &rest[..batch.len()];
-                if let Err(why) = self.membership.apply_batches(bytes) {
+                if let Err(why) = membership.apply_batches(batch.bytes()) {
                     tracing::warn!(offset = expected, %why, "refusing a fetched control batch");
-                    break;
+                    return false;
                 }
             }
-            spans.push((expected, batch.next_offset(), epoch));
             expected = batch.next_offset();
             last_epoch = epoch;
-            valid += batch.len();
-            rest = after;
-        }
-        if valid == 0 {
+            true
+        });
+        let Some(batches) = accepted else {
             return;
+        };
+        for info in batches.batches() {
+            self.log
+                .appended(info.base_offset, info.next_offset(), info.epoch);
         }
-        for (base, next, epoch) in spans {
-            self.log.appended(base, next, epoch);
-        }
-        self.log_ops.push(LogOp::Append(bytes.slice(..valid)));
+        self.log_ops.push(LogOp::Append(batches));
     }
 
     /// raft.md §10, leader side.

@@ -1,70 +1,8 @@
-//! Value types the Raft core speaks in: replica keys, (offset, epoch) pairs, the persisted
-//! election state and the core's own seeded PRNG. Nothing here touches I/O.
+//! Value types only the Raft core speaks in: the persisted election state, the clocks a step
+//! is taken at and the core's own seeded PRNG (the types it shares with the rest of the crate
+//! live in `crate::types`). Nothing here touches I/O.
 
-use uuid::Uuid;
-
-/// A replica: node id plus the directory id of its metadata log (KIP-853). Two keys *match* when
-/// the ids are equal and either side lacks a directory id or both are equal (raft.md §1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ReplicaKey {
-    pub id: i32,
-    pub directory_id: Option<Uuid>,
-}
-
-impl ReplicaKey {
-    pub fn new(id: i32, directory_id: Option<Uuid>) -> Self {
-        ReplicaKey { id, directory_id }
-    }
-
-    /// A key from wire fields: the all-zero uuid means "no directory id".
-    pub fn from_wire(id: i32, directory_id: Uuid) -> Self {
-        let directory_id = (!directory_id.is_nil()).then_some(directory_id);
-        ReplicaKey { id, directory_id }
-    }
-
-    pub fn wire_directory_id(&self) -> Uuid {
-        self.directory_id.unwrap_or(Uuid::nil())
-    }
-
-    pub fn matches(&self, other: &ReplicaKey) -> bool {
-        self.id == other.id
-            && match (self.directory_id, other.directory_id) {
-                (Some(a), Some(b)) => a == b,
-                _ => true,
-            }
-    }
-}
-
-impl std::fmt::Display for ReplicaKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.directory_id {
-            Some(dir) => write!(f, "{}:{}", self.id, crate::ids::uuid_to_kafka_string(&dir)),
-            None => write!(f, "{}", self.id),
-        }
-    }
-}
-
-/// An offset paired with the epoch of the batch at (or ending) there: snapshot ids,
-/// diverging-epoch answers, `(last fetched epoch, log end offset)` comparisons.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct OffsetAndEpoch {
-    pub offset: i64,
-    pub epoch: i32,
-}
-
-impl OffsetAndEpoch {
-    pub fn new(offset: i64, epoch: i32) -> Self {
-        OffsetAndEpoch { offset, epoch }
-    }
-}
-
-/// One listener of a node: what BeginQuorumEpoch's LeaderEndpoints and NodeEndpoints carry.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Endpoint {
-    pub name: String,
-    pub host: String,
-    pub port: u16,
-}
+pub use crate::types::{Endpoint, OffsetAndEpoch, ReplicaKey};
 
 /// The election state the runtime must make durable (the `quorum-state` file, storage.md §6)
 /// before it sends anything produced in the same `Ready`.
@@ -146,6 +84,7 @@ impl Prng {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use uuid::Uuid;
 
     #[test]
     fn keys_match_when_either_directory_id_is_unknown() {

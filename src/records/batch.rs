@@ -124,6 +124,14 @@ pub fn batch_size(bytes: &[u8]) -> Result<usize, BatchError> {
     Ok(size)
 }
 
+/// (base offset, next offset) of the batch at the start of `bytes`, from its header alone — for
+/// bytes already checked where they entered (`ValidBatches`); no CRC is computed.
+pub fn offsets_of(bytes: &[u8]) -> Option<(i64, i64)> {
+    let (header, _) = BatchHeader::ref_from_prefix(bytes).ok()?;
+    let base = header.base_offset.get();
+    Some((base, base + i64::from(header.last_offset_delta.get()) + 1))
+}
+
 impl<'a> Batch<'a> {
     /// Validates the batch at the start of `bytes`; returns it and the bytes after it.
     pub fn parse(bytes: &'a [u8]) -> Result<(Batch<'a>, &'a [u8]), BatchError> {

@@ -8,7 +8,9 @@ pub mod builder;
 pub mod control;
 pub mod metadata;
 pub mod snapshot;
+pub mod valid;
 
 pub use batch::{assign_in_place, batch_size, Batch, BatchError, BatchHeader, Record};
 pub use builder::BatchBuilder;
 pub use control::{ControlRecord, ControlType, LeaderChangeMessage, VotersRecord};
+pub use valid::{BatchInfo, ValidBatches};

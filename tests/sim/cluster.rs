@@ -29,7 +29,6 @@ use ringraft::raft::{
     ElectionState, Endpoint, Input, LogInfo, LogOp, Mutations, OffsetAndEpoch, Outbound, Raft,
     RaftConfig, Ready, ReplicaKey, Request, Response, Time,
 };
-use ringraft::records::batch::Batch;
 use ringraft::records::builder::BatchBuilder;
 use ringraft::records::control::{control_batch, ControlRecord};
 use uuid::Uuid;
@@ -106,20 +105,12 @@ impl SimLog {
                 self.flushed_batches = self.flushed_batches.min(keep);
                 self.batches.split_off(keep)
             }
-            LogOp::Append(bytes) => {
-                let mut rest: &[u8] = bytes;
-                while !rest.is_empty() {
-                    let (batch, after) = Batch::parse(rest).expect("core appends valid batches");
+            LogOp::Append(batches) => {
+                for (info, bytes) in batches.iter() {
                     // KAFKA-12331: every append starts at the log end.
-                    assert_eq!(batch.base_offset(), self.end(), "append not at the log end");
-                    let at = bytes.len() - rest.len();
-                    self.batches.push((
-                        batch.base_offset(),
-                        batch.next_offset(),
-                        batch.partition_leader_epoch(),
-                        bytes.slice(at..at + batch.len()),
-                    ));
-                    rest = after;
+                    assert_eq!(info.base_offset, self.end(), "append not at the log end");
+                    self.batches
+                        .push((info.base_offset, info.next_offset(), info.epoch, bytes));
                 }
                 Vec::new()
             }

@@ -1,0 +1,175 @@
+//! Start-up recovery of a partition directory, before the node serves anything: leftovers of a
+//! crash deleted, every segment scanned (`scan`: length, magic, CRC, contiguous offsets,
+//! epochs never decreasing), a torn tail reported, corruption in the middle refused with file
+//! and byte, sealed segments trimmed and their Kafka index files restored, the leader-epoch
+//! cache rebuilt from the batch headers.
+//!
+//! This is the one part of the log that uses blocking file calls and read-only maps: it runs
+//! once, on the raft shard before the shard joins the mesh, while no request can arrive and no
+//! file it maps is written (the active segment is opened for writing only after its map is
+//! dropped). Everything after start-up goes through the ring (`metadata_log`, `segment`).
+
+use std::io;
+use std::path::Path;
+
+use super::epoch_cache::EpochCache;
+use super::layout;
+use super::metadata_log::{LogError, RecoveryReport};
+use super::scan::{scan_segment, ScanEnd};
+use super::segment::OffsetIndex;
+
+/// One segment as recovery left it.
+pub(super) struct RecoveredSegment {
+    pub base_offset: i64,
+    pub next_offset: i64,
+    /// Bytes of valid batches (the file is trimmed to this, except the last segment, whose
+    /// torn tail the active segment cuts when it opens).
+    pub valid_bytes: usize,
+    pub index: OffsetIndex,
+}
+
+pub(super) struct Recovered {
+    /// Oldest first; the last one becomes the active segment. Never empty.
+    pub segments: Vec<RecoveredSegment>,
+    pub epochs: EpochCache,
+    pub report: RecoveryReport,
+}
+
+/// Recovers `partition_dir` (created if missing). See the module doc.
+pub(super) fn recover(partition_dir: &Path) -> Result<Recovered, LogError> {
+    std::fs::create_dir_all(partition_dir)?;
+    layout::ensure_partition_metadata(partition_dir)?;
+    remove_transient_files(partition_dir)?;
+    let bases = segment_bases(partition_dir)?;
+    let mut report = RecoveryReport {
+        segments: bases.len().max(1),
+        ..Default::default()
+    };
+    let mut epochs = EpochCache::default();
+    let mut segments = Vec::new();
+    let mut expected: Option<i64> = None;
+    for (i, &base) in bases.iter().enumerate() {
+        let path = layout::segment_file(partition_dir, base);
+        if let Some(expected) = expected.filter(|e| *e != base) {
+            let reason = format!("segment starts at {base}, the previous one ends at {expected}");
+            return Err(LogError::Corrupt {
+                path,
+                position: 0,
+                reason,
+            });
+        }
+        let file = std::fs::File::open(&path)?;
+        let map = if file.metadata()?.len() == 0 {
+            None
+        } else {
+            // SAFETY of the map (sys::map_read_only): nothing writes this file while it is
+            // mapped; the map is dropped below, before any segment is opened for writing.
+            Some(crate::sys::map_read_only(&file)?)
+        };
+        let bytes: &[u8] = map.as_deref().unwrap_or(&[]);
+        let scan = scan_segment(bytes, base, epochs.latest_epoch().unwrap_or(-1)).map_err(|c| {
+            LogError::Corrupt {
+                path: path.clone(),
+                position: c.position,
+                reason: c.reason,
+            }
+        })?;
+        let is_last = i + 1 == bases.len();
+        if let ScanEnd::TornTail { position, reason } = &scan.end {
+            if !is_last {
+                let reason = format!("{reason}, and later segments follow");
+                return Err(LogError::Corrupt {
+                    path,
+                    position: *position,
+                    reason,
+                });
+            }
+            report.torn_tail = Some((path.clone(), *position, reason.clone()));
+        }
+        let mut index = OffsetIndex::default();
+        for b in &scan.batches {
+            epochs.assign(b.epoch, b.base_offset);
+            index.note(
+                b.base_offset,
+                b.last_offset,
+                b.position,
+                b.size,
+                b.max_timestamp,
+            );
+        }
+        report.batches += scan.batches.len();
+        let next = scan.next_offset(base);
+        drop(map);
+        if !is_last {
+            if file.metadata()?.len() as usize != scan.valid_bytes {
+                file.set_len(scan.valid_bytes as u64)?; // trim a zeroed tail left by a crash
+                file.sync_all()?;
+            }
+            restore_index_files(partition_dir, base, &index)?;
+        }
+        segments.push(RecoveredSegment {
+            base_offset: base,
+            next_offset: next,
+            valid_bytes: scan.valid_bytes,
+            index,
+        });
+        expected = Some(next);
+    }
+    if segments.is_empty() {
+        segments.push(RecoveredSegment {
+            base_offset: 0,
+            next_offset: 0,
+            valid_bytes: 0,
+            index: OffsetIndex::default(),
+        });
+    }
+    Ok(Recovered {
+        segments,
+        epochs,
+        report,
+    })
+}
+
+fn segment_bases(dir: &Path) -> io::Result<Vec<i64>> {
+    let mut bases: Vec<i64> = std::fs::read_dir(dir)?
+        .filter_map(|e| {
+            e.ok()?
+                .file_name()
+                .to_str()
+                .and_then(layout::parse_segment_name)
+        })
+        .collect();
+    bases.sort_unstable();
+    Ok(bases)
+}
+
+/// Deletes files a crash can leave behind (spec/storage.md §11 steps 3 and 6).
+fn remove_transient_files(dir: &Path) -> io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let transient = [".deleted", ".cleaned", ".swap", ".checkpoint.part", ".tmp"]
+            .iter()
+            .any(|suffix| name.ends_with(suffix));
+        if transient {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
+}
+
+/// Rewrites a sealed segment's `.index` / `.timeindex` when missing or different from what
+/// its batches say (a crash during a seal, or damage): Kafka's tools read these files.
+fn restore_index_files(dir: &Path, base: i64, index: &OffsetIndex) -> io::Result<()> {
+    let files = [
+        (layout::index_file(dir, base), index.render(base)),
+        (layout::time_index_file(dir, base), index.render_time(base)),
+    ];
+    for (path, want) in files {
+        if std::fs::read(&path).ok().as_deref() != Some(want.as_slice()) {
+            super::durable::replace_file(&path, &want)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,331 @@
+//! Snapshot files on the raft shard, through the glommio ring only (never a blocking call, never
+//! a map of the file):
+//! - `PartFile`: a snapshot arriving in pieces (a FetchSnapshot download, or one the
+//!   application writes) goes into `<id>.checkpoint.part`, created read-only; `finish`
+//!   fdatasyncs it, renames it to `<id>.checkpoint` and syncs the directory, so a crash leaves
+//!   the old state or the whole new file (recovery deletes `.part` files).
+//! - `SnapshotStream`: builds a snapshot batch by batch (header, data, footer) onto a
+//!   `PartFile`, so a snapshot is never held in memory whole.
+//! - `SnapshotFile`: a complete snapshot opened for serving: checked whole when opened
+//!   (`SnapshotCheck`), and every chunk read again and its batches re-checked before it is
+//!   served, so a byte that changed on disk after the open is never sent.
+//!
+//! Durability: `PartFile::finish` and `SnapshotStream::finish` return Ok only once the file is
+//! complete, durable and visible under its final name. An fsync error is returned, never
+//! retried: the caller stops the node (DESIGN.md §3 rule 4).
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use bytes::Bytes;
+use glommio::io::{BufferedFile, DmaFile, OpenOptions};
+
+use super::layout;
+use super::segment::glommio_io;
+use crate::raft::OffsetAndEpoch;
+use crate::records::control::{control_batch, ControlRecord};
+use crate::records::snapshot::SnapshotCheck;
+use crate::records::BatchBuilder;
+
+/// Bytes a snapshot stream gathers before it writes them (fewer, larger writes).
+const STREAM_BUFFER_BYTES: usize = 1 << 20;
+/// A served chunk is read and checked in reads of at most this much.
+const CHECK_READ_BYTES: usize = 4 << 20;
+
+fn final_path(dir: &Path, id: OffsetAndEpoch) -> PathBuf {
+    layout::snapshot_file(dir, id.offset, id.epoch)
+}
+
+fn part_path(dir: &Path, id: OffsetAndEpoch) -> PathBuf {
+    let mut part = final_path(dir, id).into_os_string();
+    part.push(".part");
+    PathBuf::from(part)
+}
+
+/// `<id>.checkpoint.part`, written in order; see the module doc.
+pub struct PartFile {
+    file: BufferedFile,
+    part: PathBuf,
+    done: PathBuf,
+    written: u64,
+}
+
+impl PartFile {
+    /// Creates (or replaces) the part file of snapshot `id` in `dir` (an absolute path).
+    pub async fn create(dir: &Path, id: OffsetAndEpoch) -> io::Result<PartFile> {
+        let (part, done) = (part_path(dir, id), final_path(dir, id));
+        let _ = glommio::io::remove(&part).await;
+        // Created read-only: a finished snapshot never changes, and this handle still writes.
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o400)
+            .buffered_open(&part)
+            .await
+            .map_err(glommio_io)?;
+        Ok(PartFile {
+            file,
+            part,
+            done,
+            written: 0,
+        })
+    }
+
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// Appends `bytes` at the end of what was written.
+    pub async fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
+        let mut at = 0;
+        while at < bytes.len() {
+            let n = self
+                .file
+                .write_at(bytes[at..].to_vec(), self.written)
+                .await
+                .map_err(glommio_io)?;
+            if n == 0 {
+                let why = format!("short write to {}", self.part.display());
+                return Err(io::Error::new(io::ErrorKind::WriteZero, why));
+            }
+            at += n;
+            self.written += n as u64;
+        }
+        Ok(())
+    }
+
+    /// fdatasync, close, rename into place, sync the directory; returns the size.
+    pub async fn finish(self) -> io::Result<u64> {
+        let what = |step: &str, e: glommio::GlommioError<()>| {
+            io::Error::new(
+                glommio_io(e).kind(),
+                format!("{step} {}", self.part.display()),
+            )
+        };
+        self.file
+            .fdatasync()
+            .await
+            .map_err(|e| what("syncing", e))?;
+        self.file.close().await.map_err(|e| what("closing", e))?;
+        glommio::io::rename(&self.part, &self.done)
+            .await
+            .map_err(|e| what("renaming", e))?;
+        let dir = self.done.parent().expect("a snapshot in a directory");
+        glommio::io::Directory::open(dir)
+            .await
+            .map_err(glommio_io)?
+            .sync()
+            .await
+            .map_err(|e| what("syncing the directory of", e))?;
+        Ok(self.written)
+    }
+
+    /// Drops a part file that will not be finished.
+    pub async fn abandon(self) {
+        let _ = self.file.close().await;
+        let _ = glommio::io::remove(&self.part).await;
+    }
+}
+
+/// Builds snapshot `id` batch by batch onto a `PartFile` (records.md §5): a header batch, data
+/// batches, a footer batch, offsets from 0, every batch of the snapshot's epoch.
+pub struct SnapshotStream {
+    id: OffsetAndEpoch,
+    file: PartFile,
+    buffer: Vec<u8>,
+    next_offset: i64,
+}
+
+impl SnapshotStream {
+    /// Starts snapshot `id` with its header batch: SnapshotHeader and `header` (the
+    /// KRaftVersion and Voters records as of its end offset).
+    pub async fn create(
+        dir: &Path,
+        id: OffsetAndEpoch,
+        header: &[ControlRecord],
+        timestamp_ms: i64,
+    ) -> io::Result<SnapshotStream> {
+        let mut stream = SnapshotStream {
+            id,
+            file: PartFile::create(dir, id).await?,
+            buffer: Vec::with_capacity(STREAM_BUFFER_BYTES),
+            next_offset: 0,
+        };
+        let mut records = vec![ControlRecord::SnapshotHeader {
+            last_contained_log_timestamp: timestamp_ms,
+        }];
+        records.extend(header.iter().cloned());
+        stream.control(&records, timestamp_ms).await?;
+        Ok(stream)
+    }
+
+    async fn control(&mut self, records: &[ControlRecord], timestamp_ms: i64) -> io::Result<()> {
+        let batch = control_batch(self.next_offset, self.id.epoch, timestamp_ms, records);
+        self.next_offset += records.len() as i64;
+        self.push(&batch).await
+    }
+
+    async fn push(&mut self, batch: &[u8]) -> io::Result<()> {
+        self.buffer.extend_from_slice(batch);
+        if self.buffer.len() >= STREAM_BUFFER_BYTES {
+            let full = std::mem::take(&mut self.buffer);
+            self.file.write(&full).await?;
+        }
+        Ok(())
+    }
+
+    /// Appends one data batch holding `values` (one record each; at least one).
+    pub async fn append(&mut self, values: &[&[u8]], timestamp_ms: i64) -> io::Result<()> {
+        if values.is_empty() {
+            return Ok(());
+        }
+        let mut builder = BatchBuilder::new(self.next_offset, self.id.epoch, timestamp_ms, false);
+        for value in values {
+            builder.append(None, Some(value));
+        }
+        self.next_offset += values.len() as i64;
+        self.push(&builder.finish()).await
+    }
+
+    /// Writes the footer and makes the snapshot durable and visible; returns its size.
+    pub async fn finish(mut self, timestamp_ms: i64) -> io::Result<u64> {
+        self.control(&[ControlRecord::SnapshotFooter], timestamp_ms)
+            .await?;
+        let rest = std::mem::take(&mut self.buffer);
+        self.file.write(&rest).await?;
+        self.file.finish().await
+    }
+
+    pub async fn abandon(self) {
+        self.file.abandon().await
+    }
+}
+
+/// Why a snapshot cannot be served.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotFileError {
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{} is corrupt at byte {position}: {reason}", path.display())]
+    Corrupt {
+        path: PathBuf,
+        position: u64,
+        reason: String,
+    },
+}
+
+/// A complete snapshot opened for serving; see the module doc.
+pub struct SnapshotFile {
+    pub id: OffsetAndEpoch,
+    path: PathBuf,
+    file: Rc<DmaFile>,
+    size: u64,
+    /// (position, size) of every batch, from the check at open.
+    batches: Vec<(u64, u32)>,
+}
+
+impl SnapshotFile {
+    /// Opens snapshot `id` in `dir` (absolute) and checks it whole, reading it through the
+    /// ring.
+    pub async fn open(dir: &Path, id: OffsetAndEpoch) -> Result<SnapshotFile, SnapshotFileError> {
+        let path = final_path(dir, id);
+        let io = |source: io::Error| SnapshotFileError::Io {
+            path: path.clone(),
+            source,
+        };
+        let file = OpenOptions::new()
+            .read(true)
+            .dma_open(&path)
+            .await
+            .map_err(|e| io(glommio_io(e)))?;
+        let size = file.file_size().await.map_err(|e| io(glommio_io(e)))?;
+        let mut check = SnapshotCheck::new(id.epoch);
+        let mut position = 0;
+        while position < size {
+            let len = (size - position).min(CHECK_READ_BYTES as u64) as usize;
+            let data = file
+                .read_at(position, len)
+                .await
+                .map_err(|e| io(glommio_io(e)))?;
+            if data.is_empty() {
+                break;
+            }
+            check
+                .feed(&data)
+                .map_err(|c| corrupt(&path, c.position, c.reason))?;
+            position += data.len() as u64;
+        }
+        let batches = check.batches().to_vec();
+        check
+            .finish()
+            .map_err(|c| corrupt(&path, c.position, c.reason))?;
+        Ok(SnapshotFile {
+            id,
+            path,
+            file: Rc::new(file),
+            size,
+            batches,
+        })
+    }
+
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Up to `max_bytes` from `position`; `Ok(None)` when `position` is past the end. The whole
+    /// batches the chunk touches are read and their CRCs checked again before it is returned.
+    pub async fn read_chunk(
+        &self,
+        position: u64,
+        max_bytes: usize,
+    ) -> Result<Option<Bytes>, SnapshotFileError> {
+        if position >= self.size {
+            return Ok(None);
+        }
+        let end = position.saturating_add(max_bytes as u64).min(self.size);
+        let first = self
+            .batches
+            .partition_point(|(at, len)| at + u64::from(*len) <= position);
+        let touched: Vec<(u64, u32)> = self.batches[first..]
+            .iter()
+            .take_while(|(at, _)| *at < end)
+            .copied()
+            .collect();
+        let (from, to) = match (touched.first(), touched.last()) {
+            (Some(f), Some(l)) => (f.0, l.0 + u64::from(l.1)),
+            _ => (position, end),
+        };
+        let data = self
+            .file
+            .read_at(from, (to - from) as usize)
+            .await
+            .map_err(|e| SnapshotFileError::Io {
+                path: self.path.clone(),
+                source: glommio_io(e),
+            })?;
+        for (at, len) in touched {
+            let start = (at - from) as usize;
+            let bytes = data.get(start..start + len as usize).unwrap_or(&[]);
+            if let Err(e) = crate::records::batch::Batch::parse(bytes) {
+                let why = format!("{e} (changed since it was opened)");
+                return Err(corrupt(&self.path, at, why));
+            }
+        }
+        let chunk = &data[(position - from) as usize..(end - from) as usize];
+        Ok(Some(Bytes::copy_from_slice(chunk)))
+    }
+
+    pub async fn close(self) {
+        let _ = self.file.close_rc().await;
+    }
+}
+
+fn corrupt(path: &Path, position: u64, reason: String) -> SnapshotFileError {
+    SnapshotFileError::Corrupt {
+        path: path.to_owned(),
+        position,
+        reason,
+    }
+}

@@ -1,0 +1,742 @@
+//! The executor: the one loop that runs the Raft core's effects, for the node and for the
+//! simulator (`tests/sim` drives this same code over its in-memory disk and network). It feeds
+//! the core what arrives — requests, peer answers, application appends, ticks — and executes
+//! every `Ready` in the order its contract states (`raft::Ready`):
+//!
+//! 1. the election state is made durable (`Storage::persist_election`, awaited here);
+//! 2. the log operations are applied (appends are queued in memory; the rest are durable);
+//! 3. the early messages (a leader's Fetch answers) are sent at once;
+//! 4. a flush is *started* when the Ready appended (`Storage::flush`), and the Ready waits;
+//! 5. only once that flush (and every earlier one) is durable are its other messages sent,
+//!    `Raft::persisted` called, and committed data, snapshot loads and leader changes
+//!    delivered to the application.
+//!
+//! While a flush is in flight the loop keeps taking inputs: a leader answers its followers'
+//! fetches and queues new appends (they share the next flush); only the messages that depend
+//! on the flush wait for it. Readys are released strictly in order, so a message never
+//! overtakes the durability of anything produced before it.
+//!
+//! A storage error is `Fatal`: the loop ends with it and the node stops (DESIGN.md §3 rule 4).
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+
+use bytes::{Bytes, BytesMut};
+use futures_channel::oneshot;
+use futures_lite::{future, Stream, StreamExt};
+use tracing::{error, info, warn};
+
+use super::handle::{ClientError, ExecutorInput, RaftListener};
+use crate::net::dispatch::{RaftCall, ServerState};
+use crate::net::raft_rpc;
+use crate::protocol::request::encode_response_frame;
+use crate::protocol::ErrorCode;
+use crate::raft::message::{Records, SnapshotBytes};
+use crate::raft::{
+    ElectionState, Endpoint, Input, LeaderAndEpoch, LogOp, OffsetAndEpoch, Outbound, Raft, Ready,
+    Request, RequestId, Response, Time, Token,
+};
+use crate::records::control::ControlRecord;
+
+/// How long a graceful stop waits for the resignation to be acknowledged (raft.md §14).
+pub const SHUTDOWN_GRACE_MS: u64 = 1500;
+
+/// A storage failure: what is durable is unknown, so the node must stop (never retried).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Fatal(pub String);
+
+/// Why a snapshot chunk cannot be served (a corrupt or vanished file): the answer becomes
+/// SNAPSHOT_NOT_FOUND and the reason is logged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unavailable(pub String);
+
+/// What the executor needs of durable storage. The node's implementation is the metadata log
+/// on the glommio ring (`node::raft_storage`); the simulator's is an in-memory disk that
+/// loses what was not flushed when it crashes. Single-threaded: no future needs `Send`.
+#[allow(async_fn_in_trait)]
+pub trait Storage {
+    /// Makes `state` durable (`quorum-state`).
+    async fn persist_election(&self, state: &ElectionState) -> Result<(), Fatal>;
+    /// Executes one log operation. Appends are queued in memory (durable once a flush covers
+    /// them); truncations, snapshot installs and prefix deletions are durable on return.
+    /// Nothing below `floor` (what the application was given as committed) is truncated.
+    async fn apply(&self, op: &LogOp, floor: i64) -> Result<(), Fatal>;
+    /// Starts a flush of everything appended so far and returns a future of its end. The flush
+    /// makes progress on its own — the future need not be polled for it to — and resolves with
+    /// the offset below which everything is durable.
+    fn flush(&self) -> Pin<Box<dyn Future<Output = Result<i64, Fatal>>>>;
+    /// The log end offset (appended, not necessarily durable).
+    fn end_offset(&self) -> i64;
+    /// Every offset below this is durable.
+    fn flushed_offset(&self) -> i64;
+    /// Whole batches from the one containing `offset`, up to `max_bytes` (at least one).
+    async fn read(&self, offset: i64, max_bytes: usize) -> Result<Vec<Bytes>, Fatal>;
+    /// Up to `max_bytes` of snapshot `id` from `position`; `Ok(None)` past its end.
+    async fn read_snapshot(
+        &self,
+        id: OffsetAndEpoch,
+        position: u64,
+        max_bytes: usize,
+    ) -> Result<Option<Bytes>, Unavailable>;
+    /// Writes snapshot `id` durably: `header` (the voter set as of its end) and one record per
+    /// value. Resolves with its size in bytes.
+    async fn write_snapshot(
+        &self,
+        id: OffsetAndEpoch,
+        header: Vec<ControlRecord>,
+        values: Vec<Vec<u8>>,
+        timestamp_ms: i64,
+    ) -> Result<u64, Fatal>;
+}
+
+/// How the executor reaches peers. Answers come back as `ExecutorInput::Peer` through the
+/// input stream.
+pub trait Transport {
+    /// Sends request `id` to destination `to`, at `address` (where the core says it listens;
+    /// `None` when it knows no address: the transport answers with a failure).
+    fn send_request(&mut self, id: RequestId, to: i32, address: Option<Endpoint>, request: Request);
+    /// Answers a request that arrived as `ExecutorInput::Request` with `token`; `data` is what
+    /// the response names (records, a snapshot chunk).
+    fn send_response(&mut self, token: Token, response: Response, data: Vec<Bytes>);
+}
+
+/// The time, and timers.
+pub trait Clock {
+    fn now(&self) -> Time;
+    fn sleep_until(&self, mono_ms: u64) -> impl Future<Output = ()>;
+}
+
+/// What the executor shows of itself (the simulator's checkers, metrics).
+#[derive(Debug, Default)]
+pub struct Probe {
+    /// The next offset to deliver to the application: everything below it was delivered as
+    /// committed, and is never truncated.
+    pub delivered: Cell<i64>,
+    /// The committed bound as the application last heard it (−1 before any).
+    pub delivered_high_watermark: Cell<i64>,
+    pub flushes: Cell<u64>,
+    /// Readys whose flush completed after others had queued behind them.
+    pub pipelined_readys: Cell<u64>,
+}
+
+/// A Ready whose messages, `persisted` and delivery wait for a flush (its own or an earlier
+/// one's).
+struct Waiting {
+    id: u64,
+    /// The log end its own flush must reach; `None`: it appended nothing.
+    flush_to: Option<i64>,
+    messages: Vec<Outbound>,
+    high_watermark: Option<i64>,
+    leader_change: Option<LeaderAndEpoch>,
+    load_snapshot: Option<OffsetAndEpoch>,
+}
+
+type SnapshotReply = oneshot::Sender<Result<OffsetAndEpoch, ClientError>>;
+type SnapshotWrite = Pin<Box<dyn Future<Output = Result<(OffsetAndEpoch, u64), SnapshotFailure>>>>;
+type FlushInFlight = Pin<Box<dyn Future<Output = Result<i64, Fatal>>>>;
+type CallReply = oneshot::Sender<Option<Vec<u8>>>;
+
+/// A snapshot write started for the application: it runs beside the loop, which keeps
+/// taking inputs, and the core hears of the snapshot once it is durable.
+struct SnapshotInFlight {
+    write: SnapshotWrite,
+    delete_log_before: bool,
+    reply: SnapshotReply,
+}
+
+enum SnapshotFailure {
+    Refused(ClientError),
+    Fatal(Fatal),
+}
+
+/// Requests that arrived as wire frames: their tokens, and how to answer them.
+struct WireCalls {
+    next: Token,
+    calls: HashMap<Token, (RaftCall, CallReply)>,
+}
+
+/// Wire calls take tokens from here on; the simulator's own tokens stay below.
+const WIRE_TOKENS_FROM: Token = 1 << 62;
+
+impl WireCalls {
+    fn register(&mut self, call: RaftCall, reply: oneshot::Sender<Option<Vec<u8>>>) -> Token {
+        let token = self.next;
+        self.next += 1;
+        self.calls.insert(token, (call, reply));
+        token
+    }
+
+    /// Encodes and sends the answer if `token` is a wire call's.
+    fn answer(&mut self, token: Token, response: &Response, data: &[Bytes]) -> bool {
+        let Some((call, reply)) = self.calls.remove(&token) else {
+            return false;
+        };
+        let data = (!data.is_empty()).then(|| concat(data));
+        let frame = encode_response_frame(call.correlation_id, call.response_header_version, |w| {
+            raft_rpc::encode_response(response, call.version, data, w)
+        });
+        let _ = reply.send(Some(frame));
+        true
+    }
+}
+
+/// The executor of one replica. See the module doc.
+pub struct Executor<S: Storage + 'static, T: Transport, C: Clock> {
+    raft: Rc<RefCell<Raft>>,
+    storage: Rc<S>,
+    transport: T,
+    clock: C,
+    server_state: ServerState,
+    cluster_id: String,
+    wire: WireCalls,
+    commits: BTreeMap<i64, Vec<oneshot::Sender<Result<i64, ClientError>>>>,
+    listeners: Vec<Box<dyn RaftListener>>,
+    waiting: VecDeque<Waiting>,
+    flush: Option<FlushInFlight>,
+    /// The application's snapshot being written, and who asked for it.
+    snapshot: Option<SnapshotInFlight>,
+    /// When a graceful stop was asked (monotonic ms).
+    stopping: Option<u64>,
+    probe: Rc<Probe>,
+}
+
+impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
+    /// An executor over `raft`, whose log `storage` holds from `log_start` on.
+    pub fn new(
+        raft: Raft,
+        storage: Rc<S>,
+        transport: T,
+        clock: C,
+        server_state: ServerState,
+    ) -> Self {
+        let probe = Rc::new(Probe::default());
+        probe.delivered.set(raft.log_start_offset());
+        probe.delivered_high_watermark.set(-1);
+        let cluster_id = raft.config().cluster_id.clone();
+        let executor = Executor {
+            raft: Rc::new(RefCell::new(raft)),
+            storage,
+            transport,
+            clock,
+            server_state,
+            cluster_id,
+            wire: WireCalls {
+                next: WIRE_TOKENS_FROM,
+                calls: HashMap::new(),
+            },
+            commits: BTreeMap::new(),
+            listeners: Vec::new(),
+            waiting: VecDeque::new(),
+            flush: None,
+            snapshot: None,
+            stopping: None,
+            probe,
+        };
+        executor.publish_features();
+        executor
+    }
+
+    /// The core, to look at between steps (the simulator's checkers). Never borrowed across
+    /// an await by the executor.
+    pub fn raft(&self) -> Rc<RefCell<Raft>> {
+        self.raft.clone()
+    }
+
+    pub fn probe(&self) -> Rc<Probe> {
+        self.probe.clone()
+    }
+
+    /// Runs until the input stream ends, or a graceful stop (`ExecutorInput::Stop`) finishes:
+    /// the resignation acknowledged, or `SHUTDOWN_GRACE_MS` passed. Unanswered calls and
+    /// appends fail when it returns.
+    pub async fn run(
+        mut self,
+        mut inputs: impl Stream<Item = ExecutorInput> + Unpin,
+    ) -> Result<(), Fatal> {
+        let result = self.run_loop(&mut inputs).await;
+        if let Err(e) = &result {
+            error!(error = %e, "raft stopped");
+        }
+        for (offset, waiters) in std::mem::take(&mut self.commits) {
+            for w in waiters {
+                let _ = w.send(Err(ClientError::LeadershipLost(offset)));
+            }
+        }
+        result
+    }
+
+    async fn run_loop(
+        &mut self,
+        inputs: &mut (impl Stream<Item = ExecutorInput> + Unpin),
+    ) -> Result<(), Fatal> {
+        enum Event {
+            Input(Option<ExecutorInput>),
+            Flushed(Result<i64, Fatal>),
+            Snapshot(Result<(OffsetAndEpoch, u64), SnapshotFailure>),
+            Tick,
+        }
+        loop {
+            self.drain_readys().await?;
+            let now = self.clock.now().mono_ms;
+            if let Some(since) = self.stopping {
+                let done = self.raft.borrow().shutdown_complete();
+                if done || now >= since + SHUTDOWN_GRACE_MS {
+                    return Ok(());
+                }
+            }
+            let cap = if self.stopping.is_some() { 20 } else { 1000 };
+            let deadline = self.raft.borrow().deadline_ms().min(now + cap);
+            let (flush, snapshot, clock) = (&mut self.flush, &mut self.snapshot, &self.clock);
+            let event = future::or(
+                async { Event::Input(inputs.next().await) },
+                future::or(
+                    future::or(
+                        async {
+                            match flush.as_mut() {
+                                Some(f) => Event::Flushed(f.await),
+                                None => future::pending().await,
+                            }
+                        },
+                        async {
+                            match snapshot.as_mut() {
+                                Some(s) => Event::Snapshot((&mut s.write).await),
+                                None => future::pending().await,
+                            }
+                        },
+                    ),
+                    async {
+                        clock.sleep_until(deadline).await;
+                        Event::Tick
+                    },
+                ),
+            )
+            .await;
+            match event {
+                Event::Input(Some(input)) => {
+                    self.handle(input);
+                    // Everything already queued joins the same Readys: the appends and fetches
+                    // that arrived during a flush share the next one (group commit).
+                    while let Some(Some(input)) = future::poll_once(inputs.next()).await {
+                        self.handle(input);
+                    }
+                }
+                Event::Input(None) => return Ok(()),
+                Event::Flushed(result) => {
+                    self.flush = None;
+                    let flushed = result?;
+                    self.probe.flushes.set(self.probe.flushes.get() + 1);
+                    self.release(flushed).await?;
+                }
+                Event::Snapshot(result) => {
+                    let done = self.snapshot.take().expect("a snapshot in flight");
+                    self.snapshot_written(result, done.delete_log_before, done.reply)?;
+                }
+                Event::Tick => self.step(Input::Tick),
+            }
+        }
+    }
+
+    fn now(&self) -> Time {
+        self.clock.now()
+    }
+
+    fn step(&mut self, input: Input) {
+        let now = self.now();
+        self.raft.borrow_mut().step(now, input);
+    }
+
+    fn handle(&mut self, input: ExecutorInput) {
+        match input {
+            ExecutorInput::Call { call, reply } => self.handle_call(call, reply),
+            ExecutorInput::Request { token, request } => {
+                self.step(Input::Request { token, request })
+            }
+            ExecutorInput::Peer { id, result } => match result {
+                Ok(response) => self.step(Input::Response { id, response }),
+                Err(failure) => self.step(Input::Failure { id, failure }),
+            },
+            ExecutorInput::Append { batch, reply } => {
+                let appended = self.raft.borrow_mut().append(batch);
+                match appended {
+                    Ok((_, last)) => self.commits.entry(last).or_default().push(reply),
+                    Err(crate::raft::AppendError::NotLeader { epoch, leader }) => {
+                        let _ = reply.send(Err(ClientError::NotLeader { epoch, leader }));
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(ClientError::Invalid(e.to_string())));
+                    }
+                }
+            }
+            ExecutorInput::Listen(mut listener) => {
+                let raft = self.raft.borrow();
+                listener.handle_leader_change(LeaderAndEpoch {
+                    leader_id: raft.leader_id(),
+                    epoch: raft.epoch(),
+                });
+                drop(raft);
+                self.listeners.push(listener);
+            }
+            ExecutorInput::Snapshot {
+                offset,
+                values,
+                delete_log_before,
+                reply,
+            } => self.start_snapshot(offset, values, delete_log_before, reply),
+            ExecutorInput::Stop => {
+                if self.stopping.is_none() {
+                    info!(
+                        state = self.raft.borrow().state_name(),
+                        "raft shutting down"
+                    );
+                    self.stopping = Some(self.now().mono_ms);
+                    self.step(Input::Shutdown);
+                }
+            }
+        }
+    }
+}
+
+impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
+    /// Takes every Ready the core has and begins it (see the module doc).
+    async fn drain_readys(&mut self) -> Result<(), Fatal> {
+        loop {
+            let ready = self.raft.borrow_mut().ready();
+            let Some(ready) = ready else { break };
+            self.begin(ready).await?;
+        }
+        self.publish_features();
+        Ok(())
+    }
+
+    /// Steps 1–4 of a Ready; step 5 waits in `waiting` for `release`.
+    async fn begin(&mut self, ready: Ready) -> Result<(), Fatal> {
+        let Ready {
+            id,
+            election_state,
+            log_ops,
+            must_sync,
+            early_messages,
+            messages,
+            high_watermark,
+            leader_change,
+            load_snapshot,
+        } = ready;
+        let mutations = self.raft.borrow().config().mutations;
+        let mut messages = Some(messages);
+        if mutations.send_before_persist {
+            // The broken executor the simulator must catch: everything is sent before the
+            // election state and the log are durable.
+            for m in messages.take().into_iter().flatten() {
+                self.send(m).await;
+            }
+        }
+        if let Some(state) = &election_state {
+            self.storage.persist_election(state).await?;
+        }
+        let floor = self.probe.delivered.get();
+        for op in &log_ops {
+            self.storage.apply(op, floor).await?;
+        }
+        for m in early_messages {
+            self.send(m).await;
+        }
+        let flush_to = must_sync.then(|| self.storage.end_offset());
+        if !self.waiting.is_empty() {
+            self.probe
+                .pipelined_readys
+                .set(self.probe.pipelined_readys.get() + 1);
+        }
+        self.waiting.push_back(Waiting {
+            id,
+            flush_to,
+            messages: messages.unwrap_or_default(),
+            high_watermark,
+            leader_change,
+            load_snapshot,
+        });
+        let flushed = self.storage.flushed_offset();
+        self.release(flushed).await
+    }
+
+    /// Step 5 for every waiting Ready, in order, whose flush has reached `flushed`; then a
+    /// flush for the first one still waiting, if none is in flight.
+    async fn release(&mut self, flushed: i64) -> Result<(), Fatal> {
+        while let Some(front) = self.waiting.front() {
+            if front.flush_to.is_some_and(|to| to > flushed) {
+                break;
+            }
+            let ready = self.waiting.pop_front().expect("checked");
+            for m in ready.messages {
+                self.send(m).await;
+            }
+            self.raft.borrow_mut().persisted(ready.id);
+            self.deliver(
+                ready.leader_change,
+                ready.load_snapshot,
+                ready.high_watermark,
+            )
+            .await?;
+        }
+        let needs_flush = self.waiting.iter().any(|w| w.flush_to.is_some());
+        if needs_flush && self.flush.is_none() {
+            self.flush = Some(self.storage.flush());
+        }
+        Ok(())
+    }
+
+    /// Delivers what a released Ready carries to the application, in the contract's order.
+    async fn deliver(
+        &mut self,
+        leader_change: Option<LeaderAndEpoch>,
+        load_snapshot: Option<OffsetAndEpoch>,
+        high_watermark: Option<i64>,
+    ) -> Result<(), Fatal> {
+        if let Some(leader) = leader_change {
+            let (local, state) = {
+                let raft = self.raft.borrow();
+                (raft.local().id, raft.state_name())
+            };
+            info!(epoch = leader.epoch, leader = ?leader.leader_id, state, "leader changed");
+            if leader.leader_id != Some(local) {
+                for (offset, waiters) in std::mem::take(&mut self.commits) {
+                    for w in waiters {
+                        let _ = w.send(Err(ClientError::LeadershipLost(offset)));
+                    }
+                }
+            }
+            for l in &mut self.listeners {
+                l.handle_leader_change(leader);
+            }
+        }
+        if let Some(id) = load_snapshot {
+            self.probe.delivered.set(id.offset);
+            for l in &mut self.listeners {
+                l.handle_load_snapshot(id);
+            }
+        }
+        if let Some(hwm) = high_watermark {
+            self.deliver_committed(hwm).await?;
+        }
+        Ok(())
+    }
+
+    /// Resolves the appends below `hwm` and hands the listeners every batch below it.
+    async fn deliver_committed(&mut self, hwm: i64) -> Result<(), Fatal> {
+        let resolved: Vec<i64> = self.commits.range(..hwm).map(|(o, _)| *o).collect();
+        for offset in resolved {
+            for w in self.commits.remove(&offset).unwrap_or_default() {
+                let _ = w.send(Ok(offset));
+            }
+        }
+        self.probe.delivered_high_watermark.set(hwm);
+        if self.listeners.is_empty() {
+            self.probe
+                .delivered
+                .set(hwm.max(self.probe.delivered.get()));
+            return Ok(());
+        }
+        while self.probe.delivered.get() < hwm {
+            let from = self.probe.delivered.get();
+            let batches = self.storage.read(from, 1 << 20).await?;
+            let mut committed = Vec::new();
+            for batch in batches {
+                // Checked when it entered: only the offsets are read, no CRC.
+                let (base, next) = crate::records::batch::offsets_of(&batch)
+                    .ok_or_else(|| Fatal(format!("an unreadable committed batch at {from}")))?;
+                if base >= hwm {
+                    break;
+                }
+                committed.push(batch);
+                self.probe.delivered.set(next);
+            }
+            if committed.is_empty() {
+                break;
+            }
+            for l in &mut self.listeners {
+                l.handle_commit(&committed);
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends one message; a response first gets the bytes it names, read now — after every
+    /// log operation before it, so never torn by a later truncation (KAFKA-18723).
+    async fn send(&mut self, message: Outbound) {
+        match message {
+            Outbound::Request { id, to, request } => {
+                let address = self.raft.borrow().address_of(to);
+                self.transport.send_request(id, to, address, request);
+            }
+            Outbound::Response {
+                token,
+                mut response,
+            } => {
+                let data = self.response_data(&mut response).await;
+                if !self.wire.answer(token, &response, &data) {
+                    self.transport.send_response(token, response, data);
+                }
+            }
+        }
+    }
+
+    /// The records or snapshot chunk `response` names. A snapshot chunk that cannot be read
+    /// whole and checked is not sent: the answer becomes SNAPSHOT_NOT_FOUND (the follower goes
+    /// back to Fetch) and the reason is logged with file and byte.
+    async fn response_data(&mut self, response: &mut Response) -> Vec<Bytes> {
+        match response {
+            Response::Fetch(r) => match r.records {
+                Records::Read { offset, max_bytes } => {
+                    match self.storage.read(offset, max_bytes).await {
+                        Ok(batches) => batches,
+                        Err(e) => {
+                            warn!(offset, error = %e, "cannot read the log for a fetch");
+                            Vec::new()
+                        }
+                    }
+                }
+                _ => Vec::new(),
+            },
+            Response::FetchSnapshot(r) => match r.bytes {
+                SnapshotBytes::Read {
+                    id,
+                    position,
+                    max_bytes,
+                } => match self.storage.read_snapshot(id, position, max_bytes).await {
+                    Ok(chunk) => chunk.into_iter().collect(),
+                    Err(e) => {
+                        error!(error = %e, "not serving a corrupt snapshot");
+                        r.partition_error = ErrorCode::SNAPSHOT_NOT_FOUND;
+                        r.size = -1;
+                        r.bytes = SnapshotBytes::None;
+                        Vec::new()
+                    }
+                },
+                _ => Vec::new(),
+            },
+            _ => Vec::new(),
+        }
+    }
+
+    /// A wire request: admin RPCs are answered here, Raft RPCs go to the core.
+    fn handle_call(&mut self, call: RaftCall, reply: oneshot::Sender<Option<Vec<u8>>>) {
+        let now = self.now();
+        let admin = super::admin::answer(&mut self.raft.borrow_mut(), &call, &self.cluster_id, now);
+        if let Some(frame) = admin {
+            let _ = reply.send(Some(frame));
+            return;
+        }
+        let Some(request) = raft_rpc::request_from_wire(&call.body) else {
+            let frame = super::admin::error_frame(&call, ErrorCode::INVALID_REQUEST);
+            let _ = reply.send(Some(frame));
+            return;
+        };
+        let token = self.wire.register(call, reply);
+        self.step(Input::Request { token, request });
+    }
+
+    /// Starts writing the application's snapshot below `offset` (a committed batch boundary).
+    fn start_snapshot(
+        &mut self,
+        offset: i64,
+        values: Vec<Vec<u8>>,
+        delete_log_before: bool,
+        reply: SnapshotReply,
+    ) {
+        if self.snapshot.is_some() {
+            let busy = ClientError::Invalid("a snapshot is being written".into());
+            let _ = reply.send(Err(busy));
+            return;
+        }
+        let (id, header) = {
+            let raft = self.raft.borrow();
+            match raft.snapshot_id_for(offset) {
+                Ok(id) => (id, raft.membership().snapshot_records(id.offset)),
+                Err(why) => {
+                    let _ = reply.send(Err(ClientError::Invalid(why)));
+                    return;
+                }
+            }
+        };
+        let storage = self.storage.clone();
+        let unix_ms = self.now().unix_ms;
+        let write = async move {
+            let boundary = offset == storage.end_offset()
+                || storage
+                    .read(offset, 1)
+                    .await
+                    .ok()
+                    .and_then(|b| b.into_iter().next())
+                    .and_then(|b| crate::records::batch::offsets_of(&b))
+                    .is_some_and(|(base, _)| base == offset);
+            if !boundary {
+                let why = format!("{offset} is not a batch boundary");
+                return Err(SnapshotFailure::Refused(ClientError::Invalid(why)));
+            }
+            let size = storage
+                .write_snapshot(id, header, values, unix_ms)
+                .await
+                .map_err(SnapshotFailure::Fatal)?;
+            Ok((id, size))
+        };
+        self.snapshot = Some(SnapshotInFlight {
+            write: Box::pin(write),
+            delete_log_before,
+            reply,
+        });
+    }
+
+    fn snapshot_written(
+        &mut self,
+        result: Result<(OffsetAndEpoch, u64), SnapshotFailure>,
+        delete_log_before: bool,
+        reply: SnapshotReply,
+    ) -> Result<(), Fatal> {
+        match result {
+            Ok((id, size)) => {
+                self.step(Input::SnapshotCreated { id, size });
+                if delete_log_before {
+                    self.step(Input::DeleteBefore { offset: id.offset });
+                }
+                let _ = reply.send(Ok(id));
+                Ok(())
+            }
+            Err(SnapshotFailure::Refused(e)) => {
+                let _ = reply.send(Err(e));
+                Ok(())
+            }
+            Err(SnapshotFailure::Fatal(e)) => {
+                let _ = reply.send(Err(ClientError::Stopped));
+                Err(e)
+            }
+        }
+    }
+
+    /// Tells the acceptor shards the kraft.version level in force.
+    fn publish_features(&self) {
+        let raft = self.raft.borrow();
+        self.server_state
+            .set_features(crate::protocol::api_versions::FeatureState {
+                kraft_version_level: raft.kraft_version(),
+                finalized_features_epoch: raft.high_watermark().unwrap_or(-1),
+            });
+    }
+}
+
+fn concat(chunks: &[Bytes]) -> Bytes {
+    match chunks {
+        [] => Bytes::new(),
+        [one] => one.clone(),
+        _ => {
+            let mut all = BytesMut::with_capacity(chunks.iter().map(Bytes::len).sum());
+            for c in chunks {
+                all.extend_from_slice(c);
+            }
+            all.freeze()
+        }
+    }
+}

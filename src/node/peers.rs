@@ -1,0 +1,231 @@
+//! Outbound connections to peers and the node's `Transport`: one connection task per
+//! destination, started at the address the core gives for it (and started again when that
+//! address changes), sending requests in order, one at a time, and handing every answer or
+//! failure back to the executor's input stream (raft.md §9: a disconnect is a failure).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_channel::mpsc;
+use futures_lite::StreamExt;
+use tracing::{debug, warn, Instrument};
+
+use super::executor::Transport;
+use super::handle::ExecutorInput;
+use crate::net::peer::PeerConnection;
+use crate::net::raft_rpc;
+use crate::protocol::{apis, Writer};
+use crate::raft::{Endpoint, Failure, Request, RequestId, Response, Token};
+
+/// The node's transport: connection tasks by destination.
+pub struct PeerTransport {
+    peers: BTreeMap<i32, Peer>,
+    to_executor: mpsc::UnboundedSender<ExecutorInput>,
+    request_timeout: Duration,
+    client_id: String,
+}
+
+/// A connection task and the endpoint it was started for.
+struct Peer {
+    endpoint: Endpoint,
+    tx: mpsc::UnboundedSender<(RequestId, Request)>,
+}
+
+impl PeerTransport {
+    pub fn new(
+        to_executor: mpsc::UnboundedSender<ExecutorInput>,
+        local_id: i32,
+        request_timeout: Duration,
+    ) -> Self {
+        PeerTransport {
+            peers: BTreeMap::new(),
+            to_executor,
+            request_timeout,
+            client_id: format!("raft-client-{local_id}"),
+        }
+    }
+
+    /// The connection task for `to` at `endpoint`, started (or restarted when the destination
+    /// moved) on first use.
+    fn peer(
+        &mut self,
+        to: i32,
+        endpoint: Endpoint,
+    ) -> &mpsc::UnboundedSender<(RequestId, Request)> {
+        let current = self.peers.get(&to).is_some_and(|p| p.endpoint == endpoint);
+        if !current {
+            let (tx, rx) = mpsc::unbounded();
+            let span =
+                tracing::info_span!("peer", id = to, host = %endpoint.host, port = endpoint.port);
+            let task = peer_task(
+                endpoint.clone(),
+                rx,
+                self.to_executor.clone(),
+                self.request_timeout,
+                self.client_id.clone(),
+            );
+            glommio::spawn_local(task.instrument(span)).detach();
+            self.peers.insert(to, Peer { endpoint, tx });
+        }
+        &self.peers.get(&to).expect("inserted above").tx
+    }
+}
+
+impl Transport for PeerTransport {
+    fn send_request(
+        &mut self,
+        id: RequestId,
+        to: i32,
+        address: Option<Endpoint>,
+        request: Request,
+    ) {
+        let sent = address.is_some_and(|endpoint| {
+            self.peer(to, endpoint)
+                .unbounded_send((id, request))
+                .is_ok()
+        });
+        if !sent {
+            let failure = Err(Failure::Disconnected);
+            let _ = self.to_executor.unbounded_send(ExecutorInput::Peer {
+                id,
+                result: failure,
+            });
+        }
+    }
+
+    /// Every request reaching a node arrives as a wire frame and is answered by the executor;
+    /// none carries a transport token.
+    fn send_response(&mut self, token: Token, _response: Response, _data: Vec<Bytes>) {
+        warn!(
+            token,
+            "a response for a request that did not come from a connection"
+        );
+    }
+}
+
+/// One outbound connection to one voter: requests in order, one at a time, each answered
+/// with the peer's response or a `Failure` (raft.md §9: disconnects are failures).
+async fn peer_task(
+    endpoint: Endpoint,
+    mut requests: mpsc::UnboundedReceiver<(RequestId, Request)>,
+    driver: mpsc::UnboundedSender<ExecutorInput>,
+    timeout: Duration,
+    client_id: String,
+) {
+    let mut conn: Option<PeerConnection> = None;
+    let mut reconnect_at = Instant::now();
+    let mut reconnect_backoff = Duration::from_millis(50);
+    while let Some((id, request)) = requests.next().await {
+        if matches!(request, Request::ApiVersions) {
+            // The leader's probe of a voter being added asks afresh (membership.md §4).
+            conn = None;
+            reconnect_at = Instant::now();
+        }
+        if conn.as_ref().is_none_or(|c| !c.is_usable()) {
+            conn = None;
+            if Instant::now() >= reconnect_at {
+                let connected = match resolve(&endpoint).await {
+                    Some(addr) => PeerConnection::connect(addr, &client_id, timeout)
+                        .await
+                        .map_err(|e| debug!(error = %e, "cannot connect"))
+                        .ok(),
+                    None => None,
+                };
+                match connected {
+                    Some(c) => {
+                        reconnect_backoff = Duration::from_millis(50);
+                        conn = Some(c);
+                    }
+                    None => {
+                        reconnect_at = Instant::now() + reconnect_backoff;
+                        reconnect_backoff = (reconnect_backoff * 2).min(Duration::from_millis(500));
+                    }
+                }
+            }
+        }
+        let result = match conn.as_mut() {
+            None => Err(Failure::Disconnected),
+            Some(c) => exchange(c, &request, timeout).await,
+        };
+        if driver
+            .unbounded_send(ExecutorInput::Peer { id, result })
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+async fn exchange(
+    conn: &mut PeerConnection,
+    request: &Request,
+    timeout: Duration,
+) -> Result<Response, Failure> {
+    if matches!(request, Request::ApiVersions) {
+        let answer = conn.api_versions();
+        let kraft_version = answer
+            .supported_features
+            .iter()
+            .find(|f| f.name == crate::protocol::api_versions::KRAFT_VERSION_FEATURE)
+            .map(|f| (f.min_version, f.max_version));
+        return Ok(Response::ApiVersions(
+            crate::raft::message::ApiVersionsProbe {
+                error: answer.error_code,
+                kraft_version,
+            },
+        ));
+    }
+    let key = raft_rpc::api_key(request);
+    let version = conn
+        .negotiate(key, raft_rpc::our_versions(key))
+        .filter(|v| *v >= raft_rpc::min_version(request))
+        .ok_or(Failure::UnsupportedVersion)?;
+    let flexible_from = apis::served(key).map_or(0, |s| s.flexible_from);
+    let mut w = Writer::new();
+    raft_rpc::encode_request(request, version, &mut w);
+    let body = conn
+        .request(key, version, flexible_from, &w.into_vec(), timeout)
+        .await
+        .map_err(|e| {
+            debug!(error = %e, "request failed");
+            Failure::Disconnected
+        })?;
+    raft_rpc::decode_response(key, version, &body).map_err(|e| {
+        warn!(error = %e, "undecodable response");
+        Failure::Disconnected
+    })
+}
+
+/// Resolves a peer's endpoint. An address needs no lookup; a host name is looked up on a
+/// short-lived thread, so the raft shard never blocks on the resolver.
+async fn resolve(endpoint: &Endpoint) -> Option<SocketAddr> {
+    if let Ok(ip) = endpoint.host.parse::<std::net::IpAddr>() {
+        return Some(SocketAddr::new(ip, endpoint.port));
+    }
+    let (host, port) = (endpoint.host.clone(), endpoint.port);
+    let (tx, rx) = futures_channel::oneshot::channel();
+    let spawned = std::thread::Builder::new()
+        .name("ringraft-resolve".into())
+        .spawn(move || {
+            use std::net::ToSocketAddrs;
+            let _ = tx.send(
+                (host.as_str(), port)
+                    .to_socket_addrs()
+                    .map(|mut a| a.next()),
+            );
+        });
+    if let Err(e) = spawned {
+        warn!(host = %endpoint.host, error = %e, "cannot start a resolver thread");
+        return None;
+    }
+    match rx.await {
+        Ok(Ok(addr)) => addr,
+        Ok(Err(e)) => {
+            warn!(host = %endpoint.host, port = endpoint.port, error = %e, "cannot resolve a peer");
+            None
+        }
+        Err(_) => None,
+    }
+}
