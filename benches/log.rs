@@ -145,5 +145,7 @@ fn main() {
         append.as_secs_f64() / floor.as_secs_f64()
     );
     println!("read 1 MiB from the cache / copying it: {read_ratio_cache:.2}");
-    println!("read 1 MiB from a sealed segment through the ring / copying it: {read_ratio_mapped:.2}");
+    println!(
+        "read 1 MiB from a sealed segment through the ring / copying it: {read_ratio_mapped:.2}"
+    );
 }

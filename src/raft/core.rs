@@ -301,6 +301,9 @@ pub(super) struct InFlight {
     pub id: RequestId,
     pub deadline: u64,
     pub epoch: i32,
+    /// The log as it was when the request was sent (log end, last fetched epoch): a Fetch
+    /// answer speaks of that log, and is stale once it changed.
+    pub log: OffsetAndEpoch,
 }
 
 /// The Raft core for one replica. See `mod.rs` for the transition table and the contract.
@@ -853,7 +856,11 @@ impl Raft {
         } else {
             self.role = role;
         }
-        self.inflight.clear();
+        // Requests of an earlier state are forgotten, except Fetches to bootstrap servers in
+        // this same epoch: when one of them is the leader we now follow, its answer is as good
+        // as the leader's own (KAFKA-20514), and it may be the only one that can reach us.
+        let epoch = self.epoch;
+        self.inflight.retain(|to, f| *to <= -2 && f.epoch == epoch);
         self.note_leader();
     }
 
@@ -1195,6 +1202,7 @@ impl Raft {
                 id,
                 deadline,
                 epoch: self.epoch,
+                log: self.log.last_offset_and_epoch(),
             },
         );
         self.outbox.push(Outbound::Request { id, to, request });

@@ -275,6 +275,12 @@ impl Raft {
         let Some((from, flight)) = self.take_inflight(id) else {
             return; // Timed out, or sent in a state we have left.
         };
+        if matches!(response, Response::Fetch(_)) && flight.log != self.log.last_offset_and_epoch()
+        {
+            // A Fetch answer about a log we have since changed (a bootstrap server's answer
+            // kept across a transition): acting on its divergence or snapshot would be wrong.
+            return;
+        }
         if self.handle_membership_response(from, &response) {
             return;
         }

@@ -358,6 +358,11 @@ impl Raft {
             return;
         }
         if let Some(id) = r.snapshot_id {
+            if id.offset <= self.log.start_offset() {
+                // A stale answer (a fetch sent before we installed this snapshot or a later
+                // one): our log already starts at or past it.
+                return;
+            }
             if id.epoch < 0 || id.offset < 0 || id.epoch > self.epoch {
                 self.refuse_claim("bad snapshot id", || {
                     format!("the leader names snapshot {}-{}", id.offset, id.epoch)
@@ -559,6 +564,11 @@ impl Raft {
             return;
         }
         let id = download.id;
+        if id.offset <= self.log.start_offset() {
+            // A snapshot at or past this one was installed while it downloaded.
+            self.log_ops.push(LogOp::SnapshotAbandon { id });
+            return;
+        }
         let header = match download.check.finish() {
             Ok(header) => header,
             Err(_) if unchecked => Vec::new(),

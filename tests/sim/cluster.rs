@@ -1,9 +1,9 @@
-//! The simulated cluster: real `Raft` cores over `SimLog`s, a network that drops, delays,
-//! reorders, duplicates and partitions, and one event queue ordered by (time, sequence) so a
-//! seed replays exactly. A node executes its `Ready`s one at a time in two phases, as the real
-//! runtime does: phase A (log ops applied, early messages sent) now, phase B (fsync, then the
-//! rest of the messages, then `persisted`) after a disk delay. A crash between the phases loses
-//! the unflushed data and the unsent messages — the window KAFKA-10533 lived in.
+//! The simulated cluster: every node runs the node's own executor (`runtime.rs`) over a
+//! `SimLog` disk, a network that drops, delays, reorders, duplicates and partitions, and one
+//! event queue ordered by (time, sequence) so a seed replays exactly. An election-state write
+//! and each flush take a simulated disk delay; the executor decides what waits for them. A
+//! crash drops the node's executor and loses the unflushed data and everything not yet sent —
+//! the window KAFKA-10533 lived in.
 //!
 //! A *dynamic* cluster (KIP-853) gives every node a directory id (from its id and how often
 //! its directory was wiped), a CONTROLLER listener `node<i>:<port>` and the bootstrap servers
@@ -14,26 +14,30 @@
 //! ApiVersions probe itself. An operator outside the cluster sends AddRaftVoter,
 //! RemoveRaftVoter and UpdateRaftVoter straight to a node (`operator_request`).
 
+use std::cell::{Ref, RefCell};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::rc::Rc;
 
 use bytes::Bytes;
 use ringraft::membership::history::{
     membership_records_in, snapshot_header_records, voters_record, BOOTSTRAP_OFFSET,
 };
 use ringraft::membership::{MembershipRecord, Voter, VoterHistory, VoterSet};
+use ringraft::node::handle::ExecutorInput;
 use ringraft::protocol::errors::ErrorCode;
 use ringraft::raft::message::{ApiVersionsProbe, Records, SnapshotBytes};
 use ringraft::raft::types::Prng;
 use ringraft::raft::{
-    ElectionState, Endpoint, Input, LogInfo, LogOp, Mutations, OffsetAndEpoch, Outbound, Raft,
-    RaftConfig, Ready, ReplicaKey, Request, Response, Time,
+    ElectionState, Endpoint, LogInfo, LogOp, Mutations, OffsetAndEpoch, Raft, RaftConfig,
+    ReplicaKey, Request, Response, Time,
 };
 use ringraft::records::builder::BatchBuilder;
 use ringraft::records::control::{control_batch, ControlRecord};
 use uuid::Uuid;
 
 use super::invariants::Checker;
+use super::runtime::{IoKind, Outgoing, Running};
 
 /// One log on one simulated disk: whole batches, and how far they are durable.
 #[derive(Debug, Clone, Default)]
@@ -77,22 +81,24 @@ impl SimLog {
         }
     }
 
-    fn read(&self, offset: i64, max_bytes: usize) -> Bytes {
-        let mut out = Vec::new();
-        for (base, next, _, bytes) in &self.batches {
-            if *next <= offset || *base < offset {
+    /// Whole batches from the one containing `offset`, up to `max_bytes` (at least one).
+    pub fn read(&self, offset: i64, max_bytes: usize) -> Vec<Bytes> {
+        let (mut out, mut total) = (Vec::new(), 0);
+        for (_, next, _, bytes) in &self.batches {
+            if *next <= offset {
                 continue;
             }
-            if !out.is_empty() && out.len() + bytes.len() > max_bytes {
+            if !out.is_empty() && total + bytes.len() > max_bytes {
                 break;
             }
-            out.extend_from_slice(bytes);
+            total += bytes.len();
+            out.push(bytes.clone());
         }
-        Bytes::from(out)
+        out
     }
 
     /// Applies one log operation; returns the batches it truncated.
-    fn apply(&mut self, op: &LogOp) -> Vec<(i64, i64, i32, Bytes)> {
+    pub fn apply(&mut self, op: &LogOp) -> Vec<(i64, i64, i32, Bytes)> {
         match op {
             LogOp::Truncate(offset) => {
                 let keep = self.batches.iter().take_while(|b| b.0 < *offset).count();
@@ -158,8 +164,9 @@ impl SimLog {
         }
     }
 
-    fn flush(&mut self) {
-        self.flushed_batches = self.batches.len();
+    /// The first `batches` batches (those a flush started with) are durable.
+    fn flush(&mut self, batches: usize) {
+        self.flushed_batches = self.flushed_batches.max(batches.min(self.batches.len()));
     }
 
     /// A crash: what was not flushed is gone (and a half-downloaded snapshot with it).
@@ -210,24 +217,6 @@ impl Disk {
     }
 }
 
-/// A whole snapshot file as a state machine writes one: the header batch (SnapshotHeader and
-/// the voter set), a data batch describing the state, the footer.
-pub fn snapshot_file(id: OffsetAndEpoch, header: &[ControlRecord]) -> Vec<u8> {
-    let mut content = control_batch(0, id.epoch, 0, header);
-    let next = header.len() as i64;
-    let mut state = BatchBuilder::new(next, id.epoch, 0, false);
-    let text = format!("state at {} epoch {}", id.offset, id.epoch).repeat(8);
-    state.append(None, Some(text.as_bytes()));
-    content.extend(state.finish());
-    content.extend(control_batch(
-        next + 1,
-        id.epoch,
-        0,
-        &[ControlRecord::SnapshotFooter],
-    ));
-    content
-}
-
 /// The listener raft uses in dynamic clusters (`controller.listener.names`).
 pub const LISTENER: &str = "CONTROLLER";
 /// The requester id of the operator's requests (kafka-metadata-quorum, not a node).
@@ -273,21 +262,45 @@ pub fn bootstrap_checkpoint(voters: &VoterSet) -> Bytes {
 
 pub struct Node {
     pub id: i32,
-    pub disk: Disk,
-    pub raft: Option<Raft>,
+    /// What survives a crash (shared with the running executor's storage).
+    pub disk: Rc<RefCell<Disk>>,
+    /// The running executor, or `None` while the node is down.
+    pub exec: Option<Running>,
     pub incarnation: u64,
-    /// A `Ready` in phase A, waiting for its flush.
-    pub in_flight_ready: Option<Ready>,
     pub clock_offset_ms: u64,
     pub mutations: Mutations,
-    tick_at: Option<u64>,
-    /// The committed bound the runtime has delivered (the last finished `Ready`'s), which is
-    /// what the state machine has seen. The core's own may run one `Ready` ahead of the disk.
-    pub delivered_high_watermark: Option<i64>,
+    /// When the node's next timer event is scheduled.
+    timer_at: Option<u64>,
     /// Dynamic clusters: how often this node's directory was wiped (its directory id).
     pub generation: u64,
     /// Dynamic clusters: the port its CONTROLLER listener is bound to.
     pub port: u16,
+}
+
+impl Node {
+    /// The core, while the node runs.
+    pub fn raft(&self) -> Option<Ref<'_, Raft>> {
+        self.exec.as_ref().map(|e| e.raft.borrow())
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.exec.is_some()
+    }
+
+    /// The committed bound the executor has delivered to the application: what the state
+    /// machine has seen. The core's own may run ahead of it while a flush is in flight.
+    pub fn delivered_high_watermark(&self) -> Option<i64> {
+        let e = self.exec.as_ref()?;
+        let hwm = e.probe.delivered_high_watermark.get();
+        (hwm >= 0).then_some(hwm)
+    }
+
+    /// Whether a flush is in flight (written, not yet durable).
+    pub fn flush_in_flight(&self) -> bool {
+        self.exec
+            .as_ref()
+            .is_some_and(|e| e.io.flushes_in_flight.get() > 0)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -296,13 +309,17 @@ pub enum Event {
         to: i32,
         msg: Wire,
     },
-    Tick {
+    /// The node's earliest timer.
+    Timer {
         node: i32,
         incarnation: u64,
     },
-    ReadyDone {
+    /// A disk operation of the node completes.
+    IoDone {
         node: i32,
         incarnation: u64,
+        io: u64,
+        kind: IoKind,
     },
     ClientAppend,
     /// Every node with committed data snapshots it, and sometimes drops the log below.
@@ -349,6 +366,32 @@ pub enum Fault {
     WipeAndRestart(i32),
     /// Restart the node with its CONTROLLER listener on a new port (dynamic clusters).
     ChangePort(i32),
+}
+
+/// What the wire would carry: the bytes the executor read for a response, in the response.
+fn materialize(response: Response, data: Vec<Bytes>) -> Response {
+    let joined = || {
+        let mut all = Vec::with_capacity(data.iter().map(Bytes::len).sum());
+        for d in &data {
+            all.extend_from_slice(d);
+        }
+        Bytes::from(all)
+    };
+    match response {
+        Response::Fetch(mut r) => {
+            if matches!(r.records, Records::Read { .. }) {
+                r.records = Records::Bytes(joined());
+            }
+            Response::Fetch(r)
+        }
+        Response::FetchSnapshot(mut r) => {
+            if matches!(r.bytes, SnapshotBytes::Read { .. }) {
+                r.bytes = SnapshotBytes::Bytes(joined());
+            }
+            Response::FetchSnapshot(r)
+        }
+        other => other,
+    }
 }
 
 /// Where a request goes (`Cluster::route`).
@@ -433,14 +476,12 @@ impl Cluster {
         let nodes = (0..size as i32)
             .map(|id| Node {
                 id,
-                disk: Disk::default(),
-                raft: None,
+                disk: Rc::new(RefCell::new(Disk::default())),
+                exec: None,
                 incarnation: 0,
-                in_flight_ready: None,
                 clock_offset_ms: 0,
                 mutations: Mutations::default(),
-                tick_at: None,
-                delivered_high_watermark: None,
+                timer_at: None,
                 generation: 0,
                 port: 0,
             })
@@ -499,7 +540,7 @@ impl Cluster {
         .unwrap();
         let checkpoint = bootstrap_checkpoint(&c.voters);
         for node in &mut c.nodes[..voters] {
-            node.disk.bootstrap = Some(checkpoint.clone());
+            node.disk.borrow_mut().bootstrap = Some(checkpoint.clone());
         }
         c
     }
@@ -549,10 +590,10 @@ impl Cluster {
         let mut config = RaftConfig::new(key, CLUSTER_ID.into(), seed);
         let history = if self.dynamic {
             self.configure_dynamic(id, &mut config);
-            let history = self.nodes[id as usize].disk.voter_history();
+            let history = self.nodes[id as usize].disk.borrow().voter_history();
             let history = history.map_err(|e| format!("node {id} cannot start: {e}"))?;
             let leader_set = self.leader().and_then(|(l, _)| {
-                let raft = self.nodes[l as usize].raft.as_ref()?;
+                let raft = self.nodes[l as usize].raft()?;
                 Some(raft.voters().clone())
             });
             if leader_set.is_some_and(|set| set != *history.latest()) {
@@ -563,19 +604,18 @@ impl Cluster {
             VoterHistory::new(self.voters.clone())
         };
         let node = &mut self.nodes[id as usize];
-        assert!(node.raft.is_none());
+        assert!(node.exec.is_none());
         node.incarnation += 1;
         config.mutations = node.mutations;
-        let raft = Raft::new(
-            config,
-            history,
-            node.disk.election.clone(),
-            &node.disk.log.info(),
-            Time::simulated(now),
-        );
-        node.raft = Some(raft);
+        let (election, info) = {
+            let disk = node.disk.borrow();
+            (disk.election.clone(), disk.log.info())
+        };
+        let raft = Raft::new(config, history, election, &info, Time::simulated(now));
+        node.exec = Some(Running::new(raft, node.disk.clone(), now));
+        node.timer_at = None;
         self.checker.node_restarted(id);
-        self.after_step(id)
+        self.poll(id)
     }
 
     /// Listener, advertised endpoint, bootstrap servers and auto-join of a dynamic node.
@@ -594,13 +634,11 @@ impl Cluster {
 
     pub fn crash(&mut self, id: i32) {
         let node = &mut self.nodes[id as usize];
-        if node.raft.take().is_none() {
+        if node.exec.take().is_none() {
             return;
         }
-        node.in_flight_ready = None;
-        node.tick_at = None;
-        node.delivered_high_watermark = None;
-        node.disk.log.crash();
+        node.timer_at = None;
+        node.disk.borrow_mut().log.crash();
         node.incarnation += 1;
     }
 
@@ -662,19 +700,23 @@ impl Cluster {
     fn run_event(&mut self, event: Event) -> Result<(), String> {
         match event {
             Event::Deliver { to, msg } => self.deliver(to, msg),
-            Event::Tick { node, incarnation } => {
-                if self.nodes[node as usize].incarnation == incarnation {
-                    if self.nodes[node as usize].tick_at == Some(self.now) {
-                        self.nodes[node as usize].tick_at = None;
-                    }
+            Event::Timer { node, incarnation } => {
+                let n = &mut self.nodes[node as usize];
+                if n.incarnation == incarnation && n.timer_at == Some(self.now) {
+                    n.timer_at = None;
                     self.ticks[node as usize] += 1;
-                    self.step(node, Input::Tick)?;
+                    self.poll(node)?;
                 }
                 Ok(())
             }
-            Event::ReadyDone { node, incarnation } => {
+            Event::IoDone {
+                node,
+                incarnation,
+                io,
+                kind,
+            } => {
                 if self.nodes[node as usize].incarnation == incarnation {
-                    self.finish_ready(node)?;
+                    self.io_done(node, io, kind)?;
                 }
                 Ok(())
             }
@@ -706,51 +748,40 @@ impl Cluster {
         self.snapshot_nodes(None)
     }
 
-    /// What a state machine does: snapshot at the last committed batch boundary (written
-    /// durably before the core hears of it), then drop the log below it if `delete_log` says
-    /// so (`None`: a coin decides).
+    /// What a state machine does: snapshot at the last committed batch boundary (the node's
+    /// executor writes it durably before the core hears of it), then drop the log below it if
+    /// `delete_log` says so (`None`: a coin decides).
     fn snapshot_nodes(&mut self, delete_log: Option<bool>) -> Result<(), String> {
         for i in 0..self.nodes.len() {
             let id = i as i32;
             let node = &self.nodes[i];
-            let Some(raft) = node.raft.as_ref() else {
+            let Some(hwm) = node.raft().and_then(|r| r.high_watermark()) else {
                 continue;
             };
-            let Some(hwm) = raft.high_watermark() else {
-                continue;
-            };
-            let Some(boundary) = node
+            let boundary = node
                 .disk
+                .borrow()
                 .log
                 .batches
                 .iter()
                 .map(|b| b.1)
                 .filter(|n| *n <= hwm)
-                .last()
-            else {
+                .last();
+            let Some(boundary) = boundary else {
                 continue;
             };
-            let Ok(snapshot) = raft.snapshot_id_for(boundary) else {
-                continue;
-            };
-            // A real header batch (SnapshotHeader, then the voter set as of the snapshot), then
-            // the state.
-            let mut header = vec![ControlRecord::SnapshotHeader {
-                last_contained_log_timestamp: 0,
-            }];
-            header.extend(raft.membership().snapshot_records(snapshot.offset));
-            let content = Bytes::from(snapshot_file(snapshot, &header));
-            let size = content.len() as u64;
-            self.nodes[i].disk.log.snapshots.insert(snapshot, content);
-            self.step(id, Input::SnapshotCreated { id: snapshot, size })?;
-            if delete_log.unwrap_or_else(|| self.rng.below(2) == 0) {
-                self.step(
-                    id,
-                    Input::DeleteBefore {
-                        offset: snapshot.offset,
-                    },
-                )?;
-            }
+            let state = format!("state at {boundary}").repeat(8).into_bytes();
+            let delete_log_before = delete_log.unwrap_or_else(|| self.rng.below(2) == 0);
+            let (reply, _) = futures_channel::oneshot::channel();
+            self.input(
+                id,
+                ExecutorInput::Snapshot {
+                    offset: boundary,
+                    values: vec![state],
+                    delete_log_before,
+                    reply,
+                },
+            )?;
         }
         Ok(())
     }
@@ -762,7 +793,7 @@ impl Cluster {
         match f {
             Fault::Crash(id) => self.crash(id),
             Fault::Restart(id) => {
-                if self.nodes[id as usize].raft.is_none() {
+                if self.nodes[id as usize].exec.is_none() {
                     self.start(id)?;
                 }
             }
@@ -780,17 +811,17 @@ impl Cluster {
             Fault::HealAll => self.blocked.clear(),
             Fault::ClockJump(id, ms) => {
                 self.nodes[id as usize].clock_offset_ms += ms;
-                self.step(id, Input::Tick)?;
+                self.poll(id)?;
             }
-            Fault::Shutdown(id) => self.step(id, Input::Shutdown)?,
+            Fault::Shutdown(id) => self.input(id, ExecutorInput::Stop)?,
             Fault::WipeAndRestart(id) => {
                 self.crash(id);
                 let lost = (
                     self.key_of(id),
-                    self.nodes[id as usize].disk.log.durable_end(),
+                    self.nodes[id as usize].disk.borrow().log.durable_end(),
                 );
                 self.checker.replica_lost(lost.0, lost.1);
-                self.nodes[id as usize].disk = Disk::default();
+                self.nodes[id as usize].disk = Rc::new(RefCell::new(Disk::default()));
                 if self.dynamic {
                     // A re-formatted directory is a new replica (membership.md §1).
                     self.nodes[id as usize].generation += 1;
@@ -801,7 +832,7 @@ impl Cluster {
             }
             Fault::ChangePort(id) => {
                 // A node that is down stays down until its restart, on the new port.
-                let running = self.nodes[id as usize].raft.is_some();
+                let running = self.nodes[id as usize].exec.is_some();
                 self.crash(id);
                 self.nodes[id as usize].port += 1;
                 self.port_changes += 1;
@@ -816,144 +847,139 @@ impl Cluster {
     fn client_append(&mut self) -> Result<(), String> {
         for i in 0..self.nodes.len() {
             let now = self.node_now(i as i32);
-            let Some(raft) = self.nodes[i].raft.as_mut() else {
-                continue;
-            };
-            if !raft.is_leader() {
+            if !self.nodes[i].raft().is_some_and(|r| r.is_leader()) {
                 continue;
             }
             self.appended_values += 1;
             let mut builder = BatchBuilder::new(0, 0, now as i64, false);
             builder.append(None, Some(&self.appended_values.to_be_bytes()));
-            if raft.append(builder.finish()).is_ok() {
-                self.after_step(i as i32)?;
-            }
+            let (reply, _) = futures_channel::oneshot::channel();
+            let batch = builder.finish();
+            self.input(i as i32, ExecutorInput::Append { batch, reply })?;
         }
         Ok(())
     }
 
-    pub fn step(&mut self, id: i32, input: Input) -> Result<(), String> {
+    /// Hands `input` to node `id`'s executor (dropped while it is down) and runs it.
+    pub fn input(&mut self, id: i32, input: ExecutorInput) -> Result<(), String> {
+        let Some(exec) = self.nodes[id as usize].exec.as_ref() else {
+            return Ok(());
+        };
+        exec.io.push_input(input);
+        self.poll(id)
+    }
+
+    /// Runs node `id`'s executor as far as it goes now, then takes what it did: I/O to
+    /// schedule, its next timer, messages to route, log operations for the checkers.
+    fn poll(&mut self, id: i32) -> Result<(), String> {
         let now = self.node_now(id);
-        let Some(raft) = self.nodes[id as usize].raft.as_mut() else {
-            return Ok(());
-        };
-        raft.step(Time::simulated(now), input);
-        self.after_step(id)
-    }
-
-    /// Starts the next `Ready` if none is in flight, and re-arms the node's timer.
-    fn after_step(&mut self, id: i32) -> Result<(), String> {
         let node = &mut self.nodes[id as usize];
-        let Some(raft) = node.raft.as_mut() else {
+        let Some(exec) = node.exec.as_mut() else {
             return Ok(());
         };
-        if node.in_flight_ready.is_none() {
-            if let Some(ready) = raft.ready() {
-                self.begin_ready(id, ready)?;
-            }
-        }
-        let now = self.now;
-        let node = &mut self.nodes[id as usize];
-        let Some(raft) = node.raft.as_ref() else {
-            return Ok(());
-        };
-        let deadline = raft
-            .deadline_ms()
-            .saturating_sub(node.clock_offset_ms)
-            .max(now + 1);
-        let stale = node.tick_at.is_none_or(|t| t <= now || t > deadline);
-        if stale {
-            node.tick_at = Some(deadline);
-            let incarnation = node.incarnation;
-            self.schedule(
-                deadline,
-                Event::Tick {
-                    node: id,
-                    incarnation,
-                },
-            );
-        }
-        Ok(())
-    }
-
-    /// Phase A: log operations, early messages; then the flush is scheduled.
-    fn begin_ready(&mut self, id: i32, ready: Ready) -> Result<(), String> {
-        // What the state machine has seen: nothing below it may be truncated.
-        let hwm = self.nodes[id as usize].delivered_high_watermark;
-        if self.trace {
-            let hwm = self.nodes[id as usize]
-                .raft
-                .as_ref()
-                .and_then(|r| r.high_watermark());
-            for op in &ready.log_ops {
-                let op = match op {
-                    LogOp::Append(b) => format!("Append({} bytes)", b.len()),
-                    other => format!("{other:?}"),
-                };
-                eprintln!("{} ms: node {id} LOG {op} (hwm {hwm:?})", self.now);
-            }
-            if let Some(state) = &ready.election_state {
-                eprintln!("{} ms: node {id} ELECTION {state:?}", self.now);
-            }
-        }
-        for op in &ready.log_ops {
-            if let LogOp::SnapshotComplete { id: sid } = op {
+        exec.io.now_ms.set(now);
+        let ended = exec.poll();
+        let io = exec.io.clone();
+        let floor_of_op = io.applied.take();
+        for applied in floor_of_op {
+            if let LogOp::SnapshotComplete { id: sid } = &applied.op {
                 self.check_installed_snapshot(id, *sid)?;
             }
-            match op {
+            match &applied.op {
                 LogOp::SnapshotComplete { .. } => self.snapshot_downloads += 1,
                 LogOp::SnapshotAbandon { .. } => self.abandoned_downloads += 1,
                 LogOp::Truncate(_) => self.truncations += 1,
                 _ => {}
             }
-            let truncated = self.nodes[id as usize].disk.log.apply(op);
-            self.checker.truncated(id, op, &truncated, hwm);
-        }
-        for msg in ready.early_messages.clone() {
-            self.send(id, msg)?;
+            if self.trace {
+                let op = match &applied.op {
+                    LogOp::Append(b) => format!("Append({} bytes)", b.len()),
+                    other => format!("{other:?}"),
+                };
+                eprintln!(
+                    "{} ms: node {id} LOG {op} (delivered {})",
+                    self.now, applied.floor
+                );
+            }
+            let hwm = (applied.floor >= 0).then_some(applied.floor);
+            self.checker
+                .truncated(id, &applied.op, &applied.truncated, hwm);
         }
         let incarnation = self.nodes[id as usize].incarnation;
-        let delay = if ready.must_sync || ready.election_state.is_some() {
-            1 + self.rng.below(self.net.disk_delay_ms.max(1))
-        } else {
-            0
-        };
-        self.nodes[id as usize].in_flight_ready = Some(ready);
-        self.schedule(
-            self.now + delay,
-            Event::ReadyDone {
-                node: id,
-                incarnation,
-            },
-        );
-        Ok(())
+        for (io_id, kind) in io.started.take() {
+            if self.trace {
+                eprintln!("{} ms: node {id} IO {kind:?}", self.now);
+            }
+            let delay = 1 + self.rng.below(self.net.disk_delay_ms.max(1));
+            self.schedule(
+                self.now + delay,
+                Event::IoDone {
+                    node: id,
+                    incarnation,
+                    io: io_id,
+                    kind,
+                },
+            );
+        }
+        for message in io.outbox.take() {
+            self.send(id, message)?;
+        }
+        if let Some(wanted) = io.timer.take() {
+            let at = wanted
+                .saturating_sub(self.nodes[id as usize].clock_offset_ms)
+                .max(self.now + 1);
+            let node = &mut self.nodes[id as usize];
+            if node.timer_at.is_none_or(|t| t <= self.now || t > at) {
+                node.timer_at = Some(at);
+                self.schedule(
+                    at,
+                    Event::Timer {
+                        node: id,
+                        incarnation,
+                    },
+                );
+            }
+        }
+        match ended {
+            None => Ok(()),
+            Some(Ok(())) => {
+                // A graceful stop: the node closes its log (flushed) and is down.
+                let node = &mut self.nodes[id as usize];
+                node.exec = None;
+                node.timer_at = None;
+                node.incarnation += 1;
+                let mut disk = node.disk.borrow_mut();
+                let all = disk.log.batches.len();
+                disk.log.flush(all);
+                Ok(())
+            }
+            Some(Err(fatal)) => Err(format!("node {id} stopped: {fatal}")),
+        }
     }
 
-    /// Phase B: durable, then the remaining messages, then `persisted`.
-    fn finish_ready(&mut self, id: i32) -> Result<(), String> {
-        let node = &mut self.nodes[id as usize];
-        let Some(ready) = node.in_flight_ready.take() else {
+    /// A disk operation of node `id` completes: it is durable now.
+    fn io_done(&mut self, id: i32, io: u64, kind: IoKind) -> Result<(), String> {
+        let node = &self.nodes[id as usize];
+        let Some(exec) = node.exec.as_ref() else {
             return Ok(());
         };
-        if let Some(state) = &ready.election_state {
-            node.disk.election = Some(state.clone());
-            self.checker.election_persisted(id, state)?;
+        let exec_io = exec.io.clone();
+        match kind {
+            IoKind::Election(state) => {
+                node.disk.borrow_mut().election = Some(state.clone());
+                self.checker.election_persisted(id, &state)?;
+                exec_io.complete(io, 0, false);
+            }
+            IoKind::Flush { batches } => {
+                let durable = {
+                    let mut disk = node.disk.borrow_mut();
+                    disk.log.flush(batches);
+                    disk.log.durable_end()
+                };
+                exec_io.complete(io, durable, true);
+            }
         }
-        if ready.must_sync {
-            node.disk.log.flush();
-        }
-        for msg in ready.messages.clone() {
-            self.send(id, msg)?;
-        }
-        if let Some(h) = ready.high_watermark {
-            self.nodes[id as usize].delivered_high_watermark = Some(h);
-        }
-        let now = self.node_now(id);
-        if let Some(raft) = self.nodes[id as usize].raft.as_mut() {
-            raft.persisted(ready.id);
-            raft.step(Time::simulated(now), Input::Tick);
-        }
-        self.after_step(id)
+        self.poll(id)
     }
 
     fn net_delay(&mut self) -> u64 {
@@ -967,15 +993,11 @@ impl Cluster {
 
     /// Where a request from `from` to destination `to` goes: static clusters route by id,
     /// dynamic ones dial the address the sender's core names.
-    fn route(&self, from: i32, to: i32) -> Route {
+    fn route(&self, from: i32, to: i32, address: Option<Endpoint>) -> Route {
         if !self.dynamic {
             return Route::To(to, None);
         }
-        let Some(address) = self.nodes[from as usize]
-            .raft
-            .as_ref()
-            .and_then(|r| r.address_of(to))
-        else {
+        let Some(address) = address else {
             return Route::Refused;
         };
         if self.unroutable.contains(&(from, address.host.clone())) {
@@ -1001,11 +1023,16 @@ impl Cluster {
         self.schedule(at, Event::Deliver { to, msg: failure });
     }
 
-    fn send(&mut self, from: i32, msg: Outbound) -> Result<(), String> {
+    fn send(&mut self, from: i32, msg: Outgoing) -> Result<(), String> {
         let incarnation = self.nodes[from as usize].incarnation;
         let generation = self.nodes[from as usize].generation;
         let (to, wire) = match msg {
-            Outbound::Request { id, to, request } => match self.route(from, to) {
+            Outgoing::Request {
+                id,
+                to,
+                address,
+                request,
+            } => match self.route(from, to, address) {
                 Route::To(node, port) => (
                     node,
                     Wire::Request {
@@ -1023,11 +1050,15 @@ impl Cluster {
                 }
                 Route::Nowhere => return Ok(()),
             },
-            Outbound::Response { token, response } => {
+            Outgoing::Response {
+                token,
+                response,
+                data,
+            } => {
                 let Some((to, _, _, request)) = self.tokens.get(&token).cloned() else {
                     return Ok(());
                 };
-                let response = self.materialize(from, response);
+                let response = materialize(response, data);
                 let response = self.maybe_corrupt(response);
                 self.checker.response_sent(from, &request, &response)?;
                 if to == OPERATOR {
@@ -1063,8 +1094,8 @@ impl Cluster {
 
     /// NoCorruptSnapshotInstalled: a download replaces the log only when it is whole.
     fn check_installed_snapshot(&self, node: i32, id: OffsetAndEpoch) -> Result<(), String> {
-        let log = &self.nodes[node as usize].disk.log;
-        let Some((_, data)) = log.partial_snapshot.as_ref().filter(|(p, _)| *p == id) else {
+        let disk = self.nodes[node as usize].disk.borrow();
+        let Some(data) = disk.log.snapshots.get(&id) else {
             return Err(format!(
                 "node {node} completed snapshot {id:?} without its bytes"
             ));
@@ -1092,34 +1123,6 @@ impl Cluster {
         Response::FetchSnapshot(r)
     }
 
-    /// Fills in the bytes a response names (records or snapshot chunk) from the sender's disk.
-    fn materialize(&self, from: i32, response: Response) -> Response {
-        let log = &self.nodes[from as usize].disk.log;
-        match response {
-            Response::Fetch(mut r) => {
-                if let Records::Read { offset, max_bytes } = r.records {
-                    r.records = Records::Bytes(log.read(offset, max_bytes));
-                }
-                Response::Fetch(r)
-            }
-            Response::FetchSnapshot(mut r) => {
-                if let SnapshotBytes::Read {
-                    id,
-                    position,
-                    max_bytes,
-                } = r.bytes
-                {
-                    let data = log.snapshots.get(&id).cloned().unwrap_or_default();
-                    let start = (position as usize).min(data.len());
-                    let end = (start + max_bytes).min(data.len());
-                    r.bytes = SnapshotBytes::Bytes(data.slice(start..end));
-                }
-                Response::FetchSnapshot(r)
-            }
-            other => other,
-        }
-    }
-
     fn deliver(&mut self, to: i32, msg: Wire) -> Result<(), String> {
         if self.trace {
             eprintln!("{} ms: to {to}: {msg:?}", self.now);
@@ -1137,7 +1140,7 @@ impl Cluster {
                     return Ok(());
                 }
                 let node = &self.nodes[to as usize];
-                if node.raft.is_none() || port.is_some_and(|p| p != node.port) {
+                if node.exec.is_none() || port.is_some_and(|p| p != node.port) {
                     // Connection refused: the sender hears of it.
                     self.refuse(from, id, incarnation);
                     return Ok(());
@@ -1153,9 +1156,14 @@ impl Cluster {
                         kraft_version: Some((0, 1)),
                     };
                     let response = Response::ApiVersions(probe);
-                    return self.send(to, Outbound::Response { token, response });
+                    let answer = Outgoing::Response {
+                        token,
+                        response,
+                        data: Vec::new(),
+                    };
+                    return self.send(to, answer);
                 }
-                self.step(to, Input::Request { token, request })
+                self.input(to, ExecutorInput::Request { token, request })
             }
             Wire::Response { token, response } => {
                 let Some((requester, incarnation, id, _)) = self.tokens.get(&token).cloned() else {
@@ -1164,14 +1172,15 @@ impl Cluster {
                 if requester != to || self.nodes[to as usize].incarnation != incarnation {
                     return Ok(());
                 }
-                self.step(to, Input::Response { id, response })
+                let result = Ok(response);
+                self.input(to, ExecutorInput::Peer { id, result })
             }
             Wire::Failure { id, incarnation } => {
                 if self.nodes[to as usize].incarnation != incarnation {
                     return Ok(());
                 }
-                let failure = ringraft::raft::Failure::Disconnected;
-                self.step(to, Input::Failure { id, failure })
+                let result = Err(ringraft::raft::Failure::Disconnected);
+                self.input(to, ExecutorInput::Peer { id, result })
             }
         }
     }
@@ -1186,7 +1195,7 @@ impl Cluster {
         self.next_token += 1;
         self.tokens.insert(token, (OPERATOR, 0, 0, request.clone()));
         self.operator_requests.insert(token, (to, request.clone()));
-        self.step(to, Input::Request { token, request })?;
+        self.input(to, ExecutorInput::Request { token, request })?;
         Ok(token)
     }
 
@@ -1194,8 +1203,7 @@ impl Cluster {
         self.nodes
             .iter()
             .filter_map(|n| {
-                n.raft
-                    .as_ref()
+                n.raft()
                     .filter(|r| r.is_leader())
                     .map(|r| (n.id, r.epoch()))
             })
@@ -1205,12 +1213,12 @@ impl Cluster {
     pub fn max_high_watermark(&self) -> i64 {
         self.nodes
             .iter()
-            .filter_map(|n| n.raft.as_ref().and_then(|r| r.high_watermark()))
+            .filter_map(|n| n.raft().and_then(|r| r.high_watermark()))
             .max()
             .unwrap_or(0)
     }
 
     pub fn running(&self) -> impl Iterator<Item = &Node> {
-        self.nodes.iter().filter(|n| n.raft.is_some())
+        self.nodes.iter().filter(|n| n.exec.is_some())
     }
 }

@@ -207,7 +207,7 @@ impl Checker {
         }
         check_roles(nodes)?;
         for node in nodes {
-            let Some(raft) = node.raft.as_ref() else {
+            let Some(raft) = node.raft() else {
                 continue;
             };
             if let Some(persisted) = self.persisted_epoch[node.id as usize] {
@@ -230,7 +230,8 @@ impl Checker {
             }
         }
         for node in nodes {
-            let log = &node.disk.log;
+            let disk = node.disk.borrow();
+            let log = &disk.log;
             let at_start = log.snapshots.keys().any(|s| s.offset == log.start);
             if log.start > 0 && !at_start {
                 return Err(format!(
@@ -256,11 +257,11 @@ impl Checker {
         static_voters: Option<&VoterSet>,
     ) -> Result<(), String> {
         for node in nodes {
-            let Some(raft) = node.raft.as_ref().filter(|r| r.is_leader()) else {
+            let Some(raft) = node.raft().filter(|r| r.is_leader()) else {
                 continue;
             };
             if static_voters.is_none() {
-                self.check_uncommitted_changes(node.id, raft)?;
+                self.check_uncommitted_changes(node.id, &raft)?;
             }
             let Some(hwm) = raft.high_watermark() else {
                 continue;
@@ -290,7 +291,7 @@ impl Checker {
                     .filter(|(_, end)| *end >= hwm)
                     .map(|(key, _)| *key)
                     .collect();
-                check_dynamic_majority(node.id, raft, hwm, advanced, nodes, &acked)?;
+                check_dynamic_majority(node.id, &raft, hwm, advanced, nodes, &acked)?;
                 continue;
             };
             if !self.wiped.is_empty() {
@@ -298,7 +299,7 @@ impl Checker {
             }
             let reached = nodes
                 .iter()
-                .filter(|n| voters.contains_id(n.id) && n.disk.log.durable_end() >= hwm)
+                .filter(|n| voters.contains_id(n.id) && n.disk.borrow().log.durable_end() >= hwm)
                 .count();
             if reached < voters.majority() {
                 return Err(format!(
@@ -400,11 +401,12 @@ impl Checker {
     /// ConsistentCommittedData: every node holds the same batch at every committed offset.
     fn check_committed_data(&mut self, nodes: &[Node]) -> Result<(), String> {
         for node in nodes {
-            let Some(hwm) = node.delivered_high_watermark else {
+            let Some(hwm) = node.delivered_high_watermark() else {
                 continue;
             };
             let from = self.checked_up_to[node.id as usize];
-            for (base, next, epoch, bytes) in &node.disk.log.batches {
+            let disk = node.disk.borrow();
+            for (base, next, epoch, bytes) in &disk.log.batches {
                 if *base < from {
                     continue;
                 }
@@ -438,7 +440,7 @@ impl Checker {
 fn check_roles(nodes: &[Node]) -> Result<(), String> {
     let mut leaders: BTreeMap<i32, i32> = BTreeMap::new();
     for node in nodes {
-        let Some(raft) = node.raft.as_ref() else {
+        let Some(raft) = node.raft() else {
             continue;
         };
         if raft.is_leader() {
@@ -451,7 +453,7 @@ fn check_roles(nodes: &[Node]) -> Result<(), String> {
             }
         }
         let campaigning = matches!(raft.state_name(), "Prospective" | "Candidate");
-        if campaigning && !may_campaign(raft) {
+        if campaigning && !may_campaign(&raft) {
             return Err(format!(
                 "NoCandidateOutsideVoterSet: node {} is {} in epoch {} outside its voter set",
                 node.id,
@@ -479,7 +481,7 @@ fn check_dynamic_majority(
     let live: Vec<ReplicaKey> = nodes.iter().map(dynamic_key).collect();
     let holders: Vec<ReplicaKey> = nodes
         .iter()
-        .filter(|n| n.disk.log.durable_end() >= hwm)
+        .filter(|n| n.disk.borrow().log.durable_end() >= hwm)
         .map(dynamic_key)
         .collect();
     let history = raft.membership();

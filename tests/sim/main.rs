@@ -20,6 +20,7 @@
 mod cluster;
 mod invariants;
 mod operator;
+mod runtime;
 mod scenarios;
 
 use cluster::{Cluster, Event, Fault, NetConfig};
@@ -142,7 +143,7 @@ pub fn voter_sets_converged(c: &Cluster) -> bool {
     let Some((leader, _)) = c.leader() else {
         return false;
     };
-    let raft = c.nodes[leader as usize].raft.as_ref().expect("running");
+    let raft = c.nodes[leader as usize].raft().expect("running");
     let set = raft.voters();
     let committed = raft
         .high_watermark()
@@ -154,7 +155,7 @@ pub fn voter_sets_converged(c: &Cluster) -> bool {
     committed
         && endpoints_current
         && c.running()
-            .all(|n| n.raft.as_ref().is_some_and(|r| r.voters() == set))
+            .all(|n| n.raft().is_some_and(|r| r.voters() == set))
 }
 
 /// VoterSetsConverge: after healing, voter sets and endpoints agree everywhere in time, the
@@ -182,7 +183,7 @@ pub fn describe(c: &Cluster) -> String {
     let nodes: Vec<String> = c
         .running()
         .map(|n| {
-            let raft = n.raft.as_ref().expect("running");
+            let raft = n.raft().expect("running");
             let voters: Vec<String> = raft
                 .voters()
                 .voters()
@@ -264,11 +265,16 @@ pub fn heal(c: &mut Cluster) -> Result<(), String> {
 
 /// Liveness: a leader commits past every node's log end at heal time within the bound.
 pub fn check_liveness(c: &mut Cluster) -> Result<(), String> {
-    let target = c.nodes.iter().map(|n| n.disk.log.end()).max().unwrap_or(0);
+    let target = c
+        .nodes
+        .iter()
+        .map(|n| n.disk.borrow().log.end())
+        .max()
+        .unwrap_or(0);
     let healed_at = c.now;
     let done = c.run_while(LIVENESS_BOUND_MS, |c| {
         c.leader()
-            .and_then(|(id, _)| c.nodes[id as usize].raft.as_ref()?.high_watermark())
+            .and_then(|(id, _)| c.nodes[id as usize].raft()?.high_watermark())
             .is_none_or(|hwm| hwm <= target)
     })?;
     if !done {
@@ -483,6 +489,25 @@ fn broken_core_high_watermark_from_minority_is_caught() {
     );
 }
 
+/// The node's executor with two effects reordered — every message sent before the election
+/// state and the log it depends on are durable — must be caught: the simulator runs that
+/// executor, so its order is what the checkers see.
+#[test]
+fn broken_executor_sending_before_persist_is_caught() {
+    let broken = Mutations {
+        send_before_persist: true,
+        ..Mutations::default()
+    };
+    let (seed, why) = first_violation(3, broken, 300).expect("must be caught within 300 seeds");
+    assert!(
+        why.contains("MajorityReachedHighWatermark")
+            || why.contains("VoteGrantedOnce")
+            || why.contains("ConsistentCommittedData"),
+        "seed {seed}: {why}"
+    );
+    println!("caught at seed {seed}: {why}");
+}
+
 #[test]
 fn broken_core_installing_unchecked_snapshots_is_caught() {
     let broken = Mutations {
@@ -527,15 +552,16 @@ fn broken_core_leader_counted_twice_is_caught_by_dynamic_runs() {
 /// The single-server change bug in random runs: a leader that changes the voters before its
 /// epoch commits leaves two uncommitted changes behind (its scenario shows the split commit).
 #[test]
-#[ignore = "long: up to 2,000 dynamic seeds; run with --release"]
+#[ignore = "long: up to 10,000 dynamic seeds; run with --release"]
 fn broken_core_voter_change_before_high_watermark_is_caught_by_dynamic_runs() {
     let broken = Mutations {
         voter_change_before_high_watermark: true,
         ..Mutations::default()
     };
-    let (seed, why) = first_dynamic_violation(broken, 2_000).expect("caught within 2,000 seeds");
+    let (seed, why) = first_dynamic_violation(broken, 10_000).expect("caught within 10,000 seeds");
     assert!(
         why.contains("AtMostOneUncommittedVoterChange") || why.contains("ConsistentCommittedData"),
         "seed {seed}: {why}"
     );
+    println!("caught at dynamic seed {seed}: {why}");
 }

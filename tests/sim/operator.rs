@@ -58,15 +58,15 @@ pub fn act(c: &mut Cluster) -> Result<(), String> {
     let Some((leader, epoch)) = c.leader() else {
         return Ok(());
     };
-    let raft = c.nodes[leader as usize]
-        .raft
-        .as_ref()
-        .expect("a running leader");
-    let latest = raft.voters().clone();
-    let Some(hwm) = raft.high_watermark() else {
-        return Ok(()); // No change is possible before the epoch commits.
+    let (latest, committed) = {
+        let raft = c.nodes[leader as usize].raft().expect("a running leader");
+        let latest = raft.voters().clone();
+        let Some(hwm) = raft.high_watermark() else {
+            return Ok(()); // No change is possible before the epoch commits.
+        };
+        let committed = raft.membership().at_offset(hwm - 1).clone();
+        (latest, committed)
     };
-    let committed = raft.membership().at_offset(hwm - 1).clone();
     // A wiped voter's old key goes first: until then it is a voter that cannot answer.
     if let Some(stale) = latest.voters().iter().find(|v| !c.is_current(&v.key)) {
         let key = stale.key;
@@ -110,8 +110,7 @@ pub fn tidy(c: &mut Cluster) -> Result<(), String> {
         return Ok(());
     };
     let latest = c.nodes[leader as usize]
-        .raft
-        .as_ref()
+        .raft()
         .expect("a running leader")
         .voters()
         .clone();
@@ -125,7 +124,7 @@ pub fn tidy(c: &mut Cluster) -> Result<(), String> {
     }
     let wiped = (0..c.nodes.len() as i32).find(|id| {
         let node = &c.nodes[*id as usize];
-        node.generation > 0 && node.raft.is_some() && !latest.contains_id(*id)
+        node.generation > 0 && node.is_running() && !latest.contains_id(*id)
     });
     if let Some(id) = wiped {
         let request = Request::AddVoter(AddVoterRequest {
@@ -143,7 +142,7 @@ pub fn tidy(c: &mut Cluster) -> Result<(), String> {
 /// AddRaftVoter for a node outside the voter set, with its current key and listener.
 fn add(c: &mut Cluster, leader: i32, latest: &VoterSet) -> Result<(), String> {
     let outside: Vec<i32> = (0..c.nodes.len() as i32)
-        .filter(|id| !latest.contains_id(*id) && c.nodes[*id as usize].raft.is_some())
+        .filter(|id| !latest.contains_id(*id) && c.nodes[*id as usize].is_running())
         .collect();
     if outside.is_empty() {
         return Ok(());
@@ -224,15 +223,13 @@ fn wipe(
     let live: Vec<ReplicaKey> = others.iter().map(|n| dynamic_key(n)).collect();
     let holders: Vec<ReplicaKey> = others
         .iter()
-        .filter(|n| n.disk.log.durable_end() >= hwm)
+        .filter(|n| n.disk.borrow().log.durable_end() >= hwm)
         .map(|n| dynamic_key(n))
         .collect();
-    let history = c.nodes[leader as usize]
-        .raft
-        .as_ref()
-        .expect("a running leader")
-        .membership();
-    let data_safe = sets_missing(history, hwm, &live, &holders).is_none();
+    let data_safe = {
+        let raft = c.nodes[leader as usize].raft().expect("a running leader");
+        sets_missing(raft.membership(), hwm, &live, &holders).is_none()
+    };
     // An AddRaftVoter for it may be pending at the leader (ours, or its own with auto-join): the
     // old key could still join after the wipe, so it must be as spare as a voter would be.
     let adding = c.auto_join

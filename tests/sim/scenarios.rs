@@ -332,8 +332,7 @@ fn kafka_15489_partitioned_leader_resigns_by_check_quorum() {
     // fetch timeout 2 s × 1.5, plus slack.
     c.run_until(c.now + 3_600).unwrap();
     let still = c.nodes[leader as usize]
-        .raft
-        .as_ref()
+        .raft()
         .is_some_and(|r| r.is_leader() && r.epoch() == epoch);
     assert!(
         !still,
@@ -364,13 +363,8 @@ fn kafka_10533_crash_between_append_and_flush() {
         let mut c = Cluster::new(seed, 3, net);
         c.start_all().unwrap();
         let (leader, _) = wait_for_leader(&mut c, 10_000);
-        c.run_while(5_000, |c| {
-            c.nodes[leader as usize]
-                .in_flight_ready
-                .as_ref()
-                .is_none_or(|r| !r.must_sync)
-        })
-        .unwrap();
+        c.run_while(5_000, |c| !c.nodes[leader as usize].flush_in_flight())
+            .unwrap();
         c.fault(Fault::Crash(leader)).unwrap();
         c.run_until(c.now + 3_000).unwrap();
         heal(&mut c).unwrap();
@@ -388,7 +382,7 @@ fn kafka_12181_follower_recovers_from_total_disk_loss() {
     c.fault(Fault::WipeAndRestart(victim)).unwrap();
     c.run_until(c.now + 3_000).unwrap();
     let hwm = c.max_high_watermark();
-    let end = c.nodes[victim as usize].disk.log.end();
+    let end = c.nodes[victim as usize].disk.borrow().log.end();
     assert!(
         end + 200 >= hwm,
         "the wiped follower is at {end}, the quorum at {hwm}"

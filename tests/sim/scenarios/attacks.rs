@@ -102,7 +102,7 @@ fn hardening_epoch_i32_max_frames_are_refused() {
             );
         }
         for node in c.running() {
-            let raft = node.raft.as_ref().unwrap();
+            let raft = node.raft().unwrap();
             assert!(
                 raft.epoch() <= EPOCH_MAX,
                 "node {} adopted {}",
@@ -157,7 +157,7 @@ fn hardening_epoch_bound_is_never_passed() {
         c.run_until(c.now + 3_000).unwrap();
     }
     for node in c.running() {
-        assert!(node.raft.as_ref().unwrap().epoch() <= EPOCH_MAX);
+        assert!(node.raft().unwrap().epoch() <= EPOCH_MAX);
     }
 }
 
