@@ -83,3 +83,12 @@ pub fn map_read_only(file: &File) -> io::Result<memmap2::Mmap> {
     // rule that out for the files it maps.
     unsafe { memmap2::Mmap::map(file) }
 }
+
+/// Takes ownership of a listening socket for the calling glommio executor.
+pub fn glommio_listener(listener: std::net::TcpListener) -> glommio::net::TcpListener {
+    use std::os::fd::{FromRawFd, IntoRawFd};
+    let fd = listener.into_raw_fd();
+    // SAFETY: `fd` is a bound, listening TCP socket that this call owns from here on
+    // (`into_raw_fd` gave up the std listener's ownership), as `from_raw_fd` requires.
+    unsafe { glommio::net::TcpListener::from_raw_fd(fd) }
+}

@@ -192,8 +192,44 @@ fn a_second_node_on_the_same_directory_is_refused() {
     assert_eq!(node.wait_exit(Duration::from_secs(10)), Some(0));
 }
 
+/// The tests that start the embedded default share its port, 9093.
+static EMBEDDED_PORT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Two embedded defaults from two directories (issue: runtime, item 7): the second cannot take
+/// 127.0.0.1:9093 from the first — it fails with Kafka's "Address already in use", naming the
+/// listener, and exits non-zero — and the first keeps serving.
+#[test]
+fn a_second_process_cannot_take_a_listener() {
+    let _port = EMBEDDED_PORT.lock().unwrap_or_else(|e| e.into_inner());
+    if std::net::TcpListener::bind("127.0.0.1:9093").is_err() {
+        panic!("port 9093 is in use; the embedded-default tests need it free");
+    }
+    let (first_dir, second_dir) = (TempDir::new("embedded-a"), TempDir::new("embedded-b"));
+    let mut first = Node::start(&[], first_dir.path(), 9093);
+    let stderr = start_must_fail(&[], second_dir.path());
+    assert!(
+        stderr.contains("Address already in use") && stderr.contains("127.0.0.1:9093"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("CONTROLLER"),
+        "the listener is named: {stderr}"
+    );
+    let mut stream = TcpStream::connect(("127.0.0.1", 9093)).unwrap();
+    send_frame(&mut stream, &api_versions_frame(3, 11));
+    let (correlation, response) = parse(&read_frame(&mut stream).expect("answered"), 3);
+    assert_eq!((correlation, response.error_code), (11, ErrorCode::NONE));
+    assert!(
+        first.child.try_wait().unwrap().is_none(),
+        "the first node stopped"
+    );
+    first.signal(SIGTERM);
+    assert_eq!(first.wait_exit(Duration::from_secs(10)), Some(0));
+}
+
 #[test]
 fn embedded_default_formats_itself_once() {
+    let _port = EMBEDDED_PORT.lock().unwrap_or_else(|e| e.into_inner());
     // The embedded default listens on 9093; skip nothing: if 9093 is taken the test says so.
     let dir = TempDir::new("embedded");
     if std::net::TcpListener::bind("127.0.0.1:9093").is_err() {
@@ -629,4 +665,59 @@ fn half_sent_large_frames_are_bounded_by_queued_max_request_bytes() {
     println!("peak RSS {} MiB", peak_kib / 1024);
     node.signal(SIGTERM);
     assert_eq!(node.wait_exit(Duration::from_secs(10)), Some(0));
+}
+
+/// A snapshot whose fsync fails stops the node (issue: runtime, item 6): it used to become an
+/// error for the application while the node kept running on state it could not trust.
+#[test]
+fn a_failed_snapshot_fsync_stops_the_node() {
+    let dir = TempDir::new("snapshot-fsync");
+    let port = free_port();
+    let config = write_config(dir.path(), port, "");
+    let config = config.to_str().unwrap();
+    let out = run(
+        &[
+            "storage",
+            "format",
+            "-t",
+            "MkU3OEVBNTcwNTJENDM2Qg",
+            "-c",
+            config,
+        ],
+        dir.path(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut child = std::process::Command::new(binary())
+        .args([
+            "start",
+            "-c",
+            config,
+            "--load-rate",
+            "2000",
+            "--load-snapshot-every",
+            "200",
+        ])
+        .args(["--load-warmup-ms", "0"])
+        .current_dir(dir.path())
+        .env("RINGRAFT_FAILPOINT", "snapshot-fsync")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        assert!(std::time::Instant::now() < until, "the node kept running");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success(), "exit status {}", out.status);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("failpoint snapshot-fsync") && stderr.contains("snapshot"),
+        "{stderr}"
+    );
 }

@@ -2,8 +2,10 @@
 //! on the same filesystem (DESIGN.md §5). Absolute times move 10–20× on a shared machine; the
 //! ratios are what to read.
 //!
-//! Floors: (a) blocking O_DIRECT|O_DSYNC 4 KiB appends to a growing file (latency), (b) raw
-//! sequential O_DIRECT 1 MiB writes at queue depth 8, then one fdatasync (bandwidth).
+//! Floors: (a) blocking O_DIRECT|O_DSYNC 4 KiB writes into pre-allocated, pre-zeroed blocks —
+//! the cheapest durable write the disk can do, no block allocation or extent conversion for the
+//! journal to commit (latency); (b) raw sequential O_DIRECT 1 MiB writes at queue depth 8,
+//! then one fdatasync (bandwidth).
 //! ringraft: (c) one 256-byte record per append, closed loop, durable before the next;
 //! (d) many concurrent writers appending batches of 256-byte records, each durable.
 //!
@@ -121,7 +123,7 @@ fn bench_log(args: &LogBenchArgs) -> std::io::Result<()> {
         async move { interleaved_latency(&dir, appends).await }
     })?;
     println!(
-        "(a) floor: O_DIRECT|O_DSYNC 4 KiB appends       p50 {:8.1} µs  p99 {:8.1} µs",
+        "(a) floor: O_DIRECT|O_DSYNC 4 KiB, pre-zeroed   p50 {:8.1} µs  p99 {:8.1} µs",
         floor.p50, floor.p99
     );
     println!("(b) floor: sequential O_DIRECT 1 MiB, QD8      {raw_mbps:8.1} MB/s");
@@ -138,7 +140,7 @@ fn bench_log(args: &LogBenchArgs) -> std::io::Result<()> {
         "(a) and (c) ran in alternating rounds of {ROUND} appends, so both saw the same noise."
     );
     println!(
-        "single durable append p50 / floor p50       = {:.2}  (goal ≤ 1.00)",
+        "single durable append p50 / floor p50       = {:.2}  (goal ≤ 1.10)",
         single.p50 / floor.p50
     );
     println!(
@@ -152,7 +154,7 @@ fn bench_log(args: &LogBenchArgs) -> std::io::Result<()> {
         floor.mean
     );
     println!(
-        "batched durable throughput / raw QD8         = {:.2}  (goal ≥ 0.80)",
+        "batched durable throughput / raw QD8         = {:.2}  (goal ≥ 0.90)",
         batched_mbps / raw_mbps
     );
     std::fs::remove_dir_all(&dir)?;
@@ -164,13 +166,15 @@ const ROUND: usize = 100;
 
 /// The floor (a) and ringraft's single appends (c), alternating in rounds of `ROUND`.
 async fn interleaved_latency(dir: &Path, appends: usize) -> std::io::Result<(Latency, Latency)> {
+    let floor_path = dir.join("floor-dsync");
+    // Pre-zeroed: every block the floor writes is allocated and written once, and synced,
+    // before it is measured.
+    prezero(&floor_path, (appends + ROUND) * 4096)?;
     let floor_file = std::sync::Arc::new(
         OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
             .custom_flags(libc::O_DIRECT | libc::O_DSYNC)
-            .open(dir.join("floor-dsync"))?,
+            .open(&floor_path)?,
     );
     let (log, _) = MetadataLog::open(&dir.join("single"), LogConfig::default())
         .await
@@ -207,6 +211,21 @@ async fn interleaved_latency(dir: &Path, appends: usize) -> std::io::Result<(Lat
     Ok((latency(floor), latency(ours)))
 }
 
+/// Writes `bytes` of zeros to `path` and syncs them: blocks allocated and initialised, so later
+/// writes there change no metadata.
+fn prezero(path: &Path, bytes: usize) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut file = std::fs::File::create(path)?;
+    let zeros = vec![0u8; 1 << 20];
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(zeros.len());
+        file.write_all(&zeros[..n])?;
+        left -= n;
+    }
+    file.sync_all()
+}
+
 /// A 4 KiB buffer aligned to 4 KiB, carved from a larger vector (no unsafe needed).
 fn aligned_page(fill: u8) -> (Vec<u8>, usize) {
     let buf = vec![fill; 8192];
@@ -216,6 +235,9 @@ fn aligned_page(fill: u8) -> (Vec<u8>, usize) {
 
 async fn raw_sequential_qd8(path: &Path, mib: usize) -> std::io::Result<f64> {
     use crate::log::segment::glommio_io;
+    // The same ring the log gets for this directory (`log::ring`).
+    let dir = std::path::absolute(path.parent().expect("a file in the scratch dir"))?;
+    crate::log::ring::prepare(&dir).await?;
     let file = Rc::new(
         glommio::io::DmaFile::create(path)
             .await

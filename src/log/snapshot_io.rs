@@ -104,6 +104,7 @@ impl PartFile {
                 format!("{step} {}", self.part.display()),
             )
         };
+        super::failpoint::check("snapshot-fsync")?;
         self.file
             .fdatasync()
             .await

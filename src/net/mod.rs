@@ -5,5 +5,6 @@ pub mod dispatch;
 pub mod frame;
 pub mod peer;
 pub mod raft_rpc;
+pub mod resolve;
 pub mod server;
 pub mod stop;

@@ -1,5 +1,6 @@
-//! The controller listener on one acceptor shard: accept connections (SO_REUSEPORT lets every
-//! acceptor shard bind the same port; the kernel spreads connections), then per connection read
+//! The controller listener on one acceptor shard: accept connections (one socket per listener
+//! for the whole process, each acceptor shard accepting on its own descriptor of it), then per
+//! connection read
 //! frames, answer each in order, and close on anything Kafka would close on. Shutdown stops
 //! accepting at once; open connections finish the request they are on, then close.
 
@@ -27,9 +28,27 @@ pub struct ConnectionLimits {
     pub memory: RequestMemory,
 }
 
-/// Binds `addr` on this shard. Errors (port in use, bad address) are returned, not panicked.
-pub fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
-    TcpListener::bind(addr).map_err(|e| e.to_string())
+/// Binds and listens on `addr` once for the whole process, without SO_REUSEPORT: a second
+/// process cannot take a port this one holds (Kafka's "Address already in use"). Each acceptor
+/// shard accepts on its own descriptor of the same socket (`for_shard`).
+pub fn bind(name: &str, addr: SocketAddr) -> Result<std::net::TcpListener, String> {
+    let listener = std::net::TcpListener::bind(addr).map_err(|e| {
+        let why = match e.kind() {
+            std::io::ErrorKind::AddrInUse => "Address already in use".to_string(),
+            _ => e.to_string(),
+        };
+        format!("Socket server failed to bind to {addr} (listener {name}): {why}.")
+    })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| format!("listener {name} on {addr}: {e}"))?;
+    Ok(listener)
+}
+
+/// This shard's descriptor of a listener `bind` made.
+pub fn for_shard(listener: &std::net::TcpListener) -> Result<TcpListener, String> {
+    let own = listener.try_clone().map_err(|e| e.to_string())?;
+    Ok(crate::sys::glommio_listener(own))
 }
 
 /// Accepts until `stop` fires, then waits up to `drain` for open connections to finish.

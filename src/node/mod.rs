@@ -64,7 +64,9 @@ struct ShardContext {
     coordinator: usize,
     roles: Vec<Role>,
     node_id: i32,
-    listen: Vec<SocketAddr>,
+    /// The controller listeners, bound once for the process; each acceptor shard takes its own
+    /// descriptor of each.
+    listen: Vec<(SocketAddr, Arc<std::net::TcpListener>)>,
     limits: ConnectionLimits,
     state: ServerState,
     stop_flag: Arc<AtomicBool>,
@@ -102,9 +104,15 @@ pub fn run(
         "storage ready"
     );
     let listen = resolve_listeners(&config)?;
+    // Bound here, once: a port another process holds fails the start now.
+    let mut bound = Vec::new();
+    for (name, addr) in listen {
+        let listener = server::bind(&name, addr).map_err(NodeError)?;
+        bound.push((addr, Arc::new(listener)));
+    }
     let setup = raft_setup(&config, &identity.meta)?;
     let stop_flag = register_signals()?;
-    let shards = spawn_shards(&config, &tuning, listen, setup, load, stop_flag)?;
+    let shards = spawn_shards(&config, &tuning, bound, setup, load, stop_flag)?;
     let result = join_shards(shards);
     drop(identity); // releases the directory lock
     if result.is_ok() {
@@ -127,7 +135,7 @@ fn init_tracing() {
         .try_init();
 }
 
-fn resolve_listeners(config: &ServerConfig) -> Result<Vec<SocketAddr>, NodeError> {
+fn resolve_listeners(config: &ServerConfig) -> Result<Vec<(String, SocketAddr)>, NodeError> {
     let mut out = Vec::new();
     for listener in config.controller_listeners() {
         let host = if listener.host.is_empty() {
@@ -140,7 +148,7 @@ fn resolve_listeners(config: &ServerConfig) -> Result<Vec<SocketAddr>, NodeError
             .map_err(|e| NodeError(format!("listeners: cannot resolve {listener}: {e}")))?
             .next()
             .ok_or_else(|| NodeError(format!("listeners: {listener} resolves to no address")))?;
-        out.push(addr);
+        out.push((listener.name.clone(), addr));
     }
     Ok(out)
 }
@@ -265,7 +273,7 @@ type ShardHandle = glommio::ExecutorJoinHandle<Result<(), String>>;
 fn spawn_shards(
     config: &ServerConfig,
     tuning: &Tuning,
-    listen: Vec<SocketAddr>,
+    listen: Vec<(SocketAddr, Arc<std::net::TcpListener>)>,
     raft_setup: RaftSetup,
     load: Option<load::LoadSpec>,
     stop_flag: Arc<AtomicBool>,
@@ -367,7 +375,13 @@ async fn shard_main(ctx: ShardContext) -> Result<(), String> {
     shard_body(ctx).instrument(span).await
 }
 
-async fn shard_body(ctx: ShardContext) -> Result<(), String> {
+async fn shard_body(mut ctx: ShardContext) -> Result<(), String> {
+    // Only acceptor shards keep a descriptor of the listeners; the others let go at once, so a
+    // listener closes as soon as the last acceptor shard stops.
+    let mut listen = std::mem::take(&mut ctx.listen);
+    if !ctx.roles.contains(&Role::Acceptor) {
+        listen.clear();
+    }
     let _ = ctx.started.send(ctx.index);
     // glommio 0.9's first timer can fire 30–80 ms late; take that hit before any real timer.
     glommio::timer::sleep(Duration::from_millis(1)).await;
@@ -442,8 +456,8 @@ async fn shard_body(ctx: ShardContext) -> Result<(), String> {
     let mut serving = Vec::new();
     if ctx.roles.contains(&Role::Acceptor) {
         let state = Rc::new(ctx.state);
-        for addr in &ctx.listen {
-            match server::bind(*addr) {
+        for (addr, bound) in std::mem::take(&mut listen) {
+            match server::for_shard(&bound) {
                 Ok(listener) => {
                     let drain = Duration::from_millis(c::SHUTDOWN_DRAIN_MS);
                     let raft = Some(ctx.raft.clone());

@@ -4,7 +4,6 @@
 //! failure back to the executor's input stream (raft.md §9: a disconnect is a failure).
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -126,7 +125,7 @@ async fn peer_task(
         if conn.as_ref().is_none_or(|c| !c.is_usable()) {
             conn = None;
             if Instant::now() >= reconnect_at {
-                let connected = match resolve(&endpoint).await {
+                let connected = match crate::net::resolve::resolve(&endpoint).await {
                     Some(addr) => PeerConnection::connect(addr, &client_id, timeout)
                         .await
                         .map_err(|e| debug!(error = %e, "cannot connect"))
@@ -196,36 +195,4 @@ async fn exchange(
         warn!(error = %e, "undecodable response");
         Failure::Disconnected
     })
-}
-
-/// Resolves a peer's endpoint. An address needs no lookup; a host name is looked up on a
-/// short-lived thread, so the raft shard never blocks on the resolver.
-async fn resolve(endpoint: &Endpoint) -> Option<SocketAddr> {
-    if let Ok(ip) = endpoint.host.parse::<std::net::IpAddr>() {
-        return Some(SocketAddr::new(ip, endpoint.port));
-    }
-    let (host, port) = (endpoint.host.clone(), endpoint.port);
-    let (tx, rx) = futures_channel::oneshot::channel();
-    let spawned = std::thread::Builder::new()
-        .name("ringraft-resolve".into())
-        .spawn(move || {
-            use std::net::ToSocketAddrs;
-            let _ = tx.send(
-                (host.as_str(), port)
-                    .to_socket_addrs()
-                    .map(|mut a| a.next()),
-            );
-        });
-    if let Err(e) = spawned {
-        warn!(host = %endpoint.host, error = %e, "cannot start a resolver thread");
-        return None;
-    }
-    match rx.await {
-        Ok(Ok(addr)) => addr,
-        Ok(Err(e)) => {
-            warn!(host = %endpoint.host, port = endpoint.port, error = %e, "cannot resolve a peer");
-            None
-        }
-        Err(_) => None,
-    }
 }
