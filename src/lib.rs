@@ -1,20 +1,26 @@
 //! ringraft: a KRaft (Apache Kafka metadata quorum) node for Linux, thread-per-core on glommio.
 //!
 //! ```text
-//!  clients / peers ─TCP─► net::server (acceptor shards, SO_REUSEPORT)
-//!                           │ net::frame: int32 frames, size checked before reading
+//!  clients / peers ─TCP─► net::server (acceptor shards; one socket per listener per process)
+//!                           │ net::frame: int32 frames, size checked before reading, memory
+//!                           │   bounded by queued.max.request.bytes
 //!                           ▼
 //!                         net::dispatch ─► protocol (checked decoders, ApiVersions table)
-//!                           │                   ▲ pure, no I/O
-//!                           ▼                   │
-//!                  node (glommio shards, mesh, stop) ─► raft / membership (pure cores, later)
-//!                           │
+//!                           │ RaftService (node::handle::RaftHandle)
 //!                           ▼
-//!                         log (meta.properties now; segments and snapshots later)
+//!     node::executor ── the one loop: feeds raft/ + membership/ (pure cores) and runs every
+//!       │   │   │        Ready in order: persist → (flush started) → send → persisted → deliver
+//!       │   │   └─ Transport: node::peers (outbound connections)  [tests/sim: its network]
+//!       │   └──── Clock: node::raft_shard (glommio timers)          [tests/sim: simulated time]
+//!       └──────── Storage: node::raft_storage over log/              [tests/sim: SimLog disk]
+//!                    log::metadata_log (segments on DMA files, batch cache, reads through the
+//!                    ring), log::snapshot_io, quorum-state; log::recovery at start
 //! ```
 //!
-//! `config` turns server.properties and tuning files into typed values; `cli` is the command
-//! line. `constants` holds every limit; `sys` holds every `unsafe` call.
+//! `records` holds RecordBatch v2 and `ValidBatches` (a batch checked once where it entered);
+//! `types` the values every layer shares; `config` turns server.properties and tuning files
+//! into typed values; `cli` is the command line. `constants` holds every limit; `sys` holds
+//! every `unsafe` call.
 
 pub mod cli;
 pub mod config;

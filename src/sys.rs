@@ -92,3 +92,22 @@ pub fn glommio_listener(listener: std::net::TcpListener) -> glommio::net::TcpLis
     // (`into_raw_fd` gave up the std listener's ownership), as `from_raw_fd` requires.
     unsafe { glommio::net::TcpListener::from_raw_fd(fd) }
 }
+
+/// Clock ticks per second, the unit of `/proc/<pid>/stat`'s CPU times (100 when unknown).
+pub fn clock_ticks_per_second() -> u64 {
+    // SAFETY: sysconf only reads a system constant.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    u64::try_from(ticks).ok().filter(|t| *t > 0).unwrap_or(100)
+}
+
+/// User plus system CPU time of process `pid` so far, in clock ticks (`/proc/<pid>/stat`
+/// fields 14 and 15); `None` once it has gone.
+pub fn process_cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces; the fields after its ')' are plain.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}

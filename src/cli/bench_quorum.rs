@@ -485,6 +485,9 @@ struct Bench<'a> {
 /// One finished phase.
 struct PhaseResult {
     summary: Summary,
+    /// CPU time of the phase's three processes over the measured period, per committed record
+    /// (µs); `None` when it could not be read.
+    cpu_us_per_record: Option<f64>,
     /// Index (0-based) of the process that generated the load.
     leader: usize,
     /// Processes other than the first that generated load (leadership moved).
@@ -691,12 +694,22 @@ impl Bench<'_> {
         let mut leader: Option<usize> = None;
         let mut leader_changes = 0;
         let mut eof = [false; 3];
+        // The three processes' CPU time when the warm-up ended.
+        let mut cpu_at_warmup: Option<u64> = None;
         loop {
             self.check_interrupted()?;
             match rx.recv_timeout(Duration::from_millis(100)) {
                 Ok(Event::Line(index, line)) => match parse_line(&line) {
                     Line::Summary(summary) => {
                         let leader = leader.unwrap_or(index);
+                        let cpu_us_per_record = cpu_at_warmup
+                            .zip(procs.cpu_ticks())
+                            .filter(|_| summary.records > 0)
+                            .map(|(start, end)| {
+                                let us = end.saturating_sub(start) as f64 * 1e6
+                                    / crate::sys::clock_ticks_per_second() as f64;
+                                us / summary.records as f64
+                            });
                         if leader_changes > 0 {
                             self.say(&format!(
                                 "  warning: leadership moved during {name}; the summary covers \
@@ -705,6 +718,7 @@ impl Bench<'_> {
                         }
                         return Ok(PhaseResult {
                             summary,
+                            cpu_us_per_record,
                             leader,
                             leader_changes,
                         });
@@ -737,6 +751,10 @@ impl Bench<'_> {
                                 ));
                             }
                             Some(_) => {}
+                        }
+                        let t_ms = map.get("t_ms").and_then(Value::as_f64).unwrap_or(0.0);
+                        if cpu_at_warmup.is_none() && t_ms >= a.warmup_ms as f64 {
+                            cpu_at_warmup = procs.cpu_ticks();
                         }
                         self.progress(name, map);
                     }
@@ -830,6 +848,17 @@ impl Bench<'_> {
             .map(|(name, r)| (name.as_str(), compare(&r.summary, &ringraft)))
             .collect();
         let noisy = floor_runs_disagree(&floor_runs);
+        let cpu_median = |runs: &[(String, &PhaseResult)]| -> Option<f64> {
+            let mut v: Vec<f64> = runs
+                .iter()
+                .filter_map(|(_, r)| r.cpu_us_per_record)
+                .collect();
+            v.sort_by(f64::total_cmp);
+            (!v.is_empty()).then(|| v[v.len() / 2])
+        };
+        let (cpu_floor, cpu_ours) = (cpu_median(&floors), cpu_median(&ours));
+        let cpu_ratio = cpu_floor.zip(cpu_ours).map(|(f, o)| o / f.max(1e-9));
+        let cpu_met = cpu_ratio.is_some_and(|r| r <= GOAL_CPU);
         if a.json {
             let phases: Vec<Value> = done
                 .iter()
@@ -861,12 +890,19 @@ impl Bench<'_> {
                     "p99": round3(cmp.p99),
                     "p999": round3(cmp.p999),
                 },
+                "cpu_us_per_record": {
+                    "floor": cpu_floor.map(round3),
+                    "ringraft": cpu_ours.map(round3),
+                    "ratio": cpu_ratio.map(round3),
+                },
                 "goals": {
                     "p50_max": GOAL_P50,
                     "p99_max": GOAL_P99,
+                    "cpu_max": GOAL_CPU,
                     "p50_met": cmp.p50_met,
                     "p99_met": cmp.p99_met,
-                    "met": cmp.p50_met && cmp.p99_met,
+                    "cpu_met": cpu_met,
+                    "met": cmp.p50_met && cmp.p99_met && cpu_met,
                 },
                 "ratios_against_each_floor_run": each
                     .iter()
@@ -931,6 +967,14 @@ impl Bench<'_> {
             cmp.p99,
             verdict(cmp.p99_met)
         );
+        match (cpu_floor, cpu_ours, cpu_ratio) {
+            (Some(f), Some(o), Some(r)) => println!(
+                "goal CPU per committed record ≤ {GOAL_CPU:.2}× floor: ringraft {o:.1} µs, floor \
+                 {f:.1} µs, {r:.2}× — {}",
+                verdict(cpu_met)
+            ),
+            _ => println!("goal CPU per committed record: not measured (/proc unreadable)"),
+        }
         if !sustained {
             println!(
                 "note: ringraft committed {:.0} B/s, below the target {:.0} B/s",
@@ -966,6 +1010,9 @@ pub fn floor_runs_disagree(runs: &[Summary]) -> bool {
     };
     spread(|s| s.p50) || spread(|s| s.p99)
 }
+
+/// CPU time per committed record, against the floor's (a fix that spins does not count).
+pub const GOAL_CPU: f64 = 3.0;
 
 fn round3(v: f64) -> f64 {
     if v.is_finite() {
@@ -1055,6 +1102,15 @@ impl Procs {
             status: None,
         });
         Ok(())
+    }
+
+    /// The summed CPU time of every process, in clock ticks; `None` if one cannot be read.
+    fn cpu_ticks(&self) -> Option<u64> {
+        self.list
+            .iter()
+            .flatten()
+            .map(|p| crate::sys::process_cpu_ticks(p.child.id()))
+            .sum()
     }
 
     fn exited(&mut self, index: usize) -> Option<ExitStatus> {
@@ -1163,8 +1219,6 @@ pub fn run_floor_node(args: FloorNodeArgs) -> Result<(), CliError> {
 fn open_dsync(path: &Path) -> std::io::Result<File> {
     OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
         .custom_flags(libc::O_DIRECT | libc::O_DSYNC)
         .open(path)
 }
@@ -1175,8 +1229,13 @@ fn round_up(len: usize) -> usize {
     len.div_ceil(PAGE) * PAGE
 }
 
-/// An append-only O_DIRECT|O_DSYNC file: each append goes, zero-padded to whole pages, at the
-/// next page boundary, through a 4 KiB-aligned buffer (carved from a larger vector).
+/// The floor writes into this many bytes of pre-zeroed blocks, over and over: the cheapest
+/// durable write the disk can do (no block allocation or extent conversion for the journal).
+const FLOOR_RING_BYTES: usize = 16 << 20;
+
+/// An O_DIRECT|O_DSYNC appender: each append goes, zero-padded to whole pages, at the next page
+/// boundary of a pre-zeroed region (wrapping at its end), through a 4 KiB-aligned buffer
+/// (carved from a larger vector).
 struct DsyncAppender {
     file: File,
     position: u64,
@@ -1185,6 +1244,15 @@ struct DsyncAppender {
 
 impl DsyncAppender {
     fn open(path: &Path) -> std::io::Result<DsyncAppender> {
+        {
+            use std::io::Write;
+            let mut zeros = File::create(path)?;
+            let chunk = vec![0u8; 1 << 20];
+            for _ in 0..FLOOR_RING_BYTES / chunk.len() {
+                zeros.write_all(&chunk)?;
+            }
+            zeros.sync_all()?;
+        }
         Ok(DsyncAppender {
             file: open_dsync(path)?,
             position: 0,
@@ -1207,6 +1275,9 @@ impl DsyncAppender {
             at += p.len();
         }
         page[at..].fill(0);
+        if self.position as usize + padded > FLOOR_RING_BYTES {
+            self.position = 0;
+        }
         self.file.write_all_at(page, self.position)?;
         self.position += padded as u64;
         Ok(())

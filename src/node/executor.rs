@@ -292,27 +292,29 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
             let cap = if self.stopping.is_some() { 20 } else { 1000 };
             let deadline = self.raft.borrow().deadline_ms().min(now + cap);
             let (flush, snapshot, clock) = (&mut self.flush, &mut self.snapshot, &self.clock);
+            // A finished flush is looked at first: until it is, the Readys waiting for it stay
+            // queued and the next flush cannot start, however busy the inputs are.
             let event = future::or(
-                async { Event::Input(inputs.next().await) },
+                async {
+                    match flush.as_mut() {
+                        Some(f) => Event::Flushed(f.await),
+                        None => future::pending().await,
+                    }
+                },
                 future::or(
+                    async { Event::Input(inputs.next().await) },
                     future::or(
-                        async {
-                            match flush.as_mut() {
-                                Some(f) => Event::Flushed(f.await),
-                                None => future::pending().await,
-                            }
-                        },
                         async {
                             match snapshot.as_mut() {
                                 Some(s) => Event::Snapshot((&mut s.write).await),
                                 None => future::pending().await,
                             }
                         },
+                        async {
+                            clock.sleep_until(deadline).await;
+                            Event::Tick
+                        },
                     ),
-                    async {
-                        clock.sleep_until(deadline).await;
-                        Event::Tick
-                    },
                 ),
             )
             .await;

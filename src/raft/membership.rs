@@ -3,6 +3,13 @@
 //! and the follower's side: UpdateRaftVoter, auto-join and finding the leader through the
 //! bootstrap servers (§6, §8). One change is in flight at a time; it takes effect when appended
 //! and is answered when committed.
+//!
+//! Why this lives in `raft/` and not in `membership/`: these handlers are `impl Raft` — they
+//! read and change the core's role, log view, timers and outbox, all private to `raft/`. In
+//! `membership/` they would need those internals made public, and `membership/` would import
+//! `raft/` while `raft/` imports `membership/` (its `VoterSet` and `VoterHistory`): the upward
+//! cycle the layering rules forbid. `membership/` keeps the pure value logic (voter sets, their
+//! history along the log); the core keeps its own transitions.
 
 use super::core::{Raft, Role};
 use super::message::{
