@@ -109,7 +109,7 @@ impl Transport for PeerTransport {
 async fn peer_task(
     endpoint: Endpoint,
     mut requests: mpsc::UnboundedReceiver<(RequestId, Request)>,
-    driver: mpsc::UnboundedSender<ExecutorInput>,
+    executor: mpsc::UnboundedSender<ExecutorInput>,
     timeout: Duration,
     client_id: String,
 ) {
@@ -148,7 +148,7 @@ async fn peer_task(
             None => Err(Failure::Disconnected),
             Some(c) => exchange(c, &request, timeout).await,
         };
-        if driver
+        if executor
             .unbounded_send(ExecutorInput::Peer { id, result })
             .is_err()
         {
