@@ -3,21 +3,22 @@
 //!
 //! glommio 0.9 sends a `DmaFile`'s reads and writes to a ring created with IORING_SETUP_IOPOLL
 //! whenever a probe read on the first such file of a device succeeds, and caches that answer
-//! per device for the thread. On a device without poll queues (`queue/io_poll` = 0 in sysfs:
-//! nearly every cloud disk, NVMe without `poll_queues`) that probe can still succeed, and an
-//! executor with a write in flight then never sleeps: it spins in `io_uring_enter` (13k–136k
-//! calls per second per node measured here) and steals the core from everything else on it.
+//! per device for the thread. The first file is usually a new, empty segment: the probe reads
+//! past its end, which succeeds without reaching the device, so even a device without poll
+//! queues (`queue/io_poll` = 0 in sysfs: nearly every cloud disk, NVMe without `poll_queues`)
+//! is taken as pollable. An executor with a write in flight then never sleeps: it spins in
+//! `io_uring_enter` (13k–136k calls per second per node measured here) and steals the core from
+//! everything else on it.
 //!
 //! glommio offers no switch for this, and the probe runs once per device and thread. So before
 //! any segment or snapshot file is opened on a shard, `prepare` reads `queue/io_poll` for the
-//! directory's device; when it is not 1, it opens one scratch file write-only through
-//! glommio's public `OpenOptions::dma_open`. The probe read on a write-only descriptor fails
-//! (EBADF), and glommio records the device as not pollable for this thread: every later
-//! `DmaFile` there uses the interrupt-driven main ring, which sleeps while I/O is in flight.
-//! glommio logs that failed probe as an error of its own (`glommio::reactor`), which the default
-//! log filter hides. Where the device does support polling, nothing is done and polling stays.
-//! A write and a read of the scratch file, counted by glommio's per-ring statistics, then show
-//! which ring really serves the directory.
+//! directory's device; when it is not 1, it makes glommio's first probe on that device read a
+//! scratch file that holds a page of data, through glommio's public `OpenOptions::dma_open`.
+//! That read reaches the device, which refuses polled I/O (EOPNOTSUPP), and glommio records the
+//! device as not pollable for this thread: every later `DmaFile` there uses the
+//! interrupt-driven main ring, which sleeps while I/O is in flight. Where the device does
+//! support polling, nothing is done and polling stays. A write and a read of the scratch file,
+//! counted by glommio's per-ring statistics, then show which ring really serves the directory.
 
 use std::fmt;
 use std::io;
@@ -66,10 +67,11 @@ pub async fn prepare(dir: &Path) -> io::Result<RingReport> {
     let io_poll = device_io_poll(libc::major(dev), libc::minor(dev));
     let scratch = dir.join(".ringraft-ring-probe");
     if io_poll.as_deref() != Ok("1") {
-        // The probe of this write-only file fails, and glommio marks the device not pollable.
+        // A page of data, so that glommio's probe read reaches the device (see above). Written
+        // before the shard serves anything; this runs at start-up only.
+        std::fs::write(&scratch, [0u8; PAGE_BYTES])?;
         let probe = OpenOptions::new()
-            .write(true)
-            .create(true)
+            .read(true)
             .dma_open(&scratch)
             .await
             .map_err(glommio_io)?;

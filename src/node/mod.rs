@@ -121,9 +121,8 @@ pub fn run(
     result
 }
 
-/// Info and above, without glommio's report of the iopoll probe that `log::ring` makes fail
-/// on purpose. `RUST_LOG` replaces it.
-const DEFAULT_LOG_FILTER: &str = "info,glommio::reactor=off";
+/// Info and above unless `RUST_LOG` says otherwise.
+const DEFAULT_LOG_FILTER: &str = "info";
 
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -504,7 +503,13 @@ async fn open_log(
         .await
         .map_err(|e| format!("cannot open the metadata log: {e}"))?;
     if let Some(ring) = &report.ring {
-        info!(dir = %dir.display(), ring = %ring.ring, io_poll = %ring.io_poll, "data directory ring");
+        let polled = ring.ring == crate::log::ring::RingKind::Polled;
+        if polled && ring.io_poll != "1" {
+            warn!(dir = %dir.display(), io_poll = %ring.io_poll,
+                "glommio polls this directory's device although it reports no poll queues");
+        } else {
+            info!(dir = %dir.display(), ring = %ring.ring, io_poll = %ring.io_poll, "data directory ring");
+        }
     }
     if let Some((file, position, reason)) = &report.torn_tail {
         warn!(file = %file.display(), position, reason = %reason, "cut a torn tail after a crash");
