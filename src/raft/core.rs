@@ -222,6 +222,10 @@ pub(super) struct FollowerState {
     /// A successful Fetch from this leader in this epoch (pre-votes are refused after it).
     pub has_fetched: bool,
     pub download: Option<Download>,
+    /// When this follower next considers UpdateRaftVoter or auto-join (membership.md §6, §8).
+    /// Like Kafka 4.1+, one fetch timeout after the follower state begins, and one fetch
+    /// timeout after each look.
+    pub membership_due: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -317,8 +321,6 @@ pub struct Raft {
     pub(super) learned_leader: Option<(i32, i32, Vec<Endpoint>)>,
     /// Next bootstrap server an observer without a leader asks.
     pub(super) next_bootstrap: usize,
-    /// When a follower next considers UpdateRaftVoter or auto-join (membership.md §6, §8).
-    pub(super) membership_due: u64,
     /// The epoch in which this voter's UpdateRaftVoter was accepted (or refused for good).
     pub(super) updated_in_epoch: Option<i32>,
     pub(super) epoch: i32,
@@ -368,7 +370,6 @@ impl Raft {
             membership: membership.into(),
             learned_leader: None,
             next_bootstrap: 0,
-            membership_due: 0,
             updated_in_epoch: None,
             epoch: 0,
             role: Role::Unattached(Unattached {
@@ -445,6 +446,7 @@ impl Raft {
                 fetch_deadline,
                 has_fetched: false,
                 download: None,
+                membership_due: now + self.config.fetch_timeout_ms,
             }));
         } else {
             self.set_role(Role::Unattached(Unattached {
@@ -947,6 +949,7 @@ impl Raft {
             fetch_deadline,
             has_fetched: false,
             download: None,
+            membership_due: self.now_ms + self.config.fetch_timeout_ms,
         }));
         self.persist_election_state();
     }

@@ -705,13 +705,14 @@ impl Raft {
     /// UpdateRaftVoter for a voter whose entry is stale (§6), or the auto-join requests (§8).
     pub(super) fn follower_membership_request(&mut self) -> Option<Request> {
         let now = self.now_ms;
-        let Role::Follower(s) = &self.role else {
+        let fetch_timeout_ms = self.config.fetch_timeout_ms;
+        let Role::Follower(s) = &mut self.role else {
             return None;
         };
-        if !s.has_fetched || now < self.membership_due || self.shutting_down {
+        if !s.has_fetched || now < s.membership_due || self.shutting_down {
             return None;
         }
-        self.membership_due = now + 3 * self.config.fetch_timeout_ms;
+        s.membership_due = now + fetch_timeout_ms;
         let local = self.config.local;
         let local_directory = local.directory_id?;
         let level = self.membership.kraft_version();
@@ -1018,5 +1019,90 @@ mod tests {
         let applied = history.apply_batches(&batch).unwrap();
         assert_eq!(applied, 1);
         assert_eq!(history.latest().len(), 2);
+    }
+
+    /// Like a Kafka 4.1+ follower (KAFKA-16538), a static voter sends UpdateRaftVoter one fetch
+    /// timeout after it starts following, in place of a Fetch, and again one fetch timeout after
+    /// a refusal it may retry; NONE ends it for the epoch.
+    #[test]
+    fn a_follower_sends_update_voter_one_fetch_timeout_after_it_starts_following() {
+        let set = VoterSet::new(
+            (1..=3)
+                .map(|id| Voter::new(ReplicaKey::new(id, None), endpoint(id)))
+                .collect(),
+        )
+        .unwrap();
+        let history = VoterHistory::from_records(set, &[]).unwrap();
+        let mut config = RaftConfig::new(key(1), "c".into(), 7);
+        config.listener_name = Some("CONTROLLER".into());
+        config.local_endpoints = endpoint(1);
+        let timeout = config.fetch_timeout_ms;
+        let stored = crate::raft::ElectionState {
+            epoch: 3,
+            leader_id: Some(2),
+            voted_key: None,
+        };
+        let mut raft = Raft::new(
+            config,
+            history,
+            Some(stored),
+            &LogInfo::default(),
+            Time::simulated(0),
+        );
+        let mut now = 0;
+        let (mut updates, mut first_update) = (0, None);
+        // The leader answers every Fetch at once; UpdateRaftVoter with REQUEST_TIMED_OUT twice
+        // (no high watermark yet), then NONE.
+        // Requests are answered one tick (50 ms) after they are sent.
+        let mut in_flight = Vec::new();
+        while now <= 5 * timeout {
+            raft.step(Time::simulated(now), Input::Tick);
+            in_flight.extend(drain(&mut raft).0);
+            for m in std::mem::take(&mut in_flight) {
+                let Outbound::Request { id, to: 2, request } = m else {
+                    continue;
+                };
+                let response = match request {
+                    Request::Fetch(f) => Response::Fetch(super::super::message::FetchResponse {
+                        error: ErrorCode::NONE,
+                        partition_error: ErrorCode::NONE,
+                        high_watermark: 0,
+                        log_start_offset: 0,
+                        diverging_epoch: None,
+                        leader_id: 2,
+                        leader_epoch: f.current_leader_epoch,
+                        snapshot_id: None,
+                        records: super::super::message::Records::None,
+                        leader_endpoints: endpoint(2),
+                    }),
+                    Request::UpdateVoter(u) => {
+                        assert_eq!(u.voter, key(1));
+                        updates += 1;
+                        first_update.get_or_insert(now);
+                        Response::UpdateVoter(UpdateVoterResponse {
+                            error: if updates < 3 {
+                                ErrorCode::REQUEST_TIMED_OUT
+                            } else {
+                                ErrorCode::NONE
+                            },
+                            leader_id: 2,
+                            leader_epoch: 3,
+                            leader_endpoints: endpoint(2),
+                        })
+                    }
+                    other => panic!("unexpected {other:?}"),
+                };
+                raft.step(Time::simulated(now), Input::Response { id, response });
+                in_flight.extend(drain(&mut raft).0);
+            }
+            now += 50;
+        }
+        let first = first_update.expect("no UpdateRaftVoter");
+        assert!(
+            (timeout..timeout + 100).contains(&first),
+            "first UpdateRaftVoter at {first} ms"
+        );
+        // Sent at ~1, ~2 and ~3 fetch timeouts; none after NONE.
+        assert_eq!(updates, 3, "UpdateRaftVoter count");
     }
 }

@@ -7,6 +7,7 @@
 #   tests/interop/run.sh                       # every check
 #   KAFKA_VERSIONS="4.4.0" tests/interop/run.sh
 #   RINGRAFT_UPDATE_GOLDEN=1 tests/interop/run.sh   # refresh tests/golden/*.bin captures
+#   RINGRAFT_UPGRADE_RUNS=20 tests/interop/run.sh   # also upgrade 20 fresh static quorums
 #   CARGO_TARGET_DIR=/elsewhere tests/interop/run.sh # the ringraft binary is built (and taken) there
 set -euo pipefail
 
@@ -579,25 +580,75 @@ done
 # kafka-features upgrades a static quorum to kraft.version 1 (membership.md §10): the voters
 # have told the leader their directory ids with UpdateRaftVoter, and the leader writes
 # KRaftVersion(1) + Voters. Afterwards the quorum is dynamic and describe shows the same voters.
+#
+# Like a Kafka 4.1+ follower, a ringraft follower sends its first UpdateRaftVoter one fetch
+# timeout (2 s) after it starts following, so an upgrade tried sooner is refused ("has not sent
+# UpdateRaftVoter"), as it is on Kafka. The check waits the way an operator would: it repeats the
+# upgrade while that is the answer, at most 15 times a second apart, and fails on any other
+# refusal.
 LAST_V=${KAFKA_VERSIONS##* }
 FIRST_V=${KAFKA_VERSIONS%% *}
-kraft_upgrade() { # kraft_upgrade VERSION
-  local v=$1 out="$RUN/upgrade-$1.out"
-  timeout 60 java -cp "$WORK/kafka-$v/*" org.apache.kafka.tools.FeatureCommand \
-    --bootstrap-controller "127.0.0.1:${QPORTS[0]}" upgrade --feature kraft.version=1 > "$out" 2>&1 \
-    || { cat "$out"; return 1; }
+kraft_upgrade() { # kraft_upgrade VERSION PORT...: upgrades through the first port, reads back through the last
+  local v=$1; shift
+  local first=$1 last=${*: -1} out="$RUN/upgrade-$v-$1.out" tries=0
+  while :; do
+    tries=$((tries + 1))
+    if timeout 60 java -cp "$WORK/kafka-$v/*" org.apache.kafka.tools.FeatureCommand \
+      --bootstrap-controller "127.0.0.1:$first" upgrade --feature kraft.version=1 > "$out" 2>&1; then
+      break
+    fi
+    if ! grep -q "has not sent UpdateRaftVoter" "$out" || [ "$tries" -ge 15 ]; then
+      cat "$out"; echo "upgrade refused (attempt $tries)"; return 1
+    fi
+    sleep 1
+  done
   grep -v '^SLF4J' "$out"
+  echo "upgraded on attempt $tries"
+  echo "$tries" >> "$RUN/upgrade-attempts"
   grep -qx "kraft.version was upgraded to 1." "$out" || { echo "no upgrade line"; return 1; }
   timeout 60 java -cp "$WORK/kafka-$v/*" org.apache.kafka.tools.FeatureCommand \
-    --bootstrap-controller "127.0.0.1:${QPORTS[1]}" describe > "$out.describe" 2>&1 || return 1
+    --bootstrap-controller "127.0.0.1:$last" describe > "$out.describe" 2>&1 || return 1
   grep -v '^SLF4J' "$out.describe" | tr -s ' \t' ' ' | grep -q \
     "^Feature: kraft.version SupportedMinVersion: 0 SupportedMaxVersion: 1 FinalizedVersionLevel: 1 " \
     || { cat "$out.describe"; echo "kraft.version is not finalized at 1"; return 1; }
 }
 check "kafka-features $LAST_V upgrade --feature kraft.version=1 on a static ringraft quorum" \
-  kraft_upgrade "$LAST_V"
+  kraft_upgrade "$LAST_V" "${QPORTS[0]}" "${QPORTS[1]}"
 check "kafka-metadata-quorum $LAST_V describe --status after the kraft.version upgrade" \
   metadata_quorum "$LAST_V" status
+
+# RINGRAFT_UPGRADE_RUNS=N repeats the upgrade on N fresh static quorums, each upgraded as soon
+# as it has elected a leader (issue 14: the check must pass 20 runs in a row).
+upgrade_fresh_quorum() { # upgrade_fresh_quorum RUN_NUMBER
+  local n=$1 base="$RUN/up$1" id ports=() voters="" pids=() i rc=0
+  id=$("$RINGRAFT" storage random-uuid)
+  for i in 1 2 3; do ports+=("$(free_port)"); done
+  for i in 1 2 3; do voters="$voters${voters:+,}$i@127.0.0.1:${ports[$((i - 1))]}"; done
+  for i in 1 2 3; do
+    mkdir -p "$base/q$i"
+    cat > "$base/q$i/server.properties" <<PROPS
+process.roles=controller
+node.id=$i
+listeners=CONTROLLER://127.0.0.1:${ports[$((i - 1))]}
+controller.listener.names=CONTROLLER
+controller.quorum.voters=$voters
+metadata.log.dir=$base/q$i/data
+PROPS
+    "$RINGRAFT" storage format -t "$id" -c "$base/q$i/server.properties" >/dev/null
+    "$RINGRAFT" start -c "$base/q$i/server.properties" > "$base/q$i/node.log" 2>&1 &
+    pids+=("$!"); PIDS+=("$!")
+  done
+  for _ in $(seq 100); do grep -q 'state="Leader"' "$base"/q*/node.log && break; sleep 0.1; done
+  kraft_upgrade "$LAST_V" "${ports[@]}" || rc=1
+  for i in "${pids[@]}"; do kill -TERM "$i"; done
+  for i in "${pids[@]}"; do wait "$i" || rc=1; done
+  [ "$rc" = 0 ] && rm -rf "$base"
+  return "$rc"
+}
+for r in $(seq "${RINGRAFT_UPGRADE_RUNS:-0}"); do
+  check "kraft.version upgrade on fresh static quorum $r of $RINGRAFT_UPGRADE_RUNS" upgrade_fresh_quorum "$r"
+done
+[ -f "$RUN/upgrade-attempts" ] && say "kraft.version upgrade attempts per run: $(tr '\n' ' ' < "$RUN/upgrade-attempts")"
 
 # ---- KIP-853: Kafka's tools add and remove controllers of a live ringraft quorum -------------
 # Node 1 is formatted --standalone, nodes 2 and 3 --no-initial-controllers and found as
