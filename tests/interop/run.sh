@@ -78,7 +78,10 @@ RINGRAFT="${CARGO_TARGET_DIR:-$ROOT/target}/release/ringraft"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 RUN=$(mktemp -d "$WORK/run.XXXXXX")
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
+# Processes started inside a check run in its subshell, so they are recorded in a file too.
+cleanup() {
+  for p in "${PIDS[@]}" $(cat "$RUN/pids" 2>/dev/null); do kill "$p" 2>/dev/null || true; done
+}
 trap cleanup EXIT
 
 PORT=$(free_port)
@@ -109,7 +112,7 @@ proxy() {
   mkdir -p "$RUN/captures"
   python3 "$HERE/wire_proxy.py" --listen "$PROXY_PORT" --upstream "$PORT" \
     --record "$RUN/captures" --label "$label" "$@" > "$PROXY_LOG" 2>&1 &
-  PIDS+=("$!")
+  PIDS+=("$!"); echo "$!" >> "$RUN/pids"
   for _ in $(seq 100); do grep -q ready "$PROXY_LOG" 2>/dev/null && return 0; sleep 0.05; done
   die "proxy $label did not start"
 }
@@ -224,7 +227,7 @@ ringraft_reads_kafka() {
   local before after pid
   before=$(cd "$dir" && find . -type f ! -name .lock | sort | xargs sha1sum)
   "$RINGRAFT" start -c "$cfg" > "$RUN/kk-$v.log" 2>&1 &
-  pid=$!
+  pid=$!; echo "$pid" >> "$RUN/pids"
   for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.05; done
   python3 - "$port" <<'PY' || { kill "$pid"; return 1; }
 import socket, struct, sys
@@ -288,7 +291,7 @@ ringraft_reads_kafka_log() {
   storage_config "$dir" "$port" > "$cfg"
   kafka_storage "$v" format -t "$("$RINGRAFT" storage random-uuid)" -c "$cfg" >/dev/null
   java -Xmx512m -cp "$WORK/kafka-$v/*" kafka.Kafka "$cfg" > "$RUN/kc-$v.out" 2>&1 &
-  local pid=$!
+  local pid=$!; echo "$pid" >> "$RUN/pids"
   # Let it elect itself and write its epoch-start batch and some NoOp records (every 500 ms).
   local batches=0
   for _ in $(seq 60); do
@@ -328,7 +331,7 @@ PROPS
   "$RINGRAFT" storage format -t "$("$RINGRAFT" storage random-uuid)" -c "$cfg" --standalone >/dev/null || return 1
   t0=$(date +%s%3N)
   "$RINGRAFT" start -c "$cfg" > "$RUN/ct-$v.log" 2>&1 &
-  pid=$!
+  pid=$!; echo "$pid" >> "$RUN/pids"
   sleep 3
   kill -TERM "$pid"; wait "$pid" || { tail -20 "$RUN/ct-$v.log"; return 1; }
   t1=$(date +%s%3N)
@@ -461,7 +464,7 @@ kafka_runs_on_ringraft_standalone() {
   format_config "$dir" 1 "$port" "controller.quorum.bootstrap.servers=127.0.0.1:$port" > "$dir.properties"
   "$RINGRAFT" storage format -t "$FORMAT_CLUSTER" -c "$dir.properties" --standalone > /dev/null || return 1
   java -Xmx512m -cp "$WORK/kafka-$v/*" kafka.Kafka "$dir.properties" > "$dir.out" 2>&1 &
-  pid=$!
+  pid=$!; echo "$pid" >> "$RUN/pids"
   for _ in $(seq 20); do
     sleep 1
     timeout 30 java -cp "$WORK/kafka-$v/*" org.apache.kafka.tools.MetadataQuorumCommand \
@@ -636,7 +639,7 @@ metadata.log.dir=$base/q$i/data
 PROPS
     "$RINGRAFT" storage format -t "$id" -c "$base/q$i/server.properties" >/dev/null
     "$RINGRAFT" start -c "$base/q$i/server.properties" > "$base/q$i/node.log" 2>&1 &
-    pids+=("$!"); PIDS+=("$!")
+    pids+=("$!"); PIDS+=("$!"); echo "$!" >> "$RUN/pids"
   done
   for _ in $(seq 100); do grep -q 'state="Leader"' "$base"/q*/node.log && break; sleep 0.1; done
   kraft_upgrade "$LAST_V" "${ports[@]}" || rc=1
@@ -751,7 +754,7 @@ ringraft_on_kafka_standalone() { # ringraft_on_kafka_standalone VERSION
   kafka_storage "$v" format -t "$FORMAT_CLUSTER" -c "$dir.properties" --standalone > "$dir.format" \
     || { cat "$dir.format"; return 1; }
   RUST_LOG=info "$RINGRAFT" start -c "$dir.properties" > "$dir.log" 2>&1 &
-  pid=$!
+  pid=$!; echo "$pid" >> "$RUN/pids"
   for _ in $(seq 40); do
     sleep 0.25
     timeout 30 java -cp "$WORK/kafka-$v/*" org.apache.kafka.tools.MetadataQuorumCommand \
@@ -781,5 +784,6 @@ stopped_cleanly() {
 check "node: SIGTERM after the suite, exit 0, no errors logged" stopped_cleanly
 
 say "$PASSED passed, $FAILED failed"
+cleanup
 [ "$FAILED" = 0 ] && rm -rf "$RUN"
 [ "$FAILED" = 0 ]
