@@ -145,6 +145,28 @@ fn stops_promptly_with_an_idle_connection_open() {
     );
 }
 
+/// A node that stops frees its port before it exits, so it can be started again at once (an
+/// operator's restart). Five stops; the port is bound the moment each process is gone.
+#[test]
+fn a_stopped_node_frees_its_port_at_once() {
+    let (dir, mut node) = formatted_node("port-freed");
+    let port = node.port;
+    for round in 0..5 {
+        let _client = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        node.signal(SIGTERM);
+        assert_eq!(
+            node.wait_exit(Duration::from_secs(5)),
+            Some(0),
+            "round {round}"
+        );
+        if let Err(e) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            panic!("round {round}: port {port} still taken after exit: {e}");
+        }
+        let config = dir.path().join("server.properties");
+        node = Node::start(&["start", "-c", config.to_str().unwrap()], dir.path(), port);
+    }
+}
+
 #[test]
 fn unformatted_directory_and_bad_config_are_refused_clearly() {
     let dir = TempDir::new("refuse");
@@ -195,26 +217,13 @@ fn a_second_node_on_the_same_directory_is_refused() {
 /// The tests that start the embedded default share its port, 9093.
 static EMBEDDED_PORT: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Waits until 127.0.0.1:9093 can be bound. A node that has just exited can hold its listener
-/// for a few milliseconds more while the kernel tears down its io_uring (0.1–2.3 ms measured),
-/// so a start right after a stop waits for that; a port still taken after 5 s fails the test.
-fn wait_embedded_port_free() {
-    let until = std::time::Instant::now() + Duration::from_secs(5);
-    while std::net::TcpListener::bind("127.0.0.1:9093").is_err() {
-        if std::time::Instant::now() > until {
-            panic!("port 9093 is in use; the embedded-default tests need it free");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 /// Two embedded defaults from two directories (issue: runtime, item 7): the second cannot take
 /// 127.0.0.1:9093 from the first — it fails with Kafka's "Address already in use", naming the
 /// listener, and exits non-zero — and the first keeps serving.
 #[test]
 fn a_second_process_cannot_take_a_listener() {
     let _port = EMBEDDED_PORT.lock().unwrap_or_else(|e| e.into_inner());
-    wait_embedded_port_free();
+    common::wait_port_free(9093);
     let (first_dir, second_dir) = (TempDir::new("embedded-a"), TempDir::new("embedded-b"));
     let mut first = Node::start(&[], first_dir.path(), 9093);
     let stderr = start_must_fail(&[], second_dir.path());
@@ -243,12 +252,11 @@ fn embedded_default_formats_itself_once() {
     let _port = EMBEDDED_PORT.lock().unwrap_or_else(|e| e.into_inner());
     // The embedded default listens on 9093; skip nothing: if 9093 is taken the test says so.
     let dir = TempDir::new("embedded");
-    wait_embedded_port_free();
+    common::wait_port_free(9093);
     let mut node = Node::start(&[], dir.path(), 9093);
     let meta = std::fs::read_to_string(dir.path().join("data/meta.properties")).unwrap();
     node.signal(SIGTERM);
     assert_eq!(node.wait_exit(Duration::from_secs(10)), Some(0));
-    wait_embedded_port_free();
     let mut again = Node::start(&["start"], dir.path(), 9093);
     let meta_again = std::fs::read_to_string(dir.path().join("data/meta.properties")).unwrap();
     assert_eq!(meta, meta_again, "a second start must not reformat");

@@ -112,8 +112,15 @@ pub fn run(
     }
     let setup = raft_setup(&config, &identity.meta)?;
     let stop_flag = register_signals()?;
+    let listeners: Vec<_> = bound.iter().map(|(_, l)| l.clone()).collect();
     let shards = spawn_shards(&config, &tuning, bound, setup, load, stop_flag)?;
     let result = join_shards(shards);
+    for listener in listeners {
+        // Every shard has stopped: the port is released now, not at ring teardown.
+        if let Err(e) = crate::sys::shutdown_listener(&listener) {
+            warn!(error = %e, "cannot shut the listener down");
+        }
+    }
     drop(identity); // releases the directory lock
     if result.is_ok() {
         info!("stopped");

@@ -97,6 +97,20 @@ pub fn run(args: &[&str], cwd: &Path) -> Output {
         .unwrap()
 }
 
+/// Waits until 127.0.0.1:`port` can be bound. A node killed with SIGKILL keeps its listener
+/// for a few milliseconds after it exits, until the kernel's deferred teardown of its io_uring
+/// cancels the accept it had queued (a node that stops normally shuts its listener down
+/// first); a restart on the same port waits for that. Still taken after 5 s: the test fails.
+pub fn wait_port_free(port: u16) {
+    let until = Instant::now() + Duration::from_secs(5);
+    while std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
+        if Instant::now() > until {
+            panic!("port {port} is in use; the test needs it free");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// A running node, killed on drop if the test did not stop it.
 pub struct Node {
     pub child: Child,
@@ -106,6 +120,7 @@ pub struct Node {
 
 impl Node {
     pub fn start(args: &[&str], cwd: &Path, port: u16) -> Node {
+        wait_port_free(port);
         let log = cwd.join(format!("node-{}.log", nanos()));
         let child = Command::new(binary())
             .args(args)
