@@ -25,6 +25,7 @@
 pub mod cli;
 pub mod config;
 pub mod constants;
+pub mod fetch;
 pub mod ids;
 pub mod log;
 pub mod membership;

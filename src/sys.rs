@@ -123,3 +123,49 @@ pub fn shutdown_listener(listener: &std::net::TcpListener) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// One non-blocking `sendmsg(2)` of `slices` on a connected socket (no SIGPIPE): how many bytes
+/// the kernel took, or `WouldBlock` when its buffer is full.
+pub fn send_vectored(fd: std::os::fd::RawFd, slices: &[&[u8]]) -> io::Result<usize> {
+    let iov: Vec<libc::iovec> = slices
+        .iter()
+        .take(IOV_MAX)
+        .map(|s| libc::iovec {
+            iov_base: s.as_ptr() as *mut libc::c_void,
+            iov_len: s.len(),
+        })
+        .collect();
+    // SAFETY: every iovec points into a slice borrowed for this call, and msghdr names only
+    // that array; sendmsg reads them and writes nothing of ours.
+    let sent = unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
+        msg.msg_iovlen = iov.len() as _;
+        libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT)
+    };
+    if sent < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(sent as usize)
+}
+
+/// Linux's limit on the slices of one `sendmsg`.
+pub const IOV_MAX: usize = 1024;
+
+/// A std handle on the socket of a glommio stream (a duplicate descriptor), to hand the
+/// connection to another shard; the glommio stream is dropped by the caller.
+pub fn std_stream(stream: &glommio::net::TcpStream) -> io::Result<std::net::TcpStream> {
+    // SAFETY: the descriptor belongs to `stream`, which outlives this call; the borrow is only
+    // used to duplicate it into a descriptor the returned value owns.
+    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(stream.as_raw_fd()) };
+    Ok(std::net::TcpStream::from(borrowed.try_clone_to_owned()?))
+}
+
+/// A glommio stream on this shard for a connected socket another shard accepted.
+pub fn glommio_stream(stream: std::net::TcpStream) -> glommio::net::TcpStream {
+    use std::os::fd::{FromRawFd, IntoRawFd};
+    let fd = stream.into_raw_fd();
+    // SAFETY: `fd` is a connected TCP socket this call owns from here on (`into_raw_fd` gave
+    // up the std stream's ownership), as `from_raw_fd` requires.
+    unsafe { glommio::net::TcpStream::from_raw_fd(fd) }
+}

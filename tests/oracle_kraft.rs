@@ -364,6 +364,7 @@ fn fetch_response() -> impl Strategy<Value = FetchResponse> {
                     aborted_transactions: aborted,
                     preferred_read_replica: prr,
                     records,
+                    records_hole: None,
                 }
             },
         );
@@ -461,6 +462,7 @@ fn fetch_snapshot_response() -> impl Strategy<Value = FetchSnapshotResponse> {
                     size,
                     position,
                     unaligned_records: records,
+                    unaligned_records_hole: None,
                 }
             },
         );

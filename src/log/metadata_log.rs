@@ -23,6 +23,7 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use glommio::io::DmaFile;
@@ -109,6 +110,36 @@ pub struct AppendInfo {
     pub last_offset: i64,
 }
 
+/// One batch of the cache as other shards see it: shared bytes, and where it is (or will be)
+/// in its segment file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CachedBatch {
+    pub base_offset: i64,
+    pub last_offset: i64,
+    pub bytes: Bytes,
+    /// Base offset of the segment holding it, and its position there (0 where there are no
+    /// files: the simulator).
+    pub segment: i64,
+    pub position: u64,
+}
+
+/// A segment file as another shard reads it: where it is and its sparse index ((base offset,
+/// last offset, position) of indexed batches).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentSnapshot {
+    pub base_offset: i64,
+    pub path: PathBuf,
+    pub index: Arc<Vec<(i64, i64, usize)>>,
+}
+
+/// What a reader on another shard needs to read this log: every segment and the batch cache.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReaderReset {
+    pub segments: Vec<SegmentSnapshot>,
+    /// The batch cache, oldest first.
+    pub cache: Vec<CachedBatch>,
+}
+
 /// Counters for the write path (a "probe": cheap, always on).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LogStats {
@@ -161,8 +192,8 @@ struct State {
     start_offset: i64,
     end_offset: i64,
     flushed_offset: i64,
-    /// (base offset, last offset, bytes) of the newest batches, unflushed ones included.
-    cache: VecDeque<(i64, i64, Bytes)>,
+    /// The newest batches, unflushed ones included.
+    cache: VecDeque<CachedBatch>,
     cache_bytes: usize,
     stats: LogStats,
     /// Set by the first storage error: every later call fails with it (the log's on-disk state
@@ -435,7 +466,13 @@ impl MetadataLog {
         }
         state.cache_bytes += batch.len();
         state.stats.appends += 1;
-        state.cache.push_back((base, last, batch));
+        state.cache.push_back(CachedBatch {
+            base_offset: base,
+            last_offset: last,
+            bytes: batch,
+            segment: active_base,
+            position: position as u64,
+        });
         state.end_offset = last + 1;
     }
 
@@ -556,12 +593,38 @@ impl MetadataLog {
     fn evict_cache(&self, state: &mut State) {
         while state.cache_bytes > self.config.cache_bytes {
             match state.cache.front() {
-                Some((_, last, bytes)) if *last < state.flushed_offset => {
-                    state.cache_bytes -= bytes.len();
+                Some(b) if b.last_offset < state.flushed_offset => {
+                    state.cache_bytes -= b.bytes.len();
                     state.cache.pop_front();
                 }
                 _ => break,
             }
+        }
+    }
+
+    /// The cached batches from `offset` on (those appended since a reader last looked), with
+    /// where they go in their segments. Empty when `offset` is not in the cache.
+    pub fn cached_from(&self, offset: i64) -> Vec<CachedBatch> {
+        let state = self.state.borrow();
+        let from = state.cache.partition_point(|b| b.base_offset < offset);
+        state.cache.range(from..).cloned().collect()
+    }
+
+    /// What a reader on another shard needs to read this log from scratch.
+    pub fn reader_reset(&self) -> ReaderReset {
+        let state = self.state.borrow();
+        let segments = state
+            .indexes
+            .iter()
+            .map(|(base, index)| SegmentSnapshot {
+                base_offset: *base,
+                path: layout::segment_file(&self.dir, *base),
+                index: Arc::new(index.entries().to_vec()),
+            })
+            .collect();
+        ReaderReset {
+            segments,
+            cache: state.cache.iter().cloned().collect(),
         }
     }
 
@@ -582,15 +645,15 @@ impl MetadataLog {
             if offset == state.end_offset {
                 return Ok(Vec::new());
             }
-            if let Some(&(first, _, _)) = state.cache.front() {
+            if let Some(first) = state.cache.front().map(|b| b.base_offset) {
                 if offset >= first {
                     // Binary search: a fetch at the tail must not walk a 32 MiB cache.
-                    let from = state.cache.partition_point(|(_, last, _)| *last < offset);
+                    let from = state.cache.partition_point(|b| b.last_offset < offset);
                     return Ok(take_batches(
                         state
                             .cache
                             .range(from..)
-                            .map(|(b, l, bytes)| (*b, *l, bytes.clone())),
+                            .map(|b| (b.base_offset, b.last_offset, b.bytes.clone())),
                         offset,
                         max_bytes,
                     ));
@@ -696,13 +759,9 @@ impl MetadataLog {
                 .truncate(position, offset);
             state.epochs.truncate_from_end(offset);
             let epochs = state.epochs.clone();
-            while state
-                .cache
-                .back()
-                .is_some_and(|(base, _, _)| *base >= offset)
-            {
-                let (_, _, bytes) = state.cache.pop_back().expect("checked");
-                state.cache_bytes -= bytes.len();
+            while state.cache.back().is_some_and(|b| b.base_offset >= offset) {
+                let b = state.cache.pop_back().expect("checked");
+                state.cache_bytes -= b.bytes.len();
             }
             state.end_offset = offset;
             state.flushed_offset = offset;

@@ -20,5 +20,8 @@ pub mod snapshot_io;
 pub mod voter_history;
 
 pub use meta_properties::MetaProperties;
-pub use metadata_log::{AppendInfo, LogConfig, LogError, LogStats, MetadataLog, RecoveryReport};
+pub use metadata_log::{
+    AppendInfo, CachedBatch, LogConfig, LogError, LogStats, MetadataLog, ReaderReset,
+    RecoveryReport, SegmentSnapshot,
+};
 pub use quorum_state::QuorumStateData;

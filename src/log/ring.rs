@@ -65,7 +65,12 @@ pub async fn prepare(dir: &Path) -> io::Result<RingReport> {
     use std::os::unix::fs::MetadataExt;
     let dev = std::fs::metadata(dir)?.dev();
     let io_poll = device_io_poll(libc::major(dev), libc::minor(dev));
-    let scratch = dir.join(".ringraft-ring-probe");
+    // One scratch file per shard: several shards of a process prepare the same directory.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let pid = std::process::id();
+    let scratch = dir.join(format!("{SCRATCH_PREFIX}{pid}-{n}"));
+    remove_stale_scratch(dir, pid);
     if io_poll.as_deref() != Ok("1") {
         // A page of data, so that glommio's probe read reaches the device (see above). Written
         // before the shard serves anything; this runs at start-up only.
@@ -83,6 +88,24 @@ pub async fn prepare(dir: &Path) -> io::Result<RingReport> {
         io_poll: io_poll.unwrap_or_else(|why| why),
         ring: ring?,
     })
+}
+
+const SCRATCH_PREFIX: &str = ".ringraft-ring-probe-";
+
+/// Removes scratch files an earlier process left (killed while it started). Only this
+/// process uses the directory (it holds the directory's lock), so another pid's are stale.
+fn remove_stale_scratch(dir: &Path, pid: u32) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let ours = format!("{SCRATCH_PREFIX}{pid}-");
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with(SCRATCH_PREFIX) && !name.starts_with(&ours) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 /// `queue/io_poll` of the device `major:minor` (of its disk when it is a partition).

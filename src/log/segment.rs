@@ -82,6 +82,11 @@ impl OffsetIndex {
         self.bytes_since_entry += size;
     }
 
+    /// (base offset, last offset, position) of the indexed batches.
+    pub fn entries(&self) -> &[(i64, i64, usize)] {
+        &self.entries
+    }
+
     /// The position of the last indexed batch starting at or before `offset`.
     pub fn lookup(&self, offset: i64) -> usize {
         match self.entries.partition_point(|(base, ..)| *base <= offset) {
@@ -128,6 +133,49 @@ pub async fn open_reader(path: &Path) -> io::Result<Rc<DmaFile>> {
         .await
         .map_err(glommio_io)?;
     Ok(Rc::new(file))
+}
+
+/// `open_reader` for a file another shard may delete at any moment (a fetch shard opening a
+/// segment or a snapshot the raft shard owns), with the file's size. glommio's `dma_open`
+/// looks the path up a second time after opening it and panics the thread if it is gone by
+/// then; so the file is first opened through the ring without O_DIRECT (an anchor, which fails
+/// cleanly if the file is gone), and the DMA handle is opened through the anchor's
+/// `/proc/self/fd` entry, which names the open file whatever happens to its path. The anchor
+/// is closed before this returns: the handle serves reads, but its path no longer names it
+/// (never `file_size`, `stat`, `remove` or `rename` it). Without /proc it opens the path.
+pub async fn open_reader_anchored(path: &Path) -> io::Result<(Rc<DmaFile>, u64)> {
+    use std::os::fd::AsRawFd;
+    let anchor = glommio::io::BufferedFile::open(path)
+        .await
+        .map_err(glommio_io)?;
+    let through = std::path::PathBuf::from(format!("/proc/self/fd/{}", anchor.as_raw_fd()));
+    let opened = match OpenOptions::new().read(true).dma_open(&through).await {
+        Ok(file) => match file.file_size().await {
+            Ok(size) => Ok((Rc::new(file), size)),
+            Err(e) => {
+                let _ = file.close().await;
+                Err(glommio_io(e))
+            }
+        },
+        Err(e) => Err(glommio_io(e)),
+    };
+    let _ = anchor.close().await;
+    match opened {
+        Err(e) if e.kind() == io::ErrorKind::NotFound && !Path::new("/proc/self/fd").exists() => {
+            let file = open_reader(path).await?;
+            let size = file.file_size().await.map_err(glommio_io)?;
+            Ok((file, size))
+        }
+        other => other,
+    }
+}
+
+/// Lets go of a shared read handle, closing the file through the ring when it is the last.
+pub fn retire(file: Rc<DmaFile>) {
+    glommio::spawn_local(async move {
+        let _ = file.close_rc().await;
+    })
+    .detach();
 }
 
 /// The segment being appended to.

@@ -236,12 +236,10 @@ impl SnapshotFile {
             path: path.clone(),
             source,
         };
-        let file = OpenOptions::new()
-            .read(true)
-            .dma_open(&path)
+        // Anchored: a serving shard opens snapshots the raft shard may delete meanwhile.
+        let (file, size) = super::segment::open_reader_anchored(&path)
             .await
-            .map_err(|e| io(glommio_io(e)))?;
-        let size = file.file_size().await.map_err(|e| io(glommio_io(e)))?;
+            .map_err(io)?;
         let mut check = SnapshotCheck::new(id.epoch);
         let mut position = 0;
         while position < size {
@@ -265,7 +263,7 @@ impl SnapshotFile {
         Ok(SnapshotFile {
             id,
             path,
-            file: Rc::new(file),
+            file,
             size,
             batches,
         })
@@ -275,13 +273,25 @@ impl SnapshotFile {
         self.size
     }
 
-    /// Up to `max_bytes` from `position`; `Ok(None)` when `position` is past the end. The whole
-    /// batches the chunk touches are read and their CRCs checked again before it is returned.
+    /// Up to `max_bytes` from `position`, copied out of the read buffer; see
+    /// `read_chunk_shared`.
     pub async fn read_chunk(
         &self,
         position: u64,
         max_bytes: usize,
     ) -> Result<Option<Bytes>, SnapshotFileError> {
+        let chunk = self.read_chunk_shared(position, max_bytes).await?;
+        Ok(chunk.map(|c| Bytes::copy_from_slice(&c)))
+    }
+
+    /// Up to `max_bytes` from `position` as a slice of the read's own buffer (no copy; it stays
+    /// on this shard); `Ok(None)` when `position` is past the end. The whole batches the chunk
+    /// touches are read and their CRCs checked again before it is returned.
+    pub async fn read_chunk_shared(
+        &self,
+        position: u64,
+        max_bytes: usize,
+    ) -> Result<Option<glommio::io::ReadResult>, SnapshotFileError> {
         if position >= self.size {
             return Ok(None);
         }
@@ -314,8 +324,15 @@ impl SnapshotFile {
                 return Err(corrupt(&self.path, at, why));
             }
         }
-        let chunk = &data[(position - from) as usize..(end - from) as usize];
-        Ok(Some(Bytes::copy_from_slice(chunk)))
+        let (at, len) = ((position - from) as usize, (end - position) as usize);
+        let chunk = glommio::io::ReadResult::slice(&data, at, len).ok_or_else(|| {
+            corrupt(
+                &self.path,
+                position,
+                "shorter than its size (changed since it was opened)".into(),
+            )
+        })?;
+        Ok(Some(chunk))
     }
 
     pub async fn close(self) {

@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicI16, AtomicI64, Ordering};
 use std::sync::Arc;
 
+use super::frame_out::LocalFrame;
 use crate::protocol::api_versions::{self, FeatureState};
 use crate::protocol::request::encode_response_frame;
 use crate::protocol::{apis, decode_request, ApiKey, Decoded, RequestBody, RequestError};
@@ -19,11 +20,26 @@ pub struct RaftCall {
 }
 
 /// Where a connection hands the requests it does not answer itself (every Raft and admin
-/// RPC): the raft shard in a node (`node::RaftHandle`), anything in a test. The server knows
-/// only this trait, not the node.
-pub trait RaftService: Clone + 'static {
+/// RPC): the node's router (Fetch to the fetch shard, FetchSnapshot to a snapshot shard, the
+/// rest to the raft shard), anything in a test. The server knows only this trait.
+pub trait Service: 'static {
     /// The whole response frame for `call`; `None` closes the connection (the node stops).
-    fn call(&self, call: RaftCall) -> impl std::future::Future<Output = Option<Vec<u8>>>;
+    fn call(&self, call: RaftCall) -> impl std::future::Future<Output = Option<LocalFrame>>;
+
+    /// Which kind of peer sent `call`, when it tells (a Fetch names its replica): voters'
+    /// connections are served ahead of observers'.
+    fn class_of(&self, _call: &RaftCall) -> Option<PeerClass> {
+        None
+    }
+}
+
+/// Who is on the other end of a connection, as far as scheduling goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerClass {
+    /// A voter replicating, or a connection that has not said yet.
+    Voter,
+    /// An observer (a broker) fetching.
+    Observer,
 }
 
 /// The answer to a frame.

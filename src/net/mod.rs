@@ -3,6 +3,7 @@
 
 pub mod dispatch;
 pub mod frame;
+pub mod frame_out;
 pub mod peer;
 pub mod raft_rpc;
 pub mod resolve;

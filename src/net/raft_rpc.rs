@@ -350,9 +350,11 @@ pub fn encode_top_level_error(key: ApiKey, version: i16, error: ErrorCode, w: &m
     }
 }
 
-/// Encodes the core's response at `version`. `records` fills a Fetch response's records and
-/// `chunk` a FetchSnapshot response's bytes (the runtime read them as the core asked).
-pub fn encode_response(response: &Response, version: i16, data: Option<Bytes>, w: &mut Writer) {
+/// Encodes the core's response at `version`. `data` is the length of what a Fetch response's
+/// records or a FetchSnapshot response's bytes hold (the runtime read them as the core
+/// asked): only the length is encoded, and the frame leaves a hole for the bytes
+/// (`Writer::hole`; `net::frame_out` sends them from where they are).
+pub fn encode_response(response: &Response, version: i16, data: Option<usize>, w: &mut Writer) {
     match response {
         Response::AddVoter(r) => arv::AddRaftVoterResponse {
             throttle_time_ms: 0,
@@ -436,7 +438,7 @@ fn epoch_response(r: &EpochResponse) -> bqe::BeginQuorumEpochResponse {
     }
 }
 
-fn fetch_response(r: &FetchResponse, records: Option<Bytes>, version: i16) -> fetch::FetchResponse {
+fn fetch_response(r: &FetchResponse, records: Option<usize>, version: i16) -> fetch::FetchResponse {
     let diverging = r.diverging_epoch.unwrap_or(OffsetAndEpoch::new(-1, -1));
     let snapshot = r.snapshot_id.unwrap_or(OffsetAndEpoch::new(-1, -1));
     let node_endpoints = if version >= 17 {
@@ -477,7 +479,8 @@ fn fetch_response(r: &FetchResponse, records: Option<Bytes>, version: i16) -> fe
                     },
                     aborted_transactions: None,
                     preferred_read_replica: -1,
-                    records: Some(records.unwrap_or_default()),
+                    records: Some(Bytes::new()),
+                    records_hole: records,
                 }],
             }]
         } else {
@@ -490,7 +493,7 @@ fn fetch_response(r: &FetchResponse, records: Option<Bytes>, version: i16) -> fe
 
 fn fetch_snapshot_response(
     r: &FetchSnapshotResponse,
-    chunk: Option<Bytes>,
+    chunk: Option<usize>,
 ) -> fsn::FetchSnapshotResponse {
     fsn::FetchSnapshotResponse {
         error_code: r.error,
@@ -510,7 +513,8 @@ fn fetch_snapshot_response(
                     },
                     size: r.size,
                     position: r.position,
-                    unaligned_records: chunk.unwrap_or_default(),
+                    unaligned_records: Bytes::new(),
+                    unaligned_records_hole: chunk,
                 }],
             }]
         } else {

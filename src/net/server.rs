@@ -1,20 +1,23 @@
 //! The controller listener on one acceptor shard: accept connections (one socket per listener
-//! for the whole process, each acceptor shard accepting on its own descriptor of it), then per
-//! connection read
-//! frames, answer each in order, and close on anything Kafka would close on. Shutdown stops
+//! for the whole process, each acceptor shard accepting on its own descriptor of it), serve
+//! each on a fetch shard (an acceptor without the fetch role hands it over, `Handoff`), and
+//! per connection read frames, answer each in order, and close on anything Kafka would close
+//! on. Voters' connections run in a task queue ahead of observers' (`Queues`). Shutdown stops
 //! accepting at once; open connections finish the request they are on, then close.
 
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
-use futures_lite::{future, AsyncWriteExt};
-use glommio::net::{TcpListener, TcpStream};
+use futures_lite::future;
+use glommio::net::{Preallocated, TcpListener, TcpStream};
 use glommio::sync::Gate;
+use glommio::{Latency, Shares, TaskQueueHandle};
 use tracing::{debug, info, warn, Instrument};
 
-use super::dispatch::{handle_frame, Action, RaftService, ServerState};
+use super::dispatch::{handle_frame, Action, PeerClass, ServerState, Service};
 use super::frame::{read_frame, FrameBuffer, FrameError, RequestMemory};
+use super::frame_out::{write_frame, LocalFrame};
 use super::stop::StopSignal;
 
 /// Settings every connection needs.
@@ -51,21 +54,170 @@ pub fn for_shard(listener: &std::net::TcpListener) -> Result<TcpListener, String
     Ok(crate::sys::glommio_listener(own))
 }
 
-/// Accepts until `stop` fires, then waits up to `drain` for open connections to finish.
-pub async fn serve<R: RaftService>(
+/// What every connection task on one shard shares.
+pub struct Connections<S: Service> {
+    pub service: S,
+    pub state: ServerState,
+    pub limits: ConnectionLimits,
+    pub stop: StopSignal,
+    gate: Gate,
+    queues: Option<Queues>,
+}
+
+/// The task queues connections run in: voters' ahead of observers', so that a thousand
+/// brokers long-polling cannot delay the fetches a commit waits for.
+#[derive(Debug, Clone, Copy)]
+pub struct Queues {
+    pub voters: TaskQueueHandle,
+    pub observers: TaskQueueHandle,
+}
+
+impl Queues {
+    /// Creates the two queues on the current shard.
+    pub fn create() -> Queues {
+        let executor = glommio::executor();
+        let voters = executor.create_task_queue(
+            Shares::Static(1000),
+            Latency::Matters(Duration::from_millis(1)),
+            "voters",
+        );
+        let observers =
+            executor.create_task_queue(Shares::Static(100), Latency::NotImportant, "observers");
+        Queues { voters, observers }
+    }
+
+    fn of(&self, class: PeerClass) -> TaskQueueHandle {
+        match class {
+            PeerClass::Voter => self.voters,
+            PeerClass::Observer => self.observers,
+        }
+    }
+}
+
+impl<S: Service> Connections<S> {
+    pub fn new(
+        service: S,
+        state: ServerState,
+        limits: ConnectionLimits,
+        stop: StopSignal,
+        queues: Option<Queues>,
+    ) -> Rc<Self> {
+        Rc::new(Connections {
+            service,
+            state,
+            limits,
+            stop,
+            gate: Gate::new(),
+            queues,
+        })
+    }
+
+    /// Serves `stream` on this shard until it closes or the node stops.
+    pub fn adopt(self: &Rc<Self>, stream: TcpStream) {
+        let peer = stream
+            .peer_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_else(|_| "?".into());
+        if let Err(e) = stream.set_read_timeout(self.limits.idle_timeout) {
+            debug!(error = %e, "cannot set the idle timeout");
+        }
+        let _ = stream.set_nodelay(true);
+        let conn = Conn {
+            stream: stream.buffered(),
+            frame: FrameBuffer::new(self.limits.memory.clone()),
+            peer,
+        };
+        self.spawn(conn, PeerClass::Voter);
+    }
+
+    fn spawn(self: &Rc<Self>, conn: Conn, class: PeerClass) {
+        let this = self.clone();
+        let span = tracing::debug_span!("conn", peer = %conn.peer);
+        let task = async move {
+            if let Some((conn, next)) = serve_connection(&this, conn, class).await {
+                this.spawn(conn, next);
+            }
+        }
+        .instrument(span);
+        let spawned = match self.queues {
+            Some(q) => self.gate.spawn_into(task, q.of(class)),
+            None => self.gate.spawn(task),
+        };
+        match spawned {
+            Ok(task) => {
+                task.detach();
+            }
+            Err(e) => debug!(error = %e, "not serving a connection (stopping)"),
+        }
+    }
+
+    /// After a stop: waits up to `drain` for open connections to finish their request.
+    pub async fn drain(&self, drain: Duration) {
+        let drained = future::or(async { self.gate.close().await.is_ok() }, async {
+            glommio::timer::sleep(drain).await;
+            false
+        })
+        .await;
+        if !drained {
+            warn!(
+                "connections still open after {} ms; closing them",
+                drain.as_millis()
+            );
+        }
+    }
+}
+
+/// Where an acceptor without the fetch role sends the connections it accepts: to the fetch
+/// shards in turn, so that Fetch is answered where the fetch role runs.
+pub struct Handoff {
+    targets: Vec<futures_channel::mpsc::UnboundedSender<std::net::TcpStream>>,
+    next: std::cell::Cell<usize>,
+}
+
+impl Handoff {
+    pub fn new(targets: Vec<futures_channel::mpsc::UnboundedSender<std::net::TcpStream>>) -> Self {
+        Handoff {
+            targets,
+            next: std::cell::Cell::new(0),
+        }
+    }
+
+    /// Hands `stream` to the next fetch shard; gives it back if none takes it.
+    fn hand(&self, stream: TcpStream) -> Option<TcpStream> {
+        if self.targets.is_empty() {
+            return Some(stream);
+        }
+        let mut own = match crate::sys::std_stream(&stream) {
+            Ok(own) => own,
+            Err(e) => {
+                warn!(error = %e, "cannot hand a connection over; serving it here");
+                return Some(stream);
+            }
+        };
+        for _ in 0..self.targets.len() {
+            let i = self.next.get() % self.targets.len();
+            self.next.set(i + 1);
+            match self.targets[i].unbounded_send(own) {
+                Ok(()) => return None,
+                Err(e) => own = e.into_inner(),
+            }
+        }
+        Some(stream)
+    }
+}
+
+/// Accepts until `stop` fires: each connection is served here, or handed to a fetch shard.
+pub async fn serve<S: Service>(
     listener: TcpListener,
-    state: Rc<ServerState>,
-    raft: Option<R>,
-    limits: ConnectionLimits,
-    stop: StopSignal,
-    drain: Duration,
+    connections: Rc<Connections<S>>,
+    handoff: Option<Handoff>,
 ) {
     let local = listener
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
     info!(addr = %local, "listening");
-    let gate = Gate::new();
+    let stop = connections.stop.clone();
     loop {
         let accepted = future::or(async { Some(listener.accept().await) }, async {
             stop.wait().await;
@@ -82,56 +234,55 @@ pub async fn serve<R: RaftService>(
                 continue;
             }
         };
-        let peer = stream
-            .peer_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_else(|_| "?".into());
-        let (state, stop, raft) = (state.clone(), stop.clone(), raft.clone());
-        let limits = limits.clone();
-        let span = tracing::debug_span!("conn", peer = %peer);
-        let spawned = gate.spawn(
-            async move { serve_connection(stream, &state, raft.as_ref(), &limits, &stop).await }
-                .instrument(span),
-        );
-        match spawned {
-            Ok(task) => {
-                task.detach();
-            }
-            Err(e) => warn!(error = %e, "cannot start a connection task"),
-        }
+        let stream = match &handoff {
+            Some(h) => match h.hand(stream) {
+                None => continue,
+                Some(stream) => stream,
+            },
+            None => stream,
+        };
+        connections.adopt(stream);
     }
     info!(addr = %local, "stopped accepting; draining connections");
-    drop(listener);
-    let drained = future::or(async { gate.close().await.is_ok() }, async {
-        glommio::timer::sleep(drain).await;
-        false
-    })
-    .await;
-    if !drained {
-        warn!(
-            "connections still open after {} ms; closing them",
-            drain.as_millis()
-        );
+}
+
+/// On a fetch shard: serves the connections other acceptors hand over, until `stop`.
+pub async fn adopt_handed<S: Service>(
+    mut incoming: futures_channel::mpsc::UnboundedReceiver<std::net::TcpStream>,
+    connections: Rc<Connections<S>>,
+) {
+    use futures_lite::StreamExt;
+    let stop = connections.stop.clone();
+    loop {
+        let next = future::or(async { incoming.next().await }, async {
+            stop.wait().await;
+            None
+        })
+        .await;
+        let Some(stream) = next else { break };
+        connections.adopt(crate::sys::glommio_stream(stream));
     }
 }
 
-async fn serve_connection<R: RaftService>(
-    stream: TcpStream,
-    state: &ServerState,
-    raft: Option<&R>,
-    limits: &ConnectionLimits,
-    stop: &StopSignal,
-) {
-    if let Err(e) = stream.set_read_timeout(limits.idle_timeout) {
-        debug!(error = %e, "cannot set the idle timeout");
-    }
-    let _ = stream.set_nodelay(true);
-    let mut stream = stream.buffered();
-    let mut frame = FrameBuffer::new(limits.memory.clone());
+struct Conn {
+    stream: TcpStream<Preallocated>,
+    frame: FrameBuffer,
+    peer: String,
+}
+
+/// Serves `conn` in the task queue of `class`; returns it when it should move to another
+/// queue (its peer said it is of another class).
+async fn serve_connection<S: Service>(
+    connections: &Connections<S>,
+    mut conn: Conn,
+    class: PeerClass,
+) -> Option<(Conn, PeerClass)> {
+    let (limits, stop) = (&connections.limits, &connections.stop);
     loop {
         let read = future::or(
             async {
-                let reading = read_frame(&mut stream, limits.request_max_bytes, &mut frame);
+                let reading =
+                    read_frame(&mut conn.stream, limits.request_max_bytes, &mut conn.frame);
                 Some(within(limits.idle_timeout, reading).await)
             },
             async {
@@ -141,53 +292,47 @@ async fn serve_connection<R: RaftService>(
         )
         .await;
         match read {
-            None | Some(Ok(false)) => break,
+            None | Some(Ok(false)) => return None,
             Some(Err(FrameError::Io(e))) if e.kind() == std::io::ErrorKind::TimedOut => {
                 debug!("closing idle connection");
-                break;
+                return None;
             }
             Some(Err(e)) => {
                 debug!(error = %e, "closing connection");
-                break;
+                return None;
             }
             Some(Ok(true)) => {}
         }
-        let action = match handle_frame(frame.bytes(), state) {
-            Action::Raft(call) => match raft {
-                Some(raft) => match raft.call(call).await {
-                    Some(bytes) => Action::Respond(bytes),
+        let mut moved = None;
+        let frame = match handle_frame(conn.frame.bytes(), &connections.state) {
+            Action::Respond(bytes) => LocalFrame::whole(bytes),
+            Action::Raft(call) => {
+                moved = connections.service.class_of(&call).filter(|c| *c != class);
+                match connections.service.call(call).await {
+                    Some(frame) => frame,
                     None => {
-                        debug!("raft is stopping; closing connection");
-                        break;
+                        debug!("the node is stopping; closing connection");
+                        return None;
                     }
-                },
-                None => {
-                    debug!(
-                        api = call.key.name(),
-                        "no raft on this node; closing connection"
-                    );
-                    break;
-                }
-            },
-            other => other,
-        };
-        match action {
-            Action::Raft(_) => unreachable!("answered above"),
-            Action::Respond(bytes) => {
-                if let Err(e) = write_response(&mut stream, &bytes).await {
-                    debug!(error = %e, "write failed; closing connection");
-                    break;
                 }
             }
             Action::Close(reason) => {
                 debug!(%reason, "closing connection without a response");
-                break;
+                return None;
             }
+        };
+        if let Err(e) = write_frame(&mut conn.stream, &frame).await {
+            debug!(error = %e, "write failed; closing connection");
+            return None;
         }
         // A connection that once sent a huge frame should not keep its buffer.
-        frame.shrink_past(4 * crate::constants::FRAME_READ_STEP_BYTES);
+        conn.frame
+            .shrink_past(4 * crate::constants::FRAME_READ_STEP_BYTES);
         if stop.is_stopped() {
-            break;
+            return None;
+        }
+        if let Some(next) = moved.filter(|_| connections.queues.is_some()) {
+            return Some((conn, next));
         }
     }
 }
@@ -209,12 +354,4 @@ async fn within(
         )))
     })
     .await
-}
-
-async fn write_response<W: futures_lite::AsyncWrite + Unpin>(
-    stream: &mut W,
-    bytes: &[u8],
-) -> std::io::Result<()> {
-    stream.write_all(bytes).await?;
-    stream.flush().await
 }

@@ -24,15 +24,15 @@ use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures_channel::oneshot;
 use futures_lite::{future, Stream, StreamExt};
 use tracing::{error, info, warn};
 
 use super::handle::{ClientError, ExecutorInput, RaftListener};
 use crate::net::dispatch::{RaftCall, ServerState};
+use crate::net::frame_out::SharedFrame;
 use crate::net::raft_rpc;
-use crate::protocol::request::encode_response_frame;
 use crate::protocol::ErrorCode;
 use crate::raft::message::{Records, SnapshotBytes};
 use crate::raft::{
@@ -111,6 +111,16 @@ pub trait Clock {
     fn sleep_until(&self, mono_ms: u64) -> impl Future<Output = ()>;
 }
 
+/// Whoever serves fetches beside the executor (the node's fetch shards, the simulator's
+/// models; see `crate::fetch`): told before the log's offsets are rewritten, and after every
+/// change.
+pub trait Publish {
+    /// Before `op` runs (a truncation or a snapshot install bumps the generation here).
+    fn before_op(&mut self, op: &LogOp);
+    /// After a change: the Readys taken so far have run their log operations.
+    fn changed(&mut self, raft: &Raft);
+}
+
 /// What the executor shows of itself (the simulator's checkers, metrics).
 #[derive(Debug, Default)]
 pub struct Probe {
@@ -139,7 +149,7 @@ struct Waiting {
 type SnapshotReply = oneshot::Sender<Result<OffsetAndEpoch, ClientError>>;
 type SnapshotWrite = Pin<Box<dyn Future<Output = Result<(OffsetAndEpoch, u64), SnapshotFailure>>>>;
 type FlushInFlight = Pin<Box<dyn Future<Output = Result<i64, Fatal>>>>;
-type CallReply = oneshot::Sender<Option<Vec<u8>>>;
+type CallReply = oneshot::Sender<Option<SharedFrame>>;
 
 /// A snapshot write started for the application: it runs beside the loop, which keeps
 /// taking inputs, and the core hears of the snapshot once it is durable.
@@ -164,7 +174,7 @@ struct WireCalls {
 const WIRE_TOKENS_FROM: Token = 1 << 62;
 
 impl WireCalls {
-    fn register(&mut self, call: RaftCall, reply: oneshot::Sender<Option<Vec<u8>>>) -> Token {
+    fn register(&mut self, call: RaftCall, reply: CallReply) -> Token {
         let token = self.next;
         self.next += 1;
         self.calls.insert(token, (call, reply));
@@ -176,9 +186,9 @@ impl WireCalls {
         let Some((call, reply)) = self.calls.remove(&token) else {
             return false;
         };
-        let data = (!data.is_empty()).then(|| concat(data));
-        let frame = encode_response_frame(call.correlation_id, call.response_header_version, |w| {
-            raft_rpc::encode_response(response, call.version, data, w)
+        let (id, version) = (call.correlation_id, call.response_header_version);
+        let frame = SharedFrame::encode(id, version, data.to_vec(), |w, hole| {
+            raft_rpc::encode_response(response, call.version, hole, w)
         });
         let _ = reply.send(Some(frame));
         true
@@ -203,6 +213,7 @@ pub struct Executor<S: Storage + 'static, T: Transport, C: Clock> {
     /// When a graceful stop was asked (monotonic ms).
     stopping: Option<u64>,
     probe: Rc<Probe>,
+    publish: Option<Box<dyn Publish>>,
 }
 
 impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
@@ -236,6 +247,7 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
             snapshot: None,
             stopping: None,
             probe,
+            publish: None,
         };
         executor.publish_features();
         executor
@@ -249,6 +261,12 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
 
     pub fn probe(&self) -> Rc<Probe> {
         self.probe.clone()
+    }
+
+    /// Tells `publish` about every change from now on, starting with the state now.
+    pub fn set_publisher(&mut self, mut publish: Box<dyn Publish>) {
+        publish.changed(&self.raft.borrow());
+        self.publish = Some(publish);
     }
 
     /// Runs until the input stream ends, or a graceful stop (`ExecutorInput::Stop`) finishes:
@@ -358,6 +376,18 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
             ExecutorInput::Request { token, request } => {
                 self.step(Input::Request { token, request })
             }
+            ExecutorInput::FetchProgress(progress) => {
+                for p in progress {
+                    self.step(Input::FetchProgress(p));
+                }
+            }
+            ExecutorInput::SnapshotServed {
+                replica,
+                leader_epoch,
+            } => self.step(Input::SnapshotServed {
+                replica,
+                leader_epoch,
+            }),
             ExecutorInput::Peer { id, result } => match result {
                 Ok(response) => self.step(Input::Response { id, response }),
                 Err(failure) => self.step(Input::Failure { id, failure }),
@@ -412,6 +442,9 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
             self.begin(ready).await?;
         }
         self.publish_features();
+        if let Some(p) = &mut self.publish {
+            p.changed(&self.raft.borrow());
+        }
         Ok(())
     }
 
@@ -442,6 +475,9 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
         }
         let floor = self.probe.delivered.get();
         for op in &log_ops {
+            if let Some(p) = &mut self.publish {
+                p.before_op(op);
+            }
             self.storage.apply(op, floor).await?;
         }
         for m in early_messages {
@@ -625,16 +661,16 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
     }
 
     /// A wire request: admin RPCs are answered here, Raft RPCs go to the core.
-    fn handle_call(&mut self, call: RaftCall, reply: oneshot::Sender<Option<Vec<u8>>>) {
+    fn handle_call(&mut self, call: RaftCall, reply: CallReply) {
         let now = self.now();
         let admin = super::admin::answer(&mut self.raft.borrow_mut(), &call, &self.cluster_id, now);
         if let Some(frame) = admin {
-            let _ = reply.send(Some(frame));
+            let _ = reply.send(Some(SharedFrame::whole(frame)));
             return;
         }
         let Some(request) = raft_rpc::request_from_wire(&call.body) else {
             let frame = super::admin::error_frame(&call, ErrorCode::INVALID_REQUEST);
-            let _ = reply.send(Some(frame));
+            let _ = reply.send(Some(SharedFrame::whole(frame)));
             return;
         };
         let token = self.wire.register(call, reply);
@@ -726,19 +762,5 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
                 kraft_version_level: raft.kraft_version(),
                 finalized_features_epoch: raft.high_watermark().unwrap_or(-1),
             });
-    }
-}
-
-fn concat(chunks: &[Bytes]) -> Bytes {
-    match chunks {
-        [] => Bytes::new(),
-        [one] => one.clone(),
-        _ => {
-            let mut all = BytesMut::with_capacity(chunks.iter().map(Bytes::len).sum());
-            for c in chunks {
-                all.extend_from_slice(c);
-            }
-            all.freeze()
-        }
     }
 }

@@ -7,6 +7,7 @@ use bytes::Bytes;
 use futures_channel::{mpsc, oneshot};
 
 use crate::net::dispatch::RaftCall;
+use crate::net::frame_out::SharedFrame;
 use crate::raft::{Failure, LeaderAndEpoch, OffsetAndEpoch, Request, RequestId, Response, Token};
 use crate::records::builder::BatchBuilder;
 
@@ -39,13 +40,20 @@ pub enum ExecutorInput {
     /// by the executor; the reply is the whole response frame (`None`: close the connection).
     Call {
         call: RaftCall,
-        reply: oneshot::Sender<Option<Vec<u8>>>,
+        reply: oneshot::Sender<Option<SharedFrame>>,
     },
     /// A request already in the core's form, answered through the transport by `token` (the
     /// simulator's network).
     Request {
         token: Token,
         request: Request,
+    },
+    /// Replicas' positions a fetch shard validated (`raft::serve::Progress`).
+    FetchProgress(Vec<crate::raft::serve::Progress>),
+    /// A snapshot shard served a FetchSnapshot chunk to `replica` in `leader_epoch`.
+    SnapshotServed {
+        replica: crate::raft::ReplicaKey,
+        leader_epoch: i32,
     },
     /// The answer to request `id` the transport sent.
     Peer {
@@ -140,9 +148,10 @@ impl RaftHandle {
     }
 }
 
-impl crate::net::dispatch::RaftService for RaftHandle {
-    /// Answers a Raft RPC; `None` means close the connection (the node is stopping).
-    async fn call(&self, call: RaftCall) -> Option<Vec<u8>> {
+impl RaftHandle {
+    /// Answers a Raft or admin RPC on the raft shard; `None` means close the connection (the
+    /// node is stopping).
+    pub async fn call(&self, call: RaftCall) -> Option<SharedFrame> {
         let (reply, answer) = oneshot::channel();
         self.send(ExecutorInput::Call { call, reply }).ok()?;
         answer.await.ok().flatten()

@@ -12,8 +12,10 @@ pub mod handle;
 pub mod load;
 pub mod peers;
 pub mod preflight;
+pub mod publish;
 pub mod raft_shard;
 pub mod raft_storage;
+pub mod route;
 pub mod storage;
 
 use std::fmt;
@@ -76,9 +78,54 @@ struct ShardContext {
     raft_inputs: Arc<Mutex<Option<RaftInputs>>>,
     raft_setup: RaftSetup,
     load: Option<load::LoadSpec>,
+    /// The log's rewrite counter (`crate::fetch`), shared by the raft shard and the serving
+    /// shards.
+    generation: crate::fetch::Generation,
+    /// The channels between shards, each end taken once by its shard.
+    wires: Arc<Mutex<Wires>>,
 }
 
 type RaftInputs = futures_channel::mpsc::UnboundedReceiver<handle::ExecutorInput>;
+type Rx<T> = futures_channel::mpsc::UnboundedReceiver<T>;
+type Tx<T> = futures_channel::mpsc::UnboundedSender<T>;
+
+/// The channels between shards: publications from the raft shard to every serving (fetch or
+/// snapshot) shard, connections from acceptors without the fetch role to fetch shards, and
+/// FetchSnapshot calls from fetch shards without the snapshot role to snapshot shards.
+#[derive(Default)]
+struct Wires {
+    publications: Vec<(usize, Tx<crate::fetch::Publication>)>,
+    publication_rx: std::collections::HashMap<usize, Rx<crate::fetch::Publication>>,
+    handoff: Vec<Tx<std::net::TcpStream>>,
+    handoff_rx: std::collections::HashMap<usize, Rx<std::net::TcpStream>>,
+    snapshot_calls: Vec<Tx<route::SnapshotCall>>,
+    snapshot_rx: std::collections::HashMap<usize, Rx<route::SnapshotCall>>,
+}
+
+impl Wires {
+    fn new(tuning: &Tuning) -> Wires {
+        let mut w = Wires::default();
+        for (index, plan) in tuning.shards.iter().enumerate() {
+            let serves = plan.roles.contains(&Role::Fetch) || plan.roles.contains(&Role::Snapshot);
+            if serves && !plan.roles.contains(&Role::Raft) {
+                let (tx, rx) = futures_channel::mpsc::unbounded();
+                w.publications.push((index, tx));
+                w.publication_rx.insert(index, rx);
+            }
+            if plan.roles.contains(&Role::Fetch) {
+                let (tx, rx) = futures_channel::mpsc::unbounded();
+                w.handoff.push(tx);
+                w.handoff_rx.insert(index, rx);
+            }
+            if plan.roles.contains(&Role::Snapshot) {
+                let (tx, rx) = futures_channel::mpsc::unbounded();
+                w.snapshot_calls.push(tx);
+                w.snapshot_rx.insert(index, rx);
+            }
+        }
+        w
+    }
+}
 
 /// Runs the node until SIGTERM/SIGINT. `embedded` means the built-in default config, which
 /// formats its directory on first start.
@@ -316,6 +363,8 @@ fn spawn_shards(
         raft_inputs: Arc::new(Mutex::new(Some(inputs))),
         raft_setup,
         load,
+        generation: crate::fetch::Generation::default(),
+        wires: Arc::new(Mutex::new(Wires::new(tuning))),
     };
     if tuning.spin_before_park_us > 0 && crate::config::tuning::online_cpus().len() <= 2 {
         warn!("spin_before_park_us > 0 on a machine with 2 or fewer CPUs hurts latency");
@@ -407,6 +456,15 @@ async fn shard_body(mut ctx: ShardContext) -> Result<(), String> {
         None
     };
     let (senders, receivers) = join_mesh(&ctx).await?;
+    // After the mesh: the raft shard joins it only once the log directory exists.
+    let serving = match serving_role(&ctx, log.is_some()).await {
+        Ok(serving) => serving,
+        Err(e) => {
+            error!("{e}");
+            ctx.stop_flag.store(true, Ordering::SeqCst);
+            return Err(e);
+        }
+    };
     if ctx.index == ctx.coordinator {
         let watcher = coordinate_stop(ctx.stop_flag.clone(), stop.clone(), senders);
         glommio::spawn_local(watcher.in_current_span()).detach();
@@ -415,6 +473,35 @@ async fn shard_body(mut ctx: ShardContext) -> Result<(), String> {
         glommio::spawn_local(follower.in_current_span()).detach();
     }
     info!(roles = ?ctx.roles, "shard started");
+    // Voters' connections and the publications they are answered from run ahead of
+    // observers' (`net::server::Queues`).
+    let queues = serving.as_ref().map(|_| server::Queues::create());
+    let (publication_rx, handoff_rx, snapshot_rx, handoff, snapshot_calls, remote_serving) = {
+        let mut w = ctx
+            .wires
+            .lock()
+            .map_err(|_| "shard wiring poisoned".to_string())?;
+        (
+            w.publication_rx.remove(&ctx.index),
+            w.handoff_rx.remove(&ctx.index),
+            w.snapshot_rx.remove(&ctx.index),
+            w.handoff.clone(),
+            w.snapshot_calls.clone(),
+            w.publications.clone(),
+        )
+    };
+    if let (Some(serving), Some(rx)) = (&serving, publication_rx) {
+        let task = serving.clone().run_publications(rx, stop.clone());
+        spawn_in(task.in_current_span(), queues.map(|q| q.voters));
+    }
+    if let Some(serving) = &serving {
+        let task = serving.clone().run_progress(stop.clone());
+        glommio::spawn_local(task.in_current_span()).detach();
+    }
+    if let (Some(serving), Some(rx)) = (&serving, snapshot_rx) {
+        let task = route::serve_snapshot_calls(serving.clone(), rx);
+        glommio::spawn_local(task.in_current_span()).detach();
+    }
     let mut result = Ok(());
     let mut raft_task = None;
     if let Some((log, quorum)) = log {
@@ -429,7 +516,7 @@ async fn shard_body(mut ctx: ShardContext) -> Result<(), String> {
             ctx.state.clone(),
         )
         .await;
-        let executor = match built {
+        let mut executor = match built {
             Ok(executor) => executor,
             Err(e) => {
                 error!("{e}");
@@ -437,6 +524,15 @@ async fn shard_body(mut ctx: ShardContext) -> Result<(), String> {
                 return Err(e);
             }
         };
+        let mut targets: Vec<publish::Target> = remote_serving
+            .into_iter()
+            .map(|(_, tx)| publish::Target::Remote(tx))
+            .collect();
+        if let Some(serving) = &serving {
+            targets.push(publish::Target::Local(serving.clone()));
+        }
+        let publisher = publish::NodePublisher::new(log.clone(), ctx.generation.clone(), targets);
+        executor.set_publisher(Box::new(publisher));
         // A stop of the shard becomes a graceful stop of the executor.
         let (handle, watch) = (ctx.raft.clone(), stop.clone());
         glommio::spawn_local(async move {
@@ -459,23 +555,37 @@ async fn shard_body(mut ctx: ShardContext) -> Result<(), String> {
         let task = load::run(spec, ctx.raft.clone(), ctx.node_id, stop.clone());
         glommio::spawn_local(task.in_current_span()).detach();
     }
-    let mut serving = Vec::new();
-    if ctx.roles.contains(&Role::Acceptor) {
-        let state = Rc::new(ctx.state);
+    let fetch_here = ctx.roles.contains(&Role::Fetch);
+    let connections = (ctx.roles.contains(&Role::Acceptor) || fetch_here).then(|| {
+        let service = route::NodeService {
+            raft: ctx.raft.clone(),
+            fetch: serving.clone().filter(|_| fetch_here),
+            snapshot: serving
+                .clone()
+                .filter(|_| ctx.roles.contains(&Role::Snapshot)),
+            remote_snapshot: snapshot_calls,
+        };
+        server::Connections::new(
+            service,
+            ctx.state.clone(),
+            ctx.limits.clone(),
+            stop.clone(),
+            queues,
+        )
+    });
+    let mut serving_tasks = Vec::new();
+    if let (Some(connections), Some(rx)) = (&connections, handoff_rx) {
+        let task = server::adopt_handed(rx, connections.clone());
+        serving_tasks.push(glommio::spawn_local(task.in_current_span()));
+    }
+    if let Some(connections) = &connections {
         for (addr, bound) in std::mem::take(&mut listen) {
             match server::for_shard(&bound) {
                 Ok(listener) => {
-                    let drain = Duration::from_millis(c::SHUTDOWN_DRAIN_MS);
-                    let raft = Some(ctx.raft.clone());
-                    let serve = server::serve(
-                        listener,
-                        state.clone(),
-                        raft,
-                        ctx.limits.clone(),
-                        stop.clone(),
-                        drain,
-                    );
-                    serving.push(glommio::spawn_local(serve.in_current_span()));
+                    // An acceptor without the fetch role hands its connections to fetch shards.
+                    let handoff = (!fetch_here).then(|| server::Handoff::new(handoff.clone()));
+                    let serve = server::serve(listener, connections.clone(), handoff);
+                    serving_tasks.push(glommio::spawn_local(serve.in_current_span()));
                 }
                 Err(e) => {
                     result = Err(format!("cannot listen on {addr}: {e}"));
@@ -486,8 +596,13 @@ async fn shard_body(mut ctx: ShardContext) -> Result<(), String> {
         }
     }
     stop.wait().await;
-    for task in serving {
+    for task in serving_tasks {
         task.await;
+    }
+    if let Some(connections) = &connections {
+        connections
+            .drain(Duration::from_millis(c::SHUTDOWN_DRAIN_MS))
+            .await;
     }
     if let Some(task) = raft_task {
         let (raft_result, log) = task.await;
@@ -499,6 +614,61 @@ async fn shard_body(mut ctx: ShardContext) -> Result<(), String> {
     }
     info!("shard stopped");
     result
+}
+
+/// The fetch and snapshot roles of this shard, if it has either. A serving shard without the
+/// raft role first keeps its ring off IOPOLL for the data directory (`log::ring`), before it
+/// opens any file there.
+async fn serving_role(
+    ctx: &ShardContext,
+    raft_here: bool,
+) -> Result<Option<Rc<crate::fetch::shard::Serving>>, String> {
+    if !ctx.roles.contains(&Role::Fetch) && !ctx.roles.contains(&Role::Snapshot) {
+        return Ok(None);
+    }
+    let dir = std::path::absolute(&ctx.partition_dir)
+        .map_err(|e| format!("{}: {e}", ctx.partition_dir.display()))?;
+    if !raft_here {
+        crate::log::ring::prepare(&dir)
+            .await
+            .map_err(|e| format!("cannot prepare reads of {}: {e}", dir.display()))?;
+    }
+    let raft = ctx.raft.clone();
+    let report: crate::fetch::shard::ReportSink = Rc::new(move |report| {
+        use crate::fetch::shard::Report;
+        let input = match report {
+            Report::Progress(progress) => handle::ExecutorInput::FetchProgress(progress),
+            Report::SnapshotServed {
+                replica,
+                leader_epoch,
+            } => handle::ExecutorInput::SnapshotServed {
+                replica,
+                leader_epoch,
+            },
+        };
+        let _ = raft.send(input);
+    });
+    Ok(Some(crate::fetch::shard::Serving::new(
+        dir,
+        ctx.generation.clone(),
+        report,
+    )))
+}
+
+fn spawn_in(
+    task: impl std::future::Future<Output = ()> + 'static,
+    queue: Option<glommio::TaskQueueHandle>,
+) {
+    let spawned = match queue {
+        Some(q) => glommio::spawn_local_into(task, q),
+        None => Ok(glommio::spawn_local(task)),
+    };
+    match spawned {
+        Ok(task) => {
+            task.detach();
+        }
+        Err(e) => error!(error = %e, "cannot start a task"),
+    }
 }
 
 /// Opens the metadata log (recovering it) and reads quorum-state, on the raft shard.

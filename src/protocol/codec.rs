@@ -336,20 +336,38 @@ impl<'a> Reader<'a> {
 }
 
 /// Appends wire-format values to a byte vector. Writing cannot fail.
+///
+/// A writer can leave *holes*: `hole(len)` marks that `len` bytes belong at the current
+/// position without writing them. A response's record bytes are sent that way, from the
+/// buffers that already hold them, beside the encoded parts (`protocol::request::FrameParts`),
+/// so they are never copied into a response buffer.
 #[derive(Debug, Default)]
 pub struct Writer {
     buf: Vec<u8>,
+    /// (position in `buf`, length) of each hole, in order.
+    holes: Vec<(usize, usize)>,
 }
 
 impl Writer {
     pub fn new() -> Self {
-        Writer { buf: Vec::new() }
+        Writer::default()
     }
 
     pub fn with_capacity(capacity: usize) -> Self {
         Writer {
             buf: Vec::with_capacity(capacity),
+            holes: Vec::new(),
         }
+    }
+
+    /// `len` bytes that belong here and are sent from elsewhere.
+    pub fn hole(&mut self, len: usize) {
+        self.holes.push((self.buf.len(), len));
+    }
+
+    /// The encoded bytes and the holes left in them.
+    pub fn into_parts(self) -> (Vec<u8>, Vec<(usize, usize)>) {
+        (self.buf, self.holes)
     }
 
     pub fn len(&self) -> usize {
@@ -485,6 +503,7 @@ impl Writer {
     pub fn tagged_field(&mut self, tag: u32, body: impl FnOnce(&mut Writer)) {
         let mut inner = Writer::new();
         body(&mut inner);
+        assert!(inner.holes.is_empty(), "no holes inside a tagged field");
         self.unsigned_varint(tag);
         self.unsigned_varint(u32::try_from(inner.len()).expect("tag body too long"));
         self.bytes(&inner.buf);

@@ -343,6 +343,10 @@ pub struct PartitionData {
     pub preferred_read_replica: i32,
     /// Nullable; empty by default. Whole record batches (spec/records.md).
     pub records: Option<Bytes>,
+    /// When set, `records` is ignored: only this length is encoded and the frame leaves a hole
+    /// for the batches (`Writer::hole`), which the server sends from where they already are.
+    /// Never set by decoding.
+    pub records_hole: Option<usize>,
 }
 
 impl Default for PartitionData {
@@ -359,6 +363,7 @@ impl Default for PartitionData {
             aborted_transactions: Some(Vec::new()),
             preferred_read_replica: -1,
             records: Some(Bytes::new()),
+            records_hole: None,
         }
     }
 }
@@ -556,7 +561,13 @@ impl PartitionData {
             t.encode(w)
         });
         w.i32(self.preferred_read_replica);
-        w.nullable_bytes_field(self.records.as_deref(), true);
+        match self.records_hole {
+            Some(len) => {
+                w.array_len(len, true);
+                w.hole(len);
+            }
+            None => w.nullable_bytes_field(self.records.as_deref(), true),
+        }
         let diverging = self.diverging_epoch != EpochEndOffset::default();
         let leader = self.current_leader != LeaderIdAndEpoch::default();
         let snapshot = self.snapshot_id != SnapshotId::default();

@@ -220,6 +220,9 @@ pub struct FetchSnapshotResponsePartition {
     pub position: i64,
     /// A chunk of the snapshot file, not necessarily on a batch boundary.
     pub unaligned_records: Bytes,
+    /// When set, `unaligned_records` is ignored: only this length is encoded and the frame
+    /// leaves a hole for the chunk (`Writer::hole`). Never set by decoding.
+    pub unaligned_records_hole: Option<usize>,
 }
 
 impl Default for FetchSnapshotResponsePartition {
@@ -232,6 +235,7 @@ impl Default for FetchSnapshotResponsePartition {
             size: 0,
             position: 0,
             unaligned_records: Bytes::new(),
+            unaligned_records_hole: None,
         }
     }
 }
@@ -339,7 +343,13 @@ impl FetchSnapshotResponsePartition {
         self.snapshot_id.encode(w);
         w.i64(self.size);
         w.i64(self.position);
-        w.bytes_field(&self.unaligned_records, true);
+        match self.unaligned_records_hole {
+            Some(len) => {
+                w.array_len(len, true);
+                w.hole(len);
+            }
+            None => w.bytes_field(&self.unaligned_records, true),
+        }
         let leader = self.current_leader != LeaderIdAndEpoch::default();
         w.unsigned_varint(u32::from(leader));
         if leader {

@@ -178,6 +178,32 @@ pub fn encode_response_frame(
     finish_frame(w)
 }
 
+/// A response frame whose large byte fields are holes (`Writer::hole`): `bytes` is everything
+/// encoded (its int32 size counts the holes too), and each hole's bytes go at its position.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrameParts {
+    pub bytes: Vec<u8>,
+    /// (position in `bytes`, length), in order.
+    pub holes: Vec<(usize, usize)>,
+}
+
+/// `encode_response_frame` for a body with holes.
+pub fn encode_response_frame_parts(
+    correlation_id: i32,
+    response_header_version: i16,
+    encode: impl FnOnce(&mut Writer),
+) -> FrameParts {
+    let mut w = Writer::with_capacity(256);
+    w.i32(0); // size, patched below
+    encode_response_header(&mut w, correlation_id, response_header_version);
+    encode(&mut w);
+    let (mut bytes, holes) = w.into_parts();
+    let total = bytes.len() - 4 + holes.iter().map(|(_, len)| len).sum::<usize>();
+    let size = i32::try_from(total).expect("frame larger than 2 GiB");
+    bytes[..4].copy_from_slice(&size.to_be_bytes());
+    FrameParts { bytes, holes }
+}
+
 /// Builds a whole request frame (used by ringraft's own clients and by tests).
 pub fn encode_request_frame(
     header: &RequestHeader,
@@ -193,7 +219,11 @@ pub fn encode_request_frame(
 
 /// Writes the int32 size of everything after the first four bytes into those bytes.
 fn finish_frame(w: Writer) -> Vec<u8> {
-    let mut frame = w.into_vec();
+    let (mut frame, holes) = w.into_parts();
+    assert!(
+        holes.is_empty(),
+        "a frame with holes is built by encode_response_frame_parts"
+    );
     assert!(frame.len() >= 4, "a frame starts with its size");
     let size = i32::try_from(frame.len() - 4).expect("frame larger than 2 GiB");
     frame[..4].copy_from_slice(&size.to_be_bytes());

@@ -125,6 +125,13 @@ pub enum Input {
     DeleteBefore {
         offset: i64,
     },
+    /// A fetch shard answered a valid Fetch (`serve::Progress`).
+    FetchProgress(super::serve::Progress),
+    /// A snapshot shard served a FetchSnapshot chunk to `replica` in `leader_epoch`.
+    SnapshotServed {
+        replica: ReplicaKey,
+        leader_epoch: i32,
+    },
 }
 
 /// A change to the local log, executed by the runtime in order.
@@ -277,6 +284,8 @@ pub(super) struct Parked {
     pub token: Token,
     pub request: super::message::FetchRequest,
     pub deadline: u64,
+    /// The high watermark when it was parked: a higher one wakes it (KAFKA-13959).
+    pub high_watermark: Option<i64>,
 }
 
 #[derive(Debug)]
@@ -482,6 +491,11 @@ impl Raft {
             }
             Input::SnapshotCreated { id, size } => self.log.snapshot_added(id, size),
             Input::DeleteBefore { offset } => self.delete_before(offset),
+            Input::FetchProgress(progress) => self.handle_fetch_progress(progress),
+            Input::SnapshotServed {
+                replica,
+                leader_epoch,
+            } => self.handle_snapshot_served(replica, leader_epoch),
         }
         self.poll();
     }
@@ -587,7 +601,7 @@ impl Raft {
         let next = batches.next_offset();
         self.log.appended(first, next, self.epoch);
         self.log_ops.push(LogOp::Append(batches));
-        self.complete_parked_fetches(false);
+        self.complete_parked_fetches();
         Ok((first, next - 1))
     }
 
@@ -774,6 +788,11 @@ impl Raft {
     }
 
     /// The active voter set (the latest entry, committed or not).
+    /// The core's picture of its log (what the fetch shards answer from).
+    pub fn log_view(&self) -> &LogView {
+        &self.log
+    }
+
     pub fn voters(&self) -> &VoterSet {
         self.membership.latest()
     }

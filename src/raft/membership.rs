@@ -158,7 +158,7 @@ impl Raft {
         let batch = crate::records::ValidBatches::parse(bytes::Bytes::from(batch))
             .expect("a control batch the leader just built is valid");
         self.log_ops.push(super::core::LogOp::Append(batch));
-        self.complete_parked_fetches(false);
+        self.complete_parked_fetches();
         base
     }
 

@@ -38,6 +38,7 @@ pub mod log_view;
 pub mod membership;
 pub mod message;
 pub mod replication;
+pub mod serve;
 pub mod types;
 
 pub use self::core::{

@@ -5,116 +5,79 @@
 use bytes::Bytes;
 
 use super::core::{Download, LogOp, Parked, Raft, Role, FETCH_MAX_WAIT_MS};
-use super::log_view::Validation;
 use super::message::{
     FetchRequest, FetchResponse, FetchSnapshotRequest, FetchSnapshotResponse, Records, Request,
     Response, SnapshotBytes, Token,
 };
+use super::serve::{self, Facts, FetchDecision};
 use super::types::{OffsetAndEpoch, ReplicaKey};
 use crate::protocol::errors::ErrorCode;
 
 impl Raft {
-    fn fetch_response(&self, error: ErrorCode, partition_error: ErrorCode) -> FetchResponse {
-        let leader_endpoints = self.leader_endpoints();
-        FetchResponse {
-            error,
-            partition_error,
-            high_watermark: self.high_watermark().unwrap_or(-1),
-            log_start_offset: self.log.start_offset(),
-            diverging_epoch: None,
-            leader_id: self.leader_id().unwrap_or(-1),
-            leader_epoch: self.epoch,
-            snapshot_id: None,
-            records: Records::None,
-            leader_endpoints,
+    /// What this replica knows about its epoch, for the shared answer rules (`serve`).
+    pub fn facts(&self) -> Facts {
+        Facts {
+            cluster_id: self.config.cluster_id.clone(),
+            epoch: self.epoch,
+            leader_id: self.leader_id(),
+            is_leader: self.is_leader(),
+            shutting_down: self.shutting_down,
+            high_watermark: self.high_watermark(),
+            leader_endpoints: self.leader_endpoints(),
+            fetch_max_bytes: self.config.fetch_max_bytes,
         }
     }
 
     /// The error a non-leader (or a leader of another epoch) answers a Fetch with.
     pub(super) fn fetch_error(&self, r: FetchRequest) -> FetchResponse {
-        let error = self.leader_epoch_error(r.current_leader_epoch);
-        self.fetch_response(
-            ErrorCode::NONE,
-            error.unwrap_or(ErrorCode::NOT_LEADER_OR_FOLLOWER),
-        )
+        let facts = self.facts();
+        let error = serve::leader_epoch_error(&facts, r.current_leader_epoch);
+        let error = error.unwrap_or(ErrorCode::NOT_LEADER_OR_FOLLOWER);
+        serve::empty_fetch_response(&facts, &self.log, ErrorCode::NONE, error)
     }
 
     /// raft.md §7.2 step 4: the leader-only epoch checks.
     pub(super) fn leader_epoch_error(&self, epoch: i32) -> Option<ErrorCode> {
-        if epoch < self.epoch {
-            Some(ErrorCode::FENCED_LEADER_EPOCH)
-        } else if epoch > self.epoch {
-            Some(ErrorCode::UNKNOWN_LEADER_EPOCH)
-        } else if !self.is_leader() {
-            Some(ErrorCode::NOT_LEADER_OR_FOLLOWER)
-        } else if self.shutting_down {
-            Some(ErrorCode::BROKER_NOT_AVAILABLE)
-        } else {
-            None
-        }
+        serve::leader_epoch_error(&self.facts(), epoch)
     }
 
-    /// raft.md §7.2.
+    /// raft.md §7.2, with the rules the fetch shards share (`serve::fetch`).
     pub(super) fn handle_fetch_request(&mut self, token: Token, r: FetchRequest) {
-        if !self.cluster_id_ok(&r.cluster_id, r.replica.id) {
-            let resp = self.fetch_response(ErrorCode::INCONSISTENT_CLUSTER_ID, ErrorCode::NONE);
-            self.respond(token, Response::Fetch(resp));
-            return;
+        // A wrong cluster id is logged here and answered by the shared rules.
+        let _ = self.cluster_id_ok(&r.cluster_id, r.replica.id);
+        let outcome = serve::fetch(&self.facts(), &self.log, &r, self.now_ms);
+        if let Some(progress) = outcome.progress {
+            self.note_replica_fetch(progress.replica, progress.fetch_offset, progress.leader_end);
         }
-        let invalid = r.max_wait_ms < 0
-            || r.fetch_offset < 0
-            || r.last_fetched_epoch < 0
-            || r.last_fetched_epoch > r.current_leader_epoch;
-        if invalid {
-            let resp = self.fetch_response(ErrorCode::NONE, ErrorCode::INVALID_REQUEST);
-            self.respond(token, Response::Fetch(resp));
-            return;
-        }
-        if let Some(error) = self.leader_epoch_error(r.current_leader_epoch) {
-            let resp = self.fetch_response(ErrorCode::NONE, error);
-            self.respond(token, Response::Fetch(resp));
-            return;
-        }
-        let snapshot_at_zero = r.fetch_offset == 0 && self.log.latest_snapshot().is_some();
-        let validation = match self.log.latest_snapshot() {
-            Some(latest) if snapshot_at_zero => Validation::Snapshot(latest),
-            _ => self
-                .log
-                .validate_offset_and_epoch(r.fetch_offset, r.last_fetched_epoch),
-        };
-        let mut resp = self.fetch_response(ErrorCode::NONE, ErrorCode::NONE);
-        match validation {
-            Validation::Diverging(end) => resp.diverging_epoch = Some(end),
-            Validation::Snapshot(id) => resp.snapshot_id = Some(id),
-            Validation::Valid => {
-                self.note_replica_fetch(r.replica, r.fetch_offset);
-                if r.fetch_offset >= self.log.end_offset() && r.max_wait_ms > 0 {
-                    let deadline = self.now_ms + r.max_wait_ms.min(FETCH_MAX_WAIT_MS) as u64;
-                    if let Some(s) = self.leader_mut() {
-                        s.parked.push(Parked {
-                            token,
-                            request: r,
-                            deadline,
-                        });
-                    }
-                    return;
+        match outcome.decision {
+            FetchDecision::Answer(resp) => self.respond_fetch(token, resp),
+            FetchDecision::Park { deadline_ms } => {
+                let parked_high_watermark = self.high_watermark();
+                if let Some(s) = self.leader_mut() {
+                    s.parked.push(Parked {
+                        token,
+                        request: r,
+                        deadline: deadline_ms,
+                        high_watermark: parked_high_watermark,
+                    });
                 }
-                resp = self.fetch_response(ErrorCode::NONE, ErrorCode::NONE);
-                resp.records = self.records_for(&r);
             }
         }
-        // Divergence and snapshot answers are never parked (KAFKA-15100).
-        self.respond_fetch(token, resp);
     }
 
-    fn records_for(&self, r: &FetchRequest) -> Records {
-        if r.fetch_offset >= self.log.end_offset() {
-            return Records::None;
+    /// Progress a fetch shard validated (`serve::Progress`): counted only while this replica
+    /// still leads the epoch it was validated in.
+    pub(super) fn handle_fetch_progress(&mut self, p: serve::Progress) {
+        if self.is_leader() && self.epoch == p.leader_epoch && p.replica.id >= 0 {
+            let leader_end = p.leader_end.min(self.log.end_offset());
+            self.note_replica_fetch(p.replica, p.fetch_offset, leader_end);
         }
-        let max = r.max_bytes.clamp(1, self.config.fetch_max_bytes) as usize;
-        Records::Read {
-            offset: r.fetch_offset,
-            max_bytes: max,
+    }
+
+    /// A FetchSnapshot a snapshot shard served in `leader_epoch`.
+    pub(super) fn handle_snapshot_served(&mut self, replica: ReplicaKey, leader_epoch: i32) {
+        if self.is_leader() && self.epoch == leader_epoch {
+            self.note_snapshot_fetch(replica);
         }
     }
 
@@ -128,12 +91,11 @@ impl Raft {
     }
 
     /// The leader learns a replica's log end offset from its fetch (raft.md §7.2 step 6).
-    fn note_replica_fetch(&mut self, replica: ReplicaKey, fetch_offset: i64) {
+    fn note_replica_fetch(&mut self, replica: ReplicaKey, fetch_offset: i64, leader_end: i64) {
         let now = self.now_ms;
         let is_voter = self.voters().contains_key(&replica);
         let majority = self.voters().majority();
         let local_is_voter = self.is_voter() || self.config.mutations.removed_leader_counts_itself;
-        let leader_end = self.log.end_offset();
         let window = self.check_quorum_timeout_ms();
         let Some(s) = self.leader_mut() else { return };
         if replica.id < 0 {
@@ -214,24 +176,29 @@ impl Raft {
         if advanced {
             s.high_watermark = Some(candidate);
             self.high_watermark = Some(self.high_watermark.map_or(candidate, |h| h.max(candidate)));
-            self.complete_parked_fetches(true);
+            self.complete_parked_fetches();
             self.membership_committed();
         }
     }
 
-    /// Answers parked fetches that now have something to say: records past their offset, a
-    /// higher high watermark (`hwm_moved`), or an expired wait.
-    pub(super) fn complete_parked_fetches(&mut self, hwm_moved: bool) {
+    /// Answers parked fetches that now have something to say (`serve::parked_ready`).
+    pub(super) fn complete_parked_fetches(&mut self) {
         let now = self.now_ms;
-        let end = self.log.end_offset();
-        let Some(s) = self.leader_mut() else { return };
-        let (ready, waiting): (Vec<Parked>, Vec<Parked>) = std::mem::take(&mut s.parked)
-            .into_iter()
-            .partition(|p| hwm_moved || p.request.fetch_offset < end || p.deadline <= now);
+        let facts = self.facts();
+        let log = &self.log;
+        let Some(s) = (match &mut self.role {
+            Role::Leader(s) => Some(s),
+            _ => None,
+        }) else {
+            return;
+        };
+        let (ready, waiting): (Vec<Parked>, Vec<Parked>) =
+            std::mem::take(&mut s.parked).into_iter().partition(|p| {
+                serve::parked_ready(&facts, log, &p.request, p.high_watermark, p.deadline, now)
+            });
         s.parked = waiting;
         for p in ready {
-            let mut resp = self.fetch_response(ErrorCode::NONE, ErrorCode::NONE);
-            resp.records = self.records_for(&p.request);
+            let resp = serve::parked_answer(&facts, &self.log, &p.request);
             self.respond_fetch(p.token, resp);
         }
     }
@@ -239,7 +206,7 @@ impl Raft {
     /// Leader timers: parked fetch expiry, check-quorum, BeginQuorumEpoch (raft.md §4, §6).
     pub(super) fn poll_leader(&mut self) {
         let now = self.now_ms;
-        self.complete_parked_fetches(false);
+        self.complete_parked_fetches();
         let local = self.config.local;
         let majority = self.voters().majority();
         let local_is_voter = self.is_voter() || self.config.mutations.removed_leader_counts_itself;
@@ -458,46 +425,15 @@ impl Raft {
         self.log_ops.push(LogOp::Append(batches));
     }
 
-    /// raft.md §10, leader side.
+    /// raft.md §10, leader side, with the rules the snapshot shards share.
     pub(super) fn handle_fetch_snapshot_request(&mut self, token: Token, r: FetchSnapshotRequest) {
-        let mut resp = FetchSnapshotResponse {
-            error: ErrorCode::NONE,
-            partition_error: ErrorCode::NONE,
-            snapshot_id: r.snapshot_id,
-            leader_id: self.leader_id().unwrap_or(-1),
-            leader_epoch: self.epoch,
-            size: -1,
-            position: r.position,
-            bytes: SnapshotBytes::None,
-            leader_endpoints: self.leader_endpoints(),
-        };
-        if !self.cluster_id_ok(&r.cluster_id, r.replica.id) {
-            resp.error = ErrorCode::INCONSISTENT_CLUSTER_ID;
-        } else if let Some(error) = self.leader_epoch_error(r.current_leader_epoch) {
-            resp.partition_error = error;
-        } else {
-            let size = self.log.snapshot_size(r.snapshot_id);
-            match size {
-                None => resp.partition_error = ErrorCode::SNAPSHOT_NOT_FOUND,
-                Some(_) if r.snapshot_id == OffsetAndEpoch::new(0, 0) => {
-                    resp.partition_error = ErrorCode::SNAPSHOT_NOT_FOUND
-                }
-                Some(size) if r.position < 0 || r.position as u64 >= size => {
-                    resp.partition_error = ErrorCode::POSITION_OUT_OF_RANGE
-                }
-                Some(size) => {
-                    resp.size = size as i64;
-                    let max = r.max_bytes.clamp(1, self.config.fetch_max_bytes) as usize;
-                    resp.bytes = SnapshotBytes::Read {
-                        id: r.snapshot_id,
-                        position: r.position as u64,
-                        max_bytes: max,
-                    };
-                    self.note_snapshot_fetch(r.replica);
-                }
-            }
+        // A wrong cluster id is logged here and answered by the shared rules.
+        let _ = self.cluster_id_ok(&r.cluster_id, r.replica.id);
+        let outcome = serve::fetch_snapshot(&self.facts(), &self.log, &r);
+        if let Some(replica) = outcome.served {
+            self.note_snapshot_fetch(replica);
         }
-        self.respond(token, Response::FetchSnapshot(resp));
+        self.respond(token, Response::FetchSnapshot(outcome.response));
     }
 
     /// A FetchSnapshot counts for check-quorum (raft.md §10 step 6).

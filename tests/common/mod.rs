@@ -43,13 +43,28 @@ fn nanos() -> u128 {
         .as_nanos()
 }
 
-/// A port that was free a moment ago.
+/// A port that was free a moment ago, below the kernel's ephemeral range (32768 and up on
+/// Linux), so that no outgoing connection of a running node can be given it as its local port
+/// before the node that should listen there starts; never the same one twice in a process.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    let given = given.get_or_insert_with(HashSet::new);
+    let seed = nanos() as u64 ^ u64::from(std::process::id()) << 32;
+    for i in 0..10_000u64 {
+        let port = 20_000
+            + ((seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(i * 7919))
+                % 12_000) as u16;
+        if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.insert(port);
+            return port;
+        }
+    }
+    panic!("no free port in 20000..32000");
 }
 
 /// A controller config for node 1 on `port` with its data in `dir`.

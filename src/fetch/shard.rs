@@ -1,0 +1,386 @@
+//! A shard running the `fetch` and/or `snapshot` roles: it applies the raft shard's
+//! publications, answers Fetch and FetchSnapshot from them with the core's rules
+//! (`raft::serve`), parks long-polls itself, and sends the replicas' progress back to the
+//! raft shard (voters' at once, observers' gathered every `OBSERVER_PROGRESS_MS`).
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use futures_channel::{mpsc, oneshot};
+use futures_lite::{future, StreamExt};
+use tracing::{error, warn};
+
+use super::publication::{Generation, Publication};
+use super::reader::{self, LogReader};
+use super::view::{FetchView, Parking, Ticket};
+use crate::log::snapshot_io::SnapshotFile;
+use crate::net::dispatch::RaftCall;
+use crate::net::frame_out::{Chunk, LocalFrame};
+use crate::net::raft_rpc;
+use crate::net::stop::StopSignal;
+use crate::protocol::ErrorCode;
+use crate::raft::message::{FetchRequest, FetchSnapshotRequest, Records, Response, SnapshotBytes};
+use crate::raft::serve::{self, FetchDecision, Progress};
+use crate::raft::ReplicaKey;
+
+/// How often observers' progress goes to the raft shard (voters' goes at once).
+pub const OBSERVER_PROGRESS_MS: u64 = 50;
+/// The fetch shard's batch cache.
+pub const CACHE_BYTES: usize = 64 << 20;
+
+/// What a serving shard tells the raft shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Report {
+    /// Replicas' positions from valid Fetches.
+    Progress(Vec<Progress>),
+    /// A FetchSnapshot chunk was served to `replica` in `leader_epoch` (check-quorum counts it).
+    SnapshotServed {
+        replica: ReplicaKey,
+        leader_epoch: i32,
+    },
+}
+
+/// Where reports go (the node sends them to the raft shard's executor).
+pub type ReportSink = Rc<dyn Fn(Report)>;
+
+/// Wakes every waiter at each publication.
+#[derive(Default)]
+struct Published {
+    count: Cell<u64>,
+    wakers: RefCell<Vec<std::task::Waker>>,
+}
+
+impl Published {
+    fn happened(&self) {
+        self.count.set(self.count.get() + 1);
+        for w in self.wakers.borrow_mut().drain(..) {
+            w.wake();
+        }
+    }
+
+    async fn next(&self) {
+        let seen = self.count.get();
+        std::future::poll_fn(|cx| {
+            if self.count.get() != seen {
+                return std::task::Poll::Ready(());
+            }
+            self.wakers.borrow_mut().push(cx.waker().clone());
+            std::task::Poll::Pending
+        })
+        .await
+    }
+}
+
+pub struct Serving {
+    dir: PathBuf,
+    view: RefCell<Option<FetchView>>,
+    reader: RefCell<LogReader>,
+    parking: RefCell<Parking>,
+    parked: RefCell<HashMap<Ticket, oneshot::Sender<()>>>,
+    published: Published,
+    generation: Generation,
+    report: ReportSink,
+    observers: RefCell<HashMap<i32, Progress>>,
+    /// The snapshot being streamed, checked once when opened.
+    snapshot: RefCell<Option<Rc<SnapshotFile>>>,
+    started: Instant,
+    last_complaint: Cell<Option<Instant>>,
+}
+
+impl Serving {
+    /// `dir`: the partition directory (absolute).
+    pub fn new(dir: PathBuf, generation: Generation, report: ReportSink) -> Rc<Serving> {
+        Rc::new(Serving {
+            dir,
+            view: RefCell::new(None),
+            reader: RefCell::new(LogReader::new(CACHE_BYTES)),
+            parking: RefCell::new(Parking::default()),
+            parked: RefCell::new(HashMap::new()),
+            published: Published::default(),
+            generation,
+            report,
+            observers: RefCell::new(HashMap::new()),
+            snapshot: RefCell::new(None),
+            started: Instant::now(),
+            last_complaint: Cell::new(None),
+        })
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Applies a publication: the reader learns the new batches (or starts over), the view
+    /// takes the new state, and the parked fetches it answers are woken, voters' first.
+    pub fn publish(&self, p: Publication) {
+        {
+            let mut reader = self.reader.borrow_mut();
+            let flushed = p.log.flushed_offset();
+            match &p.reader {
+                Some(reset) => reader.reset(reset, flushed),
+                None => reader.appended(&p.appended, flushed, &self.dir),
+            }
+        }
+        {
+            let mut view = self.view.borrow_mut();
+            match view.as_mut() {
+                Some(v) => v.apply(&p),
+                None => *view = Some(FetchView::new(&p)),
+            }
+        }
+        let now = self.now_ms();
+        let ready = {
+            let view = self.view.borrow();
+            let view = view.as_ref().expect("set above");
+            self.parking.borrow_mut().ready(view, now)
+        };
+        let mut parked = self.parked.borrow_mut();
+        for (ticket, _) in ready {
+            if let Some(wake) = parked.remove(&ticket) {
+                let _ = wake.send(());
+            }
+        }
+        drop(parked);
+        self.published.happened();
+    }
+
+    /// Applies publications as they arrive, until the raft shard's sender goes or `stop`.
+    pub async fn run_publications(
+        self: Rc<Self>,
+        mut incoming: mpsc::UnboundedReceiver<Publication>,
+        stop: StopSignal,
+    ) {
+        loop {
+            let next = future::or(async { incoming.next().await }, async {
+                stop.wait().await;
+                None
+            })
+            .await;
+            let Some(p) = next else { break };
+            self.publish(p);
+            // Apply whatever else is queued before anyone answers from a stale view.
+            while let Some(Some(p)) = future::poll_once(incoming.next()).await {
+                self.publish(p);
+            }
+        }
+    }
+
+    /// Sends observers' progress every `OBSERVER_PROGRESS_MS`, until `stop`.
+    pub async fn run_progress(self: Rc<Self>, stop: StopSignal) {
+        while !stop.is_stopped() {
+            let period = Duration::from_millis(OBSERVER_PROGRESS_MS);
+            future::or(glommio::timer::sleep(period), stop.wait()).await;
+            let batch: Vec<Progress> = self
+                .observers
+                .borrow_mut()
+                .drain()
+                .map(|(_, p)| p)
+                .collect();
+            if !batch.is_empty() {
+                (self.report)(Report::Progress(batch));
+            }
+        }
+    }
+
+    fn note_progress(&self, p: Progress, voter: bool) {
+        if voter {
+            (self.report)(Report::Progress(vec![p]));
+        } else {
+            self.observers.borrow_mut().insert(p.replica.id, p);
+        }
+    }
+
+    fn complain(&self, what: &str, replica: i32, theirs: &Option<String>) {
+        let now = Instant::now();
+        let quiet = self
+            .last_complaint
+            .get()
+            .is_some_and(|t| now.duration_since(t) < Duration::from_secs(10));
+        if !quiet {
+            self.last_complaint.set(Some(now));
+            let ours = self
+                .view
+                .borrow()
+                .as_ref()
+                .map(|v| v.facts.cluster_id.clone())
+                .unwrap_or_default();
+            warn!(replica, theirs = ?theirs, ours = %ours,
+                "{what} named another cluster; answered INCONSISTENT_CLUSTER_ID");
+        }
+    }
+
+    /// Is `replica` a voter, as far as this shard knows?
+    pub fn is_voter(&self, replica: ReplicaKey) -> bool {
+        self.view
+            .borrow()
+            .as_ref()
+            .is_some_and(|v| v.is_voter(replica))
+    }
+
+    async fn view_ready(&self) {
+        while self.view.borrow().is_none() {
+            self.published.next().await;
+        }
+    }
+
+    /// Answers a Fetch (see the module doc of `crate::fetch` for the generation check).
+    pub async fn fetch(&self, call: &RaftCall, r: FetchRequest) -> LocalFrame {
+        self.view_ready().await;
+        let mut woken = false;
+        loop {
+            let (decision, generation) = {
+                let view = self.view.borrow();
+                let view = view.as_ref().expect("ready");
+                if woken {
+                    let resp = serve::parked_answer(&view.facts, &view.log, &r);
+                    (FetchDecision::Answer(resp), view.generation)
+                } else {
+                    let out = view.decide(&r, self.now_ms());
+                    if out.wrong_cluster {
+                        self.complain("a Fetch", r.replica.id, &r.cluster_id);
+                    }
+                    if let Some(p) = out.progress {
+                        self.note_progress(p, view.is_voter(p.replica));
+                    }
+                    (out.decision, view.generation)
+                }
+            };
+            let mut resp = match decision {
+                FetchDecision::Park { deadline_ms } => {
+                    let (wake, woke) = oneshot::channel();
+                    let ticket = {
+                        let view = self.view.borrow();
+                        let view = view.as_ref().expect("ready");
+                        self.parking.borrow_mut().park(r.clone(), view, deadline_ms)
+                    };
+                    self.parked.borrow_mut().insert(ticket, wake);
+                    let wait = Duration::from_millis(deadline_ms.saturating_sub(self.now_ms()));
+                    future::or(
+                        async {
+                            let _ = woke.await;
+                        },
+                        glommio::timer::sleep(wait),
+                    )
+                    .await;
+                    self.parking.borrow_mut().cancel(ticket);
+                    self.parked.borrow_mut().remove(&ticket);
+                    woken = true;
+                    continue;
+                }
+                FetchDecision::Answer(resp) => resp,
+            };
+            let chunks = match resp.records {
+                Records::Read { offset, max_bytes } => {
+                    match reader::read(&self.reader, offset, max_bytes).await {
+                        Ok(chunks) => chunks,
+                        Err(e) => {
+                            warn!(offset, error = %e, "cannot read the log for a fetch");
+                            Vec::new()
+                        }
+                    }
+                }
+                _ => Vec::new(),
+            };
+            if self.generation.get() != generation {
+                // The log was rewritten since this view: the bytes may be the new log's. Wait
+                // for the publication that says so and answer again from it.
+                while self
+                    .view
+                    .borrow()
+                    .as_ref()
+                    .is_some_and(|v| v.generation == generation)
+                {
+                    self.published.next().await;
+                }
+                continue;
+            }
+            resp.records = Records::None;
+            let response = Response::Fetch(resp);
+            return LocalFrame::encode(
+                call.correlation_id,
+                call.response_header_version,
+                chunks,
+                |w, hole| raft_rpc::encode_response(&response, call.version, hole, w),
+            );
+        }
+    }
+
+    /// Answers a FetchSnapshot with a chunk of the snapshot file, read through the ring and
+    /// checked (a corrupt chunk is not sent: SNAPSHOT_NOT_FOUND, and the reason is logged).
+    /// Snapshot files never change once complete, and a deleted one stays readable through
+    /// the open file, so no generation check is needed here.
+    pub async fn fetch_snapshot(&self, call: &RaftCall, r: FetchSnapshotRequest) -> LocalFrame {
+        self.view_ready().await;
+        let outcome = {
+            let view = self.view.borrow();
+            let view = view.as_ref().expect("ready");
+            serve::fetch_snapshot(&view.facts, &view.log, &r)
+        };
+        if outcome.wrong_cluster {
+            self.complain("a FetchSnapshot", r.replica.id, &r.cluster_id);
+        }
+        if let Some(replica) = outcome.served {
+            (self.report)(Report::SnapshotServed {
+                replica,
+                leader_epoch: outcome.response.leader_epoch,
+            });
+        }
+        let mut resp = outcome.response;
+        let mut chunks = Vec::new();
+        if let SnapshotBytes::Read {
+            id,
+            position,
+            max_bytes,
+        } = resp.bytes
+        {
+            match self.snapshot_chunk(id, position, max_bytes).await {
+                Ok(Some(chunk)) => chunks.push(Chunk::Read(chunk)),
+                Ok(None) => {}
+                Err(e) => {
+                    error!(error = %e, "not serving a corrupt snapshot");
+                    resp.partition_error = ErrorCode::SNAPSHOT_NOT_FOUND;
+                    resp.size = -1;
+                }
+            }
+        }
+        resp.bytes = SnapshotBytes::None;
+        let response = Response::FetchSnapshot(resp);
+        LocalFrame::encode(
+            call.correlation_id,
+            call.response_header_version,
+            chunks,
+            |w, hole| raft_rpc::encode_response(&response, call.version, hole, w),
+        )
+    }
+
+    async fn snapshot_chunk(
+        &self,
+        id: crate::raft::OffsetAndEpoch,
+        position: u64,
+        max_bytes: usize,
+    ) -> Result<Option<glommio::io::ReadResult>, String> {
+        let current = self.snapshot.borrow().clone().filter(|s| s.id == id);
+        let file = match current {
+            Some(file) => file,
+            None => {
+                let file = SnapshotFile::open(&self.dir, id)
+                    .await
+                    .map_err(|e| format!("snapshot {e}"))?;
+                let file = Rc::new(file);
+                let old = self.snapshot.borrow_mut().replace(file.clone());
+                if let Some(old) = old.and_then(|o| Rc::try_unwrap(o).ok()) {
+                    glommio::spawn_local(old.close()).detach();
+                }
+                file
+            }
+        };
+        let chunk = file.read_chunk_shared(position, max_bytes).await;
+        if chunk.is_err() {
+            *self.snapshot.borrow_mut() = None;
+        }
+        chunk.map_err(|e| format!("snapshot {e}"))
+    }
+}

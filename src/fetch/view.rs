@@ -1,0 +1,196 @@
+//! A fetch shard's picture of the raft shard (`FetchView`) and its parked long-polls
+//! (`Parking`). Pure: the node's fetch shards and the simulator's use these same types.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::publication::Publication;
+use crate::raft::log_view::LogView;
+use crate::raft::message::FetchRequest;
+use crate::raft::serve::{self, Facts, FetchOutcome};
+use crate::raft::ReplicaKey;
+
+/// The latest publication a fetch shard has applied.
+#[derive(Debug, Clone)]
+pub struct FetchView {
+    pub generation: u64,
+    pub facts: Facts,
+    pub log: LogView,
+    pub voters: Arc<Vec<ReplicaKey>>,
+}
+
+impl FetchView {
+    pub fn new(p: &Publication) -> Self {
+        FetchView {
+            generation: p.generation,
+            facts: p.facts.clone(),
+            log: p.log.clone(),
+            voters: p.voters.clone(),
+        }
+    }
+
+    /// Takes the newer publication's state (each publication carries all of it).
+    pub fn apply(&mut self, p: &Publication) {
+        self.generation = p.generation;
+        self.facts.clone_from(&p.facts);
+        self.log.clone_from(&p.log);
+        self.voters = p.voters.clone();
+    }
+
+    /// Is `replica` a voter (its own incarnation: same id, and same directory id when both
+    /// are known)? Voters' fetches are served before observers'.
+    pub fn is_voter(&self, replica: ReplicaKey) -> bool {
+        self.voters.iter().any(|v| {
+            v.id == replica.id
+                && (v.directory_id.is_none()
+                    || replica.directory_id.is_none()
+                    || v.directory_id == replica.directory_id)
+        })
+    }
+
+    pub fn decide(&self, r: &FetchRequest, now_ms: u64) -> FetchOutcome {
+        serve::fetch(&self.facts, &self.log, r, now_ms)
+    }
+}
+
+pub type Ticket = u64;
+
+#[derive(Debug)]
+struct ParkedFetch {
+    request: FetchRequest,
+    high_watermark: Option<i64>,
+    deadline_ms: u64,
+    voter: bool,
+}
+
+/// Long-polls waiting for records, a higher high watermark, a new epoch or their deadline.
+#[derive(Debug, Default)]
+pub struct Parking {
+    next: Ticket,
+    parked: BTreeMap<Ticket, ParkedFetch>,
+}
+
+impl Parking {
+    pub fn park(&mut self, request: FetchRequest, view: &FetchView, deadline_ms: u64) -> Ticket {
+        let ticket = self.next;
+        self.next += 1;
+        let voter = view.is_voter(request.replica);
+        self.parked.insert(
+            ticket,
+            ParkedFetch {
+                request,
+                high_watermark: view.facts.high_watermark,
+                deadline_ms,
+                voter,
+            },
+        );
+        ticket
+    }
+
+    /// Removes and returns the parked fetches `view` (at `now_ms`) has an answer for, voters'
+    /// first.
+    pub fn ready(&mut self, view: &FetchView, now_ms: u64) -> Vec<(Ticket, FetchRequest)> {
+        let due: Vec<Ticket> = self
+            .parked
+            .iter()
+            .filter(|(_, p)| {
+                serve::parked_ready(
+                    &view.facts,
+                    &view.log,
+                    &p.request,
+                    p.high_watermark,
+                    p.deadline_ms,
+                    now_ms,
+                )
+            })
+            .map(|(t, _)| *t)
+            .collect();
+        let mut out: Vec<(bool, Ticket, FetchRequest)> = due
+            .into_iter()
+            .filter_map(|t| self.parked.remove(&t).map(|p| (p.voter, t, p.request)))
+            .collect();
+        out.sort_by_key(|(voter, ticket, _)| (!*voter, *ticket));
+        out.into_iter().map(|(_, t, r)| (t, r)).collect()
+    }
+
+    /// Forgets `ticket` (its deadline passed, or its connection closed); its request if it
+    /// was still parked.
+    pub fn cancel(&mut self, ticket: Ticket) -> Option<FetchRequest> {
+        self.parked.remove(&ticket).map(|p| p.request)
+    }
+
+    pub fn len(&self) -> usize {
+        self.parked.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.parked.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::raft::log_view::LogInfo;
+
+    fn publication(end: i64, hwm: i64, epoch: i32) -> Publication {
+        Publication {
+            generation: 0,
+            facts: Facts {
+                cluster_id: "c".into(),
+                epoch,
+                leader_id: Some(1),
+                is_leader: true,
+                shutting_down: false,
+                high_watermark: Some(hwm),
+                leader_endpoints: vec![],
+                fetch_max_bytes: 1 << 20,
+            },
+            log: LogView::new(&LogInfo {
+                start_offset: 0,
+                end_offset: end,
+                epochs: vec![(1, 0)],
+                snapshots: vec![],
+            }),
+            voters: Arc::new(vec![ReplicaKey::new(1, None), ReplicaKey::new(2, None)]),
+            appended: vec![],
+            reader: None,
+        }
+    }
+
+    fn fetch(replica: i32, offset: i64) -> FetchRequest {
+        FetchRequest {
+            cluster_id: None,
+            replica: ReplicaKey::new(replica, None),
+            max_wait_ms: 500,
+            fetch_offset: offset,
+            last_fetched_epoch: 1,
+            current_leader_epoch: 1,
+            max_bytes: 1000,
+        }
+    }
+
+    #[test]
+    fn parked_fetches_wake_on_records_or_watermark_voters_first() {
+        let mut view = FetchView::new(&publication(10, 5, 1));
+        let mut parking = Parking::default();
+        let observer = parking.park(fetch(7, 10), &view, 600);
+        let voter = parking.park(fetch(2, 10), &view, 600);
+        assert!(parking.ready(&view, 100).is_empty());
+        view.apply(&publication(10, 6, 1));
+        let woken: Vec<Ticket> = parking.ready(&view, 100).iter().map(|(t, _)| *t).collect();
+        assert_eq!(woken, vec![voter, observer], "voters first");
+        assert!(parking.is_empty());
+        let t = parking.park(fetch(7, 10), &view, 600);
+        view.apply(&publication(11, 6, 1));
+        assert_eq!(
+            parking.ready(&view, 100).len(),
+            1,
+            "a record past the offset"
+        );
+        let t2 = parking.park(fetch(7, 11), &view, 600);
+        assert_ne!(t, t2);
+        view.apply(&publication(11, 6, 2));
+        assert_eq!(parking.ready(&view, 100).len(), 1, "a new epoch");
+    }
+}

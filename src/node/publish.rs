@@ -1,0 +1,135 @@
+//! The raft shard's side of fetch serving (`crate::fetch`): after every change it publishes
+//! the core's facts, its picture of the log, the voters and the batches appended since the
+//! last publication to every serving shard — applied directly on its own shard, sent over an
+//! unbounded channel to the others. The raft shard never waits on a fetch shard: a bounded
+//! channel would either stall commits behind a slow fetch shard or drop a publication, and a
+//! fetch shard applies publications ahead of everything else it does.
+//!
+//! Before a truncation or a snapshot install it bumps the log's `Generation`, and the next
+//! publication carries a reader reset (the segment files and the batch cache anew). A prefix
+//! deletion resets the reader too, without a bump: it removes offsets below the log start,
+//! which no answer reads again once the view moves the start.
+
+use std::rc::Rc;
+use std::sync::Arc;
+
+use futures_channel::mpsc;
+
+use super::executor::Publish;
+use crate::fetch::shard::Serving;
+use crate::fetch::{Generation, Publication};
+use crate::log::MetadataLog;
+use crate::raft::{LogOp, Raft, ReplicaKey};
+
+/// Where publications go.
+pub enum Target {
+    /// A serving role on the raft shard itself.
+    Local(Rc<Serving>),
+    /// Another shard.
+    Remote(mpsc::UnboundedSender<Publication>),
+}
+
+/// What decides whether anything changed since the last publication (cheap to compare).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Key {
+    epoch: i32,
+    leader_id: Option<i32>,
+    is_leader: bool,
+    high_watermark: Option<i64>,
+    start: i64,
+    end: i64,
+    flushed: i64,
+    latest_snapshot: Option<crate::raft::OffsetAndEpoch>,
+    voters: usize,
+    kraft_version: i16,
+    state: &'static str,
+}
+
+fn key(raft: &Raft) -> Key {
+    let log = raft.log_view();
+    Key {
+        epoch: raft.epoch(),
+        leader_id: raft.leader_id(),
+        is_leader: raft.is_leader(),
+        high_watermark: raft.high_watermark(),
+        start: log.start_offset(),
+        end: log.end_offset(),
+        flushed: log.flushed_offset(),
+        latest_snapshot: log.latest_snapshot(),
+        voters: raft.voters().len(),
+        kraft_version: raft.kraft_version(),
+        state: raft.state_name(),
+    }
+}
+
+pub struct NodePublisher {
+    log: Rc<MetadataLog>,
+    generation: Generation,
+    targets: Vec<Target>,
+    last: Option<Key>,
+    /// The log end the published batches reach.
+    published_end: i64,
+    reset: bool,
+}
+
+impl NodePublisher {
+    pub fn new(log: Rc<MetadataLog>, generation: Generation, targets: Vec<Target>) -> Self {
+        NodePublisher {
+            log,
+            generation,
+            targets,
+            last: None,
+            published_end: 0,
+            reset: true,
+        }
+    }
+}
+
+impl Publish for NodePublisher {
+    fn before_op(&mut self, op: &LogOp) {
+        match op {
+            LogOp::Truncate(_) | LogOp::SnapshotComplete { .. } => {
+                self.generation.bump();
+                self.reset = true;
+            }
+            LogOp::DeleteBefore(_) => self.reset = true,
+            LogOp::Append(_) | LogOp::SnapshotChunk { .. } | LogOp::SnapshotAbandon { .. } => {}
+        }
+    }
+
+    fn changed(&mut self, raft: &Raft) {
+        if self.targets.is_empty() {
+            return;
+        }
+        let now = key(raft);
+        let end = self.log.end_offset();
+        if !self.reset && self.last.as_ref() == Some(&now) && end == self.published_end {
+            return;
+        }
+        let (appended, reader) = if self.reset {
+            (Vec::new(), Some(self.log.reader_reset()))
+        } else {
+            (self.log.cached_from(self.published_end), None)
+        };
+        let voters: Vec<ReplicaKey> = raft.voters().voters().iter().map(|v| v.key).collect();
+        let publication = Publication {
+            generation: self.generation.get(),
+            facts: raft.facts(),
+            log: raft.log_view().clone(),
+            voters: Arc::new(voters),
+            appended,
+            reader,
+        };
+        self.reset = false;
+        self.last = Some(now);
+        self.published_end = end;
+        for target in &self.targets {
+            match target {
+                Target::Local(serving) => serving.publish(publication.clone()),
+                Target::Remote(tx) => {
+                    let _ = tx.unbounded_send(publication.clone());
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! Where a connection's requests go on a node: Fetch to this shard's fetch role, FetchSnapshot
+//! to a snapshot role (here, or on another shard), everything else to the raft shard.
+
+use std::rc::Rc;
+
+use futures_channel::{mpsc, oneshot};
+
+use super::handle::RaftHandle;
+use crate::fetch::shard::Serving;
+use crate::net::dispatch::{PeerClass, RaftCall, Service};
+use crate::net::frame_out::{LocalFrame, SharedFrame};
+use crate::protocol::RequestBody;
+use crate::raft::Request;
+
+/// A FetchSnapshot for another shard's snapshot role, and where its answer goes.
+pub type SnapshotCall = (RaftCall, oneshot::Sender<Option<SharedFrame>>);
+
+pub struct NodeService {
+    pub raft: RaftHandle,
+    /// This shard's fetch role.
+    pub fetch: Option<Rc<Serving>>,
+    /// This shard's snapshot role (the same `Serving` when both roles are here).
+    pub snapshot: Option<Rc<Serving>>,
+    /// Snapshot roles on other shards, used when this shard has none.
+    pub remote_snapshot: Vec<mpsc::UnboundedSender<SnapshotCall>>,
+}
+
+impl Service for NodeService {
+    async fn call(&self, call: RaftCall) -> Option<LocalFrame> {
+        match (
+            &call.body,
+            crate::net::raft_rpc::request_from_wire(&call.body),
+        ) {
+            (RequestBody::Fetch(_), Some(Request::Fetch(r))) if self.fetch.is_some() => {
+                let fetch = self.fetch.as_ref().expect("checked");
+                Some(fetch.fetch(&call, r).await)
+            }
+            (RequestBody::FetchSnapshot(_), Some(Request::FetchSnapshot(r))) => {
+                if let Some(serving) = &self.snapshot {
+                    return Some(serving.fetch_snapshot(&call, r).await);
+                }
+                match self.remote_snapshot.first() {
+                    Some(remote) => {
+                        let (reply, answer) = oneshot::channel();
+                        remote.unbounded_send((call, reply)).ok()?;
+                        answer.await.ok().flatten().map(SharedFrame::into_local)
+                    }
+                    None => self.raft.call(call).await.map(SharedFrame::into_local),
+                }
+            }
+            _ => self.raft.call(call).await.map(SharedFrame::into_local),
+        }
+    }
+
+    fn class_of(&self, call: &RaftCall) -> Option<PeerClass> {
+        let serving = self.fetch.as_ref()?;
+        let replica = match crate::net::raft_rpc::request_from_wire(&call.body)? {
+            Request::Fetch(r) => r.replica,
+            Request::FetchSnapshot(r) => r.replica,
+            _ => return None,
+        };
+        Some(if serving.is_voter(replica) {
+            PeerClass::Voter
+        } else {
+            PeerClass::Observer
+        })
+    }
+}
+
+/// On a snapshot shard: answers FetchSnapshot calls other shards forward, until they all go.
+pub async fn serve_snapshot_calls(
+    serving: Rc<Serving>,
+    mut calls: mpsc::UnboundedReceiver<SnapshotCall>,
+) {
+    use futures_lite::StreamExt;
+    while let Some((call, reply)) = calls.next().await {
+        let Some(Request::FetchSnapshot(r)) = crate::net::raft_rpc::request_from_wire(&call.body)
+        else {
+            let _ = reply.send(None);
+            continue;
+        };
+        let frame = serving.fetch_snapshot(&call, r).await;
+        // Across shards the chunk becomes shared bytes (one copy out of the read buffer).
+        let shared = SharedFrame {
+            parts: frame.parts,
+            data: frame
+                .data
+                .iter()
+                .map(|c| bytes::Bytes::copy_from_slice(c.as_ref()))
+                .collect(),
+        };
+        let _ = reply.send(Some(shared));
+    }
+}
