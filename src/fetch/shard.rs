@@ -32,10 +32,12 @@ pub const OBSERVER_PROGRESS_MS: u64 = 50;
 pub const CACHE_BYTES: usize = 64 << 20;
 
 /// What a serving shard tells the raft shard.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Report {
-    /// Replicas' positions from valid Fetches.
+    /// Observers' positions from valid Fetches.
     Progress(Vec<Progress>),
+    /// A voter's position; the answer is the high watermark once the core has counted it.
+    VoterProgress(Progress, oneshot::Sender<Option<i64>>),
     /// A FetchSnapshot chunk was served to `replica` in `leader_epoch` (check-quorum counts it).
     SnapshotServed {
         replica: ReplicaKey,
@@ -185,11 +187,18 @@ impl Serving {
         }
     }
 
-    fn note_progress(&self, p: Progress, voter: bool) {
+    /// Sends `p` on. A voter's goes at once, and the answer is the high watermark the core
+    /// computed with it: a Fetch parked after it waits for a higher one, as a Kafka leader's
+    /// does (the Fetch that moves the high watermark is parked after the move, not woken by
+    /// it — otherwise every commit would cost each follower an extra round trip).
+    fn note_progress(&self, p: Progress, voter: bool) -> Option<oneshot::Receiver<Option<i64>>> {
         if voter {
-            (self.report)(Report::Progress(vec![p]));
+            let (tx, rx) = oneshot::channel();
+            (self.report)(Report::VoterProgress(p, tx));
+            Some(rx)
         } else {
             self.observers.borrow_mut().insert(p.replica.id, p);
+            None
         }
     }
 
@@ -231,30 +240,45 @@ impl Serving {
         self.view_ready().await;
         let mut woken = false;
         loop {
-            let (decision, generation) = {
+            let (decision, generation, counted) = {
                 let view = self.view.borrow();
                 let view = view.as_ref().expect("ready");
                 if woken {
                     let resp = serve::parked_answer(&view.facts, &view.log, &r);
-                    (FetchDecision::Answer(resp), view.generation)
+                    (FetchDecision::Answer(resp), view.generation, None)
                 } else {
                     let out = view.decide(&r, self.now_ms());
                     if out.wrong_cluster {
                         self.complain("a Fetch", r.replica.id, &r.cluster_id);
                     }
-                    if let Some(p) = out.progress {
-                        self.note_progress(p, view.is_voter(p.replica));
-                    }
-                    (out.decision, view.generation)
+                    let counted = out
+                        .progress
+                        .and_then(|p| self.note_progress(p, view.is_voter(p.replica)));
+                    (out.decision, view.generation, counted)
                 }
             };
             let mut resp = match decision {
                 FetchDecision::Park { deadline_ms } => {
+                    // The high watermark with this Fetch counted (none if the core is gone).
+                    let baseline = match counted {
+                        Some(rx) => rx.await.ok().flatten(),
+                        None => None,
+                    };
                     let (wake, woke) = oneshot::channel();
                     let ticket = {
                         let view = self.view.borrow();
                         let view = view.as_ref().expect("ready");
-                        self.parking.borrow_mut().park(r.clone(), view, deadline_ms)
+                        let now = self.now_ms();
+                        let mut parking = self.parking.borrow_mut();
+                        let ticket = parking.park(r.clone(), view, deadline_ms, baseline);
+                        // Records may have come while the core counted the Fetch.
+                        if parking.ready_now(ticket, view, now) {
+                            parking.cancel(ticket);
+                            drop(parking);
+                            woken = true;
+                            continue;
+                        }
+                        ticket
                     };
                     self.parked.borrow_mut().insert(ticket, wake);
                     let wait = Duration::from_millis(deadline_ms.saturating_sub(self.now_ms()));

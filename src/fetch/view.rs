@@ -71,7 +71,15 @@ pub struct Parking {
 }
 
 impl Parking {
-    pub fn park(&mut self, request: FetchRequest, view: &FetchView, deadline_ms: u64) -> Ticket {
+    /// Parks `request`; a high watermark above `view`'s, or above `baseline` (what the core
+    /// computed with this Fetch counted), wakes it.
+    pub fn park(
+        &mut self,
+        request: FetchRequest,
+        view: &FetchView,
+        deadline_ms: u64,
+        baseline: Option<i64>,
+    ) -> Ticket {
         let ticket = self.next;
         self.next += 1;
         let voter = view.is_voter(request.replica);
@@ -79,12 +87,26 @@ impl Parking {
             ticket,
             ParkedFetch {
                 request,
-                high_watermark: view.facts.high_watermark,
+                high_watermark: view.facts.high_watermark.max(baseline),
                 deadline_ms,
                 voter,
             },
         );
         ticket
+    }
+
+    /// Does `view` already answer parked `ticket`?
+    pub fn ready_now(&self, ticket: Ticket, view: &FetchView, now_ms: u64) -> bool {
+        self.parked.get(&ticket).is_some_and(|p| {
+            serve::parked_ready(
+                &view.facts,
+                &view.log,
+                &p.request,
+                p.high_watermark,
+                p.deadline_ms,
+                now_ms,
+            )
+        })
     }
 
     /// Removes and returns the parked fetches `view` (at `now_ms`) has an answer for, voters'
@@ -174,21 +196,21 @@ mod tests {
     fn parked_fetches_wake_on_records_or_watermark_voters_first() {
         let mut view = FetchView::new(&publication(10, 5, 1));
         let mut parking = Parking::default();
-        let observer = parking.park(fetch(7, 10), &view, 600);
-        let voter = parking.park(fetch(2, 10), &view, 600);
+        let observer = parking.park(fetch(7, 10), &view, 600, None);
+        let voter = parking.park(fetch(2, 10), &view, 600, None);
         assert!(parking.ready(&view, 100).is_empty());
         view.apply(&publication(10, 6, 1));
         let woken: Vec<Ticket> = parking.ready(&view, 100).iter().map(|(t, _)| *t).collect();
         assert_eq!(woken, vec![voter, observer], "voters first");
         assert!(parking.is_empty());
-        let t = parking.park(fetch(7, 10), &view, 600);
+        let t = parking.park(fetch(7, 10), &view, 600, None);
         view.apply(&publication(11, 6, 1));
         assert_eq!(
             parking.ready(&view, 100).len(),
             1,
             "a record past the offset"
         );
-        let t2 = parking.park(fetch(7, 11), &view, 600);
+        let t2 = parking.park(fetch(7, 11), &view, 600, None);
         assert_ne!(t, t2);
         view.apply(&publication(11, 6, 2));
         assert_eq!(parking.ready(&view, 100).len(), 1, "a new epoch");

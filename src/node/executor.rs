@@ -376,9 +376,12 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
             ExecutorInput::Request { token, request } => {
                 self.step(Input::Request { token, request })
             }
-            ExecutorInput::FetchProgress(progress) => {
+            ExecutorInput::FetchProgress { progress, reply } => {
                 for p in progress {
                     self.step(Input::FetchProgress(p));
+                }
+                if let Some(reply) = reply {
+                    let _ = reply.send(self.raft.borrow().high_watermark());
                 }
             }
             ExecutorInput::SnapshotServed {

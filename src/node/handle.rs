@@ -48,8 +48,12 @@ pub enum ExecutorInput {
         token: Token,
         request: Request,
     },
-    /// Replicas' positions a fetch shard validated (`raft::serve::Progress`).
-    FetchProgress(Vec<crate::raft::serve::Progress>),
+    /// Replicas' positions a fetch shard validated (`raft::serve::Progress`); `reply`, when
+    /// given, hears the high watermark once they are counted.
+    FetchProgress {
+        progress: Vec<crate::raft::serve::Progress>,
+        reply: Option<oneshot::Sender<Option<i64>>>,
+    },
     /// A snapshot shard served a FetchSnapshot chunk to `replica` in `leader_epoch`.
     SnapshotServed {
         replica: crate::raft::ReplicaKey,
