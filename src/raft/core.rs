@@ -228,6 +228,10 @@ pub(super) struct FollowerState {
     pub fetch_deadline: u64,
     /// A successful Fetch from this leader in this epoch (pre-votes are refused after it).
     pub has_fetched: bool,
+    /// The leader sent EndQuorumEpoch: it is leaving, so its later Fetch answers (already on
+    /// the wire, or from a fetch path that has not yet learned it resigned) no longer push the
+    /// election back or make us refuse pre-votes.
+    pub leader_resigned: bool,
     pub download: Option<Download>,
     /// When this follower next considers UpdateRaftVoter or auto-join (membership.md §6, §8).
     /// Like Kafka 4.1+, one fetch timeout after the follower state begins, and one fetch
@@ -454,6 +458,7 @@ impl Raft {
                 voted: stored.voted_key,
                 fetch_deadline,
                 has_fetched: false,
+                leader_resigned: false,
                 download: None,
                 membership_due: now + self.config.fetch_timeout_ms,
             }));
@@ -967,6 +972,7 @@ impl Raft {
             voted,
             fetch_deadline,
             has_fetched: false,
+            leader_resigned: false,
             download: None,
             membership_due: self.now_ms + self.config.fetch_timeout_ms,
         }));

@@ -224,6 +224,7 @@ impl Raft {
                 // The leader is gone: pre-votes for its successor may be granted again
                 // (KAFKA-20895).
                 s.has_fetched = false;
+                s.leader_resigned = true;
             }
         }
         let resp = self.epoch_response(ErrorCode::NONE, ErrorCode::NONE);
@@ -561,6 +562,104 @@ mod tests {
         assert!(
             !granted(&mut raft).0,
             "a second candidate in the same epoch"
+        );
+    }
+
+    /// A Fetch answer the leader sent before it resigned arrives after its EndQuorumEpoch; the
+    /// follower (second preferred) must still stand after its backoff, not a fetch timeout.
+    #[test]
+    fn a_fetch_answer_after_end_quorum_epoch_does_not_delay_the_election() {
+        use super::super::core::Input;
+        use super::super::message::{FetchResponse, Outbound, Records};
+        let set = VoterSet::new(
+            (1..=3)
+                .map(|v| Voter::new(ReplicaKey::new(v, None), vec![]))
+                .collect(),
+        )
+        .unwrap();
+        let config = RaftConfig::new(ReplicaKey::new(1, None), "c".into(), 1);
+        let stored = crate::raft::ElectionState {
+            epoch: 3,
+            leader_id: Some(2),
+            voted_key: None,
+        };
+        let mut raft = Raft::new(
+            config,
+            set,
+            Some(stored),
+            &LogInfo::default(),
+            Time::simulated(0),
+        );
+        let mut sent = Vec::new();
+        let drain = |raft: &mut Raft, sent: &mut Vec<Outbound>| {
+            while let Some(ready) = raft.ready() {
+                sent.extend(ready.early_messages.clone());
+                sent.extend(ready.messages.clone());
+                raft.persisted(ready.id);
+            }
+        };
+        raft.step(Time::simulated(1), Input::Tick);
+        drain(&mut raft, &mut sent);
+        let fetch = sent
+            .iter()
+            .find_map(|m| match m {
+                Outbound::Request {
+                    id,
+                    to: 2,
+                    request: Request::Fetch(_),
+                } => Some(*id),
+                _ => None,
+            })
+            .expect("the follower fetches from its leader");
+        let end = Request::EndQuorumEpoch(EndQuorumEpochRequest {
+            cluster_id: Some("c".into()),
+            leader_id: 2,
+            leader_epoch: 3,
+            preferred_candidates: vec![ReplicaKey::new(3, None), ReplicaKey::new(1, None)],
+            leader_endpoints: vec![],
+        });
+        raft.step(
+            Time::simulated(2),
+            Input::Request {
+                token: 1,
+                request: end,
+            },
+        );
+        drain(&mut raft, &mut sent);
+        let answer = Response::Fetch(FetchResponse {
+            error: ErrorCode::NONE,
+            partition_error: ErrorCode::NONE,
+            high_watermark: 0,
+            log_start_offset: 0,
+            diverging_epoch: None,
+            leader_id: 2,
+            leader_epoch: 3,
+            snapshot_id: None,
+            records: Records::None,
+            leader_endpoints: vec![],
+        });
+        raft.step(
+            Time::simulated(3),
+            Input::Response {
+                id: fetch,
+                response: answer,
+            },
+        );
+        drain(&mut raft, &mut sent);
+        let backoff = raft.end_quorum_backoff_ms(Some(1), 2);
+        assert!(backoff < raft.config.fetch_timeout_ms / 2);
+        raft.step(Time::simulated(3), Input::Tick);
+        drain(&mut raft, &mut sent);
+        assert!(
+            matches!(raft.role, Role::Follower(_)),
+            "it waits its backoff"
+        );
+        raft.step(Time::simulated(3 + backoff), Input::Tick);
+        drain(&mut raft, &mut sent);
+        assert!(
+            matches!(raft.role, Role::Prospective(_) | Role::Candidate(_)),
+            "the second preferred successor stands after its backoff: {:?}",
+            raft.state_name()
         );
     }
 }

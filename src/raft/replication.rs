@@ -315,8 +315,10 @@ impl Raft {
         }
         let deadline = self.random_fetch_deadline(self.now_ms);
         if let Role::Follower(s) = &mut self.role {
-            s.fetch_deadline = deadline;
-            s.has_fetched = true;
+            if !s.leader_resigned {
+                s.fetch_deadline = deadline;
+                s.has_fetched = true;
+            }
         }
         if let Some(diverging) = r.diverging_epoch.filter(|d| d.epoch >= 0) {
             if !self.truncate_diverging(diverging) {
@@ -458,8 +460,10 @@ impl Raft {
         let Role::Follower(s) = &mut self.role else {
             return;
         };
-        s.fetch_deadline = deadline;
-        s.has_fetched = true;
+        if !s.leader_resigned {
+            s.fetch_deadline = deadline;
+            s.has_fetched = true;
+        }
         let Some(mut download) = s.download.take() else {
             return;
         };
