@@ -83,15 +83,17 @@ pub trait Storage {
         position: u64,
         max_bytes: usize,
     ) -> Result<Option<Bytes>, Unavailable>;
-    /// Writes snapshot `id` durably: `header` (the voter set as of its end) and one record per
-    /// value. Resolves with its size in bytes.
+    /// Writes snapshot `id` durably: `header` (the voter set as of its end), then one record
+    /// per value of the batches `parts` streams, as they arrive. Resolves, once durable, with
+    /// its size and whether to drop the log below it; `None` when the application dropped
+    /// its writer before finishing (nothing is left behind).
     async fn write_snapshot(
         &self,
         id: OffsetAndEpoch,
         header: Vec<ControlRecord>,
-        values: Vec<Vec<u8>>,
+        parts: futures_channel::mpsc::Receiver<super::handle::SnapshotPart>,
         timestamp_ms: i64,
-    ) -> Result<u64, Fatal>;
+    ) -> Result<Option<(u64, bool)>, Fatal>;
 }
 
 /// How the executor reaches peers. Answers come back as `ExecutorInput::Peer` through the
@@ -147,7 +149,8 @@ struct Waiting {
 }
 
 type SnapshotReply = oneshot::Sender<Result<OffsetAndEpoch, ClientError>>;
-type SnapshotWrite = Pin<Box<dyn Future<Output = Result<(OffsetAndEpoch, u64), SnapshotFailure>>>>;
+type SnapshotWrite =
+    Pin<Box<dyn Future<Output = Result<(OffsetAndEpoch, u64, bool), SnapshotFailure>>>>;
 type FlushInFlight = Pin<Box<dyn Future<Output = Result<i64, Fatal>>>>;
 type CallReply = oneshot::Sender<Option<SharedFrame>>;
 
@@ -155,7 +158,6 @@ type CallReply = oneshot::Sender<Option<SharedFrame>>;
 /// taking inputs, and the core hears of the snapshot once it is durable.
 struct SnapshotInFlight {
     write: SnapshotWrite,
-    delete_log_before: bool,
     reply: SnapshotReply,
 }
 
@@ -263,9 +265,10 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
         self.probe.clone()
     }
 
-    /// Tells `publish` about every change from now on, starting with the state now.
-    pub fn set_publisher(&mut self, mut publish: Box<dyn Publish>) {
-        publish.changed(&self.raft.borrow());
+    /// Tells `publish` about every change once the executor runs, starting with the state
+    /// after its first Readys ran (the core's picture of the log can be ahead of the storage
+    /// until then: a single voter leads, and appends, as it is built).
+    pub fn set_publisher(&mut self, publish: Box<dyn Publish>) {
         self.publish = Some(publish);
     }
 
@@ -295,7 +298,7 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
         enum Event {
             Input(Option<ExecutorInput>),
             Flushed(Result<i64, Fatal>),
-            Snapshot(Result<(OffsetAndEpoch, u64), SnapshotFailure>),
+            Snapshot(Result<(OffsetAndEpoch, u64, bool), SnapshotFailure>),
             Tick,
         }
         loop {
@@ -354,7 +357,7 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
                 }
                 Event::Snapshot(result) => {
                     let done = self.snapshot.take().expect("a snapshot in flight");
-                    self.snapshot_written(result, done.delete_log_before, done.reply)?;
+                    self.snapshot_written(result, done.reply)?;
                 }
                 Event::Tick => self.step(Input::Tick),
             }
@@ -418,10 +421,9 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
             }
             ExecutorInput::Snapshot {
                 offset,
-                values,
-                delete_log_before,
+                parts,
                 reply,
-            } => self.start_snapshot(offset, values, delete_log_before, reply),
+            } => self.start_snapshot(offset, parts, reply),
             ExecutorInput::Stop => {
                 if self.stopping.is_none() {
                     info!(
@@ -680,12 +682,12 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
         self.step(Input::Request { token, request });
     }
 
-    /// Starts writing the application's snapshot below `offset` (a committed batch boundary).
+    /// Starts writing the application's snapshot below `offset` (a committed batch boundary)
+    /// from the batches `parts` streams.
     fn start_snapshot(
         &mut self,
         offset: i64,
-        values: Vec<Vec<u8>>,
-        delete_log_before: bool,
+        parts: futures_channel::mpsc::Receiver<super::handle::SnapshotPart>,
         reply: SnapshotReply,
     ) {
         if self.snapshot.is_some() {
@@ -718,27 +720,27 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
                 let why = format!("{offset} is not a batch boundary");
                 return Err(SnapshotFailure::Refused(ClientError::Invalid(why)));
             }
-            let size = storage
-                .write_snapshot(id, header, values, unix_ms)
-                .await
-                .map_err(SnapshotFailure::Fatal)?;
-            Ok((id, size))
+            match storage.write_snapshot(id, header, parts, unix_ms).await {
+                Ok(Some((size, delete_log_before))) => Ok((id, size, delete_log_before)),
+                Ok(None) => Err(SnapshotFailure::Refused(ClientError::Invalid(
+                    "the snapshot writer was dropped before it finished".into(),
+                ))),
+                Err(fatal) => Err(SnapshotFailure::Fatal(fatal)),
+            }
         };
         self.snapshot = Some(SnapshotInFlight {
             write: Box::pin(write),
-            delete_log_before,
             reply,
         });
     }
 
     fn snapshot_written(
         &mut self,
-        result: Result<(OffsetAndEpoch, u64), SnapshotFailure>,
-        delete_log_before: bool,
+        result: Result<(OffsetAndEpoch, u64, bool), SnapshotFailure>,
         reply: SnapshotReply,
     ) -> Result<(), Fatal> {
         match result {
-            Ok((id, size)) => {
+            Ok((id, size, delete_log_before)) => {
                 self.step(Input::SnapshotCreated { id, size });
                 if delete_log_before {
                     self.step(Input::DeleteBefore { offset: id.offset });

@@ -70,15 +70,67 @@ pub enum ExecutorInput {
         reply: oneshot::Sender<Result<i64, ClientError>>,
     },
     Listen(Box<dyn RaftListener>),
-    /// Write a snapshot of `values` covering the log below `offset`.
+    /// Write a snapshot covering the log below `offset`, from the batches of values `parts`
+    /// streams (`SnapshotWriter`).
     Snapshot {
         offset: i64,
-        values: Vec<Vec<u8>>,
-        delete_log_before: bool,
+        parts: mpsc::Receiver<SnapshotPart>,
         reply: oneshot::Sender<Result<OffsetAndEpoch, ClientError>>,
     },
     /// Stop gracefully: a leader resigns and waits (a bound) for the voters to hear of it.
     Stop,
+}
+
+/// What an application streams into a snapshot.
+#[derive(Debug)]
+pub enum SnapshotPart {
+    /// One batch of records.
+    Values(Vec<Vec<u8>>),
+    /// The end; `delete_log_before` then drops the log below the snapshot (raft.md §11.5).
+    Finish { delete_log_before: bool },
+}
+
+/// Batches of a snapshot in flight to the raft shard: at most this many wait at once, so an
+/// application writing a large state is paced by the disk, not buffered whole.
+pub const SNAPSHOT_PARTS_IN_FLIGHT: usize = 4;
+
+/// A snapshot being written (`RaftHandle::snapshot_writer`): the application appends its
+/// state in batches of values, then finishes. Dropped unfinished, the partial file is removed.
+pub struct SnapshotWriter {
+    parts: mpsc::Sender<SnapshotPart>,
+    reply: oneshot::Receiver<Result<OffsetAndEpoch, ClientError>>,
+}
+
+impl SnapshotWriter {
+    /// Appends one batch of records (waits while earlier batches are being written).
+    pub async fn append(&mut self, values: &[&[u8]]) -> Result<(), ClientError> {
+        let part = SnapshotPart::Values(values.iter().map(|v| v.to_vec()).collect());
+        // Fails when the writer on the raft shard has gone (a refused offset, a disk error):
+        // its answer then says why.
+        let ready = futures_lite::future::poll_fn(|cx| self.parts.poll_ready(cx)).await;
+        if ready.is_err() || self.parts.start_send(part).is_err() {
+            return Err(self.failure().await);
+        }
+        Ok(())
+    }
+
+    /// Completes the snapshot; resolves with its id once the file is durable.
+    pub async fn finish(mut self, delete_log_before: bool) -> Result<OffsetAndEpoch, ClientError> {
+        use futures_lite::future::poll_fn;
+        let ready = poll_fn(|cx| self.parts.poll_ready(cx)).await;
+        let finish = SnapshotPart::Finish { delete_log_before };
+        if ready.is_err() || self.parts.start_send(finish).is_err() {
+            return Err(self.failure().await);
+        }
+        (&mut self.reply).await.map_err(|_| ClientError::Stopped)?
+    }
+
+    async fn failure(&mut self) -> ClientError {
+        match (&mut self.reply).await {
+            Ok(Err(e)) => e,
+            _ => ClientError::Stopped,
+        }
+    }
 }
 
 /// A cheap, `Send` handle to the raft shard's executor, for any shard and the application.
@@ -120,24 +172,39 @@ impl RaftHandle {
         answer.await.map_err(|_| ClientError::Stopped)?
     }
 
-    /// Writes a snapshot holding `values` that covers the log below `offset` (a committed
-    /// batch boundary), as a state machine does (Kafka's `createSnapshot`). Resolves with the
-    /// snapshot id once the file is durable. `delete_log_before` then drops the log below it
-    /// (raft.md §11.5), so replicas that fall behind catch up through FetchSnapshot.
+    /// Starts a snapshot of the state below `offset` (a committed batch boundary), as a state
+    /// machine does (Kafka's `createSnapshot`): append the state in batches, then `finish`.
+    /// The file is written as the batches arrive, never held whole in memory.
+    pub fn snapshot_writer(&self, offset: i64) -> Result<SnapshotWriter, ClientError> {
+        let (parts, receiver) = mpsc::channel(SNAPSHOT_PARTS_IN_FLIGHT);
+        let (reply, answer) = oneshot::channel();
+        self.send(ExecutorInput::Snapshot {
+            offset,
+            parts: receiver,
+            reply,
+        })?;
+        Ok(SnapshotWriter {
+            parts,
+            reply: answer,
+        })
+    }
+
+    /// A snapshot holding `values` below `offset`, in one call (`snapshot_writer` for state
+    /// that should not be in memory at once). Resolves with the snapshot id once the file is
+    /// durable. `delete_log_before` then drops the log below it (raft.md §11.5), so replicas
+    /// that fall behind catch up through FetchSnapshot.
     pub async fn create_snapshot(
         &self,
         offset: i64,
         values: Vec<Vec<u8>>,
         delete_log_before: bool,
     ) -> Result<OffsetAndEpoch, ClientError> {
-        let (reply, answer) = oneshot::channel();
-        self.send(ExecutorInput::Snapshot {
-            offset,
-            values,
-            delete_log_before,
-            reply,
-        })?;
-        answer.await.map_err(|_| ClientError::Stopped)?
+        let mut writer = self.snapshot_writer(offset)?;
+        for chunk in values.chunks(crate::node::raft_storage::SNAPSHOT_BATCH_RECORDS) {
+            let refs: Vec<&[u8]> = chunk.iter().map(Vec::as_slice).collect();
+            writer.append(&refs).await?;
+        }
+        writer.finish(delete_log_before).await
     }
 
     /// Registers a listener. It hears the current leader at once, then every commit,

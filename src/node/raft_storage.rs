@@ -12,13 +12,14 @@ use bytes::Bytes;
 use tracing::{info, warn};
 
 use super::executor::{Fatal, Storage, Unavailable};
+use super::handle::SnapshotPart;
 use crate::log::snapshot_io::{PartFile, SnapshotFile, SnapshotStream};
 use crate::log::{MetadataLog, QuorumStateData};
 use crate::raft::{ElectionState, LogOp, OffsetAndEpoch};
 use crate::records::control::ControlRecord;
 
 /// Records per data batch of a snapshot the application writes.
-const SNAPSHOT_BATCH_RECORDS: usize = 1000;
+pub const SNAPSHOT_BATCH_RECORDS: usize = 1000;
 
 pub struct LogStorage {
     log: Rc<MetadataLog>,
@@ -215,22 +216,37 @@ impl Storage for LogStorage {
         &self,
         id: OffsetAndEpoch,
         header: Vec<ControlRecord>,
-        values: Vec<Vec<u8>>,
+        mut parts: futures_channel::mpsc::Receiver<SnapshotPart>,
         timestamp_ms: i64,
-    ) -> Result<u64, Fatal> {
+    ) -> Result<Option<(u64, bool)>, Fatal> {
+        use futures_lite::StreamExt;
         let fail =
             |e: std::io::Error| Fatal(format!("writing snapshot {}-{}: {e}", id.offset, id.epoch));
         let mut stream = SnapshotStream::create(&self.dir, id, &header, timestamp_ms)
             .await
             .map_err(fail)?;
-        for chunk in values.chunks(SNAPSHOT_BATCH_RECORDS) {
-            let refs: Vec<&[u8]> = chunk.iter().map(Vec::as_slice).collect();
-            if let Err(e) = stream.append(&refs, timestamp_ms).await {
-                stream.abandon().await;
-                return Err(fail(e));
+        loop {
+            match parts.next().await {
+                Some(SnapshotPart::Values(values)) => {
+                    for chunk in values.chunks(SNAPSHOT_BATCH_RECORDS) {
+                        let refs: Vec<&[u8]> = chunk.iter().map(Vec::as_slice).collect();
+                        if let Err(e) = stream.append(&refs, timestamp_ms).await {
+                            stream.abandon().await;
+                            return Err(fail(e));
+                        }
+                    }
+                }
+                Some(SnapshotPart::Finish { delete_log_before }) => {
+                    let size = stream.finish(timestamp_ms).await.map_err(fail)?;
+                    return Ok(Some((size, delete_log_before)));
+                }
+                None => {
+                    // The application dropped its writer: no snapshot.
+                    stream.abandon().await;
+                    return Ok(None);
+                }
             }
         }
-        stream.finish(timestamp_ms).await.map_err(fail)
     }
 }
 

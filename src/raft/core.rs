@@ -91,6 +91,9 @@ pub struct Mutations {
     /// For the runtime's executor (`node::executor`): send every message before the election
     /// state and the log it depends on are durable.
     pub send_before_persist: bool,
+    /// For the simulator's fetch shards (`crate::fetch`): answer from a stale publication
+    /// without checking the log's generation, across a truncation.
+    pub stale_fetch_view: bool,
 }
 
 /// What can be fed into `step`.

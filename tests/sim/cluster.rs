@@ -24,7 +24,7 @@ use ringraft::membership::history::{
     membership_records_in, snapshot_header_records, voters_record, BOOTSTRAP_OFFSET,
 };
 use ringraft::membership::{MembershipRecord, Voter, VoterHistory, VoterSet};
-use ringraft::node::handle::ExecutorInput;
+use ringraft::node::handle::{ExecutorInput, SnapshotPart};
 use ringraft::protocol::errors::ErrorCode;
 use ringraft::raft::message::{ApiVersionsProbe, Records, SnapshotBytes};
 use ringraft::raft::types::Prng;
@@ -322,6 +322,18 @@ pub enum Event {
         kind: IoKind,
     },
     ClientAppend,
+    /// A publication reaches the node's fetch shard (`fetch.rs`).
+    Publish {
+        node: i32,
+        incarnation: u64,
+        publication: Box<ringraft::fetch::Publication>,
+    },
+    /// A Fetch parked on the node's fetch shard reaches its deadline.
+    FetchDeadline {
+        node: i32,
+        incarnation: u64,
+        ticket: u64,
+    },
     /// Every node with committed data snapshots it, and sometimes drops the log below.
     Snapshot,
     Fault(Fault),
@@ -457,10 +469,25 @@ pub struct Cluster {
     pub operator_answers: BTreeMap<u64, Response>,
     /// The operator's own randomness, apart from the network's.
     pub op_rng: Prng,
+    /// The operator also acts the instant a new leader appears, before its epoch commits (as
+    /// `kafka-metadata-quorum` may: it does not know): a correct leader refuses.
+    pub hasty_operator: bool,
+    /// The newest leader epoch the hasty operator has acted on.
+    hasty_seen_epoch: i32,
     /// Restarts whose on-disk voter set differed from the leader's at the time.
     pub stale_restarts: u64,
     pub port_changes: u64,
     pub wipes: u64,
+    /// Fetch shards: every node answers Fetch on one, whose publications arrive up to this
+    /// much after the raft shard made them (`None`: the core answers Fetch).
+    pub fetch_lag_ms: Option<u64>,
+    /// A node whose fetch shard lags by its own amount instead.
+    pub fetch_lag_of: BTreeMap<i32, u64>,
+    /// Per node, when its latest publication is due (publications arrive in order).
+    publication_due: Vec<u64>,
+    /// Fetches fetch shards answered, and answers rebuilt after a rewrite.
+    pub fetch_shard_answers: u64,
+    pub fetch_shard_retries: u64,
 }
 
 pub const CLUSTER_ID: &str = "sim-cluster-id-AAAAAAAA";
@@ -518,9 +545,16 @@ impl Cluster {
             operator_requests: BTreeMap::new(),
             operator_answers: BTreeMap::new(),
             op_rng: Prng::new(seed ^ 0x0e7a_7042),
+            hasty_operator: false,
+            hasty_seen_epoch: 0,
             stale_restarts: 0,
             port_changes: 0,
             wipes: 0,
+            fetch_lag_ms: None,
+            fetch_lag_of: BTreeMap::new(),
+            publication_due: vec![0; size],
+            fetch_shard_answers: 0,
+            fetch_shard_retries: 0,
         }
     }
 
@@ -612,7 +646,8 @@ impl Cluster {
             (disk.election.clone(), disk.log.info())
         };
         let raft = Raft::new(config, history, election, &info, Time::simulated(now));
-        node.exec = Some(Running::new(raft, node.disk.clone(), now));
+        let fetch_shard = self.fetch_lag_ms.map(|_| node.mutations.stale_fetch_view);
+        node.exec = Some(Running::new(raft, node.disk.clone(), now, fetch_shard));
         node.timer_at = None;
         self.checker.node_restarted(id);
         self.poll(id)
@@ -653,6 +688,13 @@ impl Cluster {
             let event = self.events.remove(&key).unwrap();
             self.run_event(event)?;
             self.events_run += 1;
+            if self.hasty_operator {
+                if let Some((_, epoch)) = self.leader().filter(|(_, e)| *e > self.hasty_seen_epoch)
+                {
+                    self.hasty_seen_epoch = epoch;
+                    self.schedule(self.now + 1, Event::Operator);
+                }
+            }
             let static_voters = (!self.dynamic).then_some(&self.voters);
             self.checker.check(self.now, &self.nodes, static_voters)?;
         }
@@ -736,7 +778,73 @@ impl Cluster {
             }
             Event::Fault(f) => self.fault(f),
             Event::Operator => super::operator::act(self),
+            Event::Publish {
+                node,
+                incarnation,
+                publication,
+            } => self.fetch_shard(node, incarnation, |shard, disk, now| {
+                shard.publish(&publication, disk, now)
+            }),
+            Event::FetchDeadline {
+                node,
+                incarnation,
+                ticket,
+            } => self.fetch_shard(node, incarnation, |shard, disk, now| {
+                shard.expire(ticket, disk, now)
+            }),
         }
+    }
+
+    /// Runs `act` on node `id`'s fetch shard (if this incarnation still runs), then sends its
+    /// answers, hands the core the progress and schedules the deadlines of what it parked.
+    fn fetch_shard(
+        &mut self,
+        id: i32,
+        incarnation: u64,
+        act: impl FnOnce(
+            &mut super::fetch::SimFetchShard,
+            &Disk,
+            u64,
+        ) -> Result<super::fetch::Outcome, String>,
+    ) -> Result<(), String> {
+        let now = self.node_now(id);
+        let node = &mut self.nodes[id as usize];
+        if node.incarnation != incarnation {
+            return Ok(());
+        }
+        let Some(shard) = node.exec.as_mut().and_then(|e| e.fetch.as_mut()) else {
+            return Ok(());
+        };
+        let disk = node.disk.clone();
+        let outcome = act(shard, &disk.borrow(), now)?;
+        self.fetch_shard_answers += outcome.answers.len() as u64;
+        self.fetch_shard_retries += outcome.retries;
+        let offset = self.nodes[id as usize].clock_offset_ms;
+        for (ticket, deadline) in outcome.parked {
+            let at = deadline.saturating_sub(offset).max(self.now + 1);
+            let event = Event::FetchDeadline {
+                node: id,
+                incarnation,
+                ticket,
+            };
+            self.schedule(at, event);
+        }
+        for a in outcome.answers {
+            let answer = Outgoing::Response {
+                token: a.token,
+                response: a.response,
+                data: a.data,
+            };
+            self.send(id, answer)?;
+        }
+        if !outcome.progress.is_empty() {
+            let input = ExecutorInput::FetchProgress {
+                progress: outcome.progress,
+                reply: None,
+            };
+            self.input(id, input)?;
+        }
+        Ok(())
     }
 
     /// Every running node snapshots now and, with `delete_log`, drops its log below.
@@ -773,12 +881,18 @@ impl Cluster {
             let state = format!("state at {boundary}").repeat(8).into_bytes();
             let delete_log_before = delete_log.unwrap_or_else(|| self.rng.below(2) == 0);
             let (reply, _) = futures_channel::oneshot::channel();
+            let (mut parts, receiver) = futures_channel::mpsc::channel(2);
+            parts
+                .try_send(SnapshotPart::Values(vec![state]))
+                .expect("room for the state");
+            parts
+                .try_send(SnapshotPart::Finish { delete_log_before })
+                .expect("room for the end");
             self.input(
                 id,
                 ExecutorInput::Snapshot {
                     offset: boundary,
-                    values: vec![state],
-                    delete_log_before,
+                    parts: receiver,
                     reply,
                 },
             )?;
@@ -923,6 +1037,22 @@ impl Cluster {
         }
         for message in io.outbox.take() {
             self.send(id, message)?;
+        }
+        let lag = self
+            .fetch_lag_of
+            .get(&id)
+            .copied()
+            .unwrap_or(self.fetch_lag_ms.unwrap_or(0));
+        for publication in io.publications.take() {
+            // In order, each up to `lag` after it was made.
+            let at = (self.now + self.rng.below(lag + 1)).max(self.publication_due[id as usize]);
+            self.publication_due[id as usize] = at;
+            let event = Event::Publish {
+                node: id,
+                incarnation,
+                publication: Box::new(publication),
+            };
+            self.schedule(at, event);
         }
         if let Some(wanted) = io.timer.take() {
             let at = wanted
@@ -1162,6 +1292,15 @@ impl Cluster {
                         data: Vec::new(),
                     };
                     return self.send(to, answer);
+                }
+                if let Request::Fetch(fetch) = &request {
+                    let node = &self.nodes[to as usize];
+                    if node.exec.as_ref().is_some_and(|e| e.fetch.is_some()) {
+                        let (fetch, incarnation) = (fetch.clone(), node.incarnation);
+                        return self.fetch_shard(to, incarnation, |shard, disk, now| {
+                            shard.fetch(token, fetch, disk, now)
+                        });
+                    }
                 }
                 self.input(to, ExecutorInput::Request { token, request })
             }

@@ -61,11 +61,18 @@ pub fn act(c: &mut Cluster) -> Result<(), String> {
     let (latest, committed) = {
         let raft = c.nodes[leader as usize].raft().expect("a running leader");
         let latest = raft.voters().clone();
-        let Some(hwm) = raft.high_watermark() else {
-            return Ok(()); // No change is possible before the epoch commits.
+        let committed = match raft.high_watermark() {
+            Some(hwm) => Some(raft.membership().at_offset(hwm - 1).clone()),
+            // Before the epoch commits a correct leader refuses every change; the hasty
+            // operator asks anyway, to catch one that does not. Which set is committed is not
+            // known yet, so it only adds a voter: that cannot leave a set without a majority.
+            None if c.hasty_operator => None,
+            None => return Ok(()),
         };
-        let committed = raft.membership().at_offset(hwm - 1).clone();
         (latest, committed)
+    };
+    let Some(committed) = committed else {
+        return add(c, leader, &latest);
     };
     // A wiped voter's old key goes first: until then it is a voter that cannot answer.
     if let Some(stale) = latest.voters().iter().find(|v| !c.is_current(&v.key)) {

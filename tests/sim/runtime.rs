@@ -19,7 +19,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use futures_lite::Stream;
 use ringraft::node::executor::{Clock, Executor, Fatal, Probe, Storage, Transport, Unavailable};
-use ringraft::node::handle::ExecutorInput;
+use ringraft::node::handle::{ExecutorInput, SnapshotPart};
 use ringraft::raft::{
     ElectionState, Endpoint, LogOp, OffsetAndEpoch, Raft, Request, RequestId, Response, Time, Token,
 };
@@ -78,6 +78,8 @@ pub struct NodeIo {
     inputs: RefCell<VecDeque<ExecutorInput>>,
     /// Flushes started and not completed.
     pub flushes_in_flight: Cell<usize>,
+    /// Publications for the node's fetch shard, not yet handed to the cluster.
+    pub publications: RefCell<Vec<ringraft::fetch::Publication>>,
 }
 
 impl NodeIo {
@@ -204,9 +206,18 @@ impl Storage for SimStorage {
         &self,
         id: OffsetAndEpoch,
         header: Vec<ControlRecord>,
-        values: Vec<Vec<u8>>,
+        mut parts: futures_channel::mpsc::Receiver<SnapshotPart>,
         timestamp_ms: i64,
-    ) -> Result<u64, Fatal> {
+    ) -> Result<Option<(u64, bool)>, Fatal> {
+        let mut values = Vec::new();
+        // The simulator's applications send every part before the input: all are here.
+        let delete_log_before = loop {
+            match parts.try_recv() {
+                Ok(SnapshotPart::Values(v)) => values.extend(v),
+                Ok(SnapshotPart::Finish { delete_log_before }) => break delete_log_before,
+                Err(_) => return Ok(None),
+            }
+        };
         let content = snapshot_bytes(id, &header, &values, timestamp_ms);
         let size = content.len() as u64;
         // Written and synced at once: the simulator's snapshots take no disk time.
@@ -215,7 +226,7 @@ impl Storage for SimStorage {
             .log
             .snapshots
             .insert(id, Bytes::from(content));
-        Ok(size)
+        Ok(Some((size, delete_log_before)))
     }
 }
 
@@ -323,19 +334,34 @@ pub struct Running {
     pub raft: Rc<RefCell<Raft>>,
     pub probe: Rc<Probe>,
     pub io: Rc<NodeIo>,
+    /// The node's fetch shard, when the cluster models them (`fetch.rs`).
+    pub fetch: Option<super::fetch::SimFetchShard>,
 }
 
 impl Running {
-    pub fn new(raft: Raft, disk: Rc<RefCell<Disk>>, now_ms: u64) -> Running {
+    /// `fetch_shard`: serve Fetch on a fetch shard (`Some(skip the generation check)`), or in
+    /// the core (`None`).
+    pub fn new(
+        raft: Raft,
+        disk: Rc<RefCell<Disk>>,
+        now_ms: u64,
+        fetch_shard: Option<bool>,
+    ) -> Running {
         let io = Rc::new(NodeIo::default());
         io.now_ms.set(now_ms);
         let storage = Rc::new(SimStorage {
             io: io.clone(),
-            disk,
+            disk: disk.clone(),
         });
         let transport = SimTransport { io: io.clone() };
         let clock = SimClock { io: io.clone() };
-        let executor = Executor::new(raft, storage, transport, clock, Default::default());
+        let mut executor = Executor::new(raft, storage, transport, clock, Default::default());
+        let fetch = fetch_shard.map(|skip_check| {
+            let generation = ringraft::fetch::Generation::default();
+            let publisher = super::fetch::SimPublisher::new(io.clone(), disk, generation.clone());
+            executor.set_publisher(Box::new(publisher));
+            super::fetch::SimFetchShard::new(generation, skip_check)
+        });
         let (raft, probe) = (executor.raft(), executor.probe());
         let task = Box::pin(executor.run(Inputs(io.clone())));
         Running {
@@ -343,6 +369,7 @@ impl Running {
             raft,
             probe,
             io,
+            fetch,
         }
     }
 

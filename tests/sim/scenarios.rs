@@ -3,6 +3,7 @@
 //! The KIP-853 bugs of §2.2 live in `scenarios/kip853.rs`.
 
 mod attacks;
+mod fetch;
 mod kip853;
 
 use bytes::Bytes;
