@@ -324,6 +324,8 @@ async fn read_batches(
     let mut position = plan.position;
     let mut want = max_bytes.max(MIN_READ_BYTES);
     let mut ahead = plan.ahead;
+    // The offset after the last batch taken.
+    let mut next_offset: Option<i64> = None;
     loop {
         let prefetched = match ahead.take() {
             Some(read) => read.await.and_then(Result::ok).filter(|d| !d.is_empty()),
@@ -362,6 +364,7 @@ async fn read_batches(
                             .expect("the batch lies inside the read");
                         out.push(Chunk::Read(slice));
                         total += size;
+                        next_offset = Some(last + 1);
                     }
                     at += size;
                 }
@@ -372,7 +375,22 @@ async fn read_batches(
                     want = needed; // a batch larger than the window: read it whole
                     break;
                 }
-                Err(BatchError::Incomplete { .. }) => break,
+                Err(BatchError::Incomplete { needed, .. }) => {
+                    // The read ended inside a batch. When that batch (its size known once 12
+                    // bytes of it are here) cannot fit what is left of `max_bytes`, the answer
+                    // is complete: reading on would fetch a window only to drop it.
+                    let left = max_bytes.saturating_sub(total);
+                    let next_size = if rest.len() >= 12 {
+                        needed
+                    } else {
+                        MIN_READ_BYTES
+                    };
+                    if let Some(next) = next_offset.filter(|_| next_size > left) {
+                        return Ok((out, Some((next, position + at))));
+                    }
+                    want = left.max(next_size).max(MIN_READ_BYTES);
+                    break;
+                }
                 Err(_) => return Ok((out, None)),
             }
         }
