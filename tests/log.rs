@@ -570,6 +570,41 @@ fn corrupt_snapshots_are_refused_with_file_and_position() {
 
 /// The raft shard's snapshot files (`snapshot_io`): a stream written batch by batch through the
 /// ring reads back whole, chunk by chunk, and matches what the blocking writer writes.
+/// Large values are cut into batches a reader accepts (a reader refuses batches over 8 MiB);
+/// a value too large for any batch is refused and the stream stays usable.
+#[test]
+fn large_snapshot_values_are_written_in_readable_batches() {
+    use ringraft::log::snapshot::SnapshotId;
+    use ringraft::log::snapshot_io::{SnapshotFile, SnapshotStream, SNAPSHOT_VALUE_MAX_BYTES};
+    use ringraft::raft::OffsetAndEpoch;
+    let dir = TempDir::new("snapshot-big");
+    let path = std::path::absolute(partition(&dir)).unwrap();
+    std::fs::create_dir_all(&path).unwrap();
+    let id = OffsetAndEpoch::new(10, 1);
+    run({
+        let path = path.clone();
+        async move {
+            let mut stream = SnapshotStream::create(&path, id, &[], 9).await.unwrap();
+            let value = vec![0x5a; 64 * 1024];
+            let values: Vec<&[u8]> = (0..400).map(|_| value.as_slice()).collect();
+            stream.append(&values, 9).await.unwrap();
+            let huge = vec![1u8; SNAPSHOT_VALUE_MAX_BYTES + 1];
+            let refused = stream.append(&[&huge], 9).await.unwrap_err();
+            assert_eq!(refused.kind(), std::io::ErrorKind::InvalidInput);
+            let edge = vec![2u8; SNAPSHOT_VALUE_MAX_BYTES];
+            stream.append(&[&edge], 9).await.unwrap();
+            stream.finish(9).await.unwrap();
+            // Opening checks every batch, its size included.
+            SnapshotFile::open(&path, id).await.unwrap();
+        }
+    });
+    let sid = SnapshotId {
+        end_offset: 10,
+        epoch: 1,
+    };
+    ringraft::log::snapshot::SnapshotReader::open(&path, sid).unwrap();
+}
+
 #[test]
 fn snapshot_files_stream_through_the_ring() {
     use ringraft::log::snapshot::SnapshotId;

@@ -76,6 +76,15 @@ impl Published {
     }
 }
 
+type ChunkRead =
+    Result<Option<glommio::io::ReadResult>, crate::log::snapshot_io::SnapshotFileError>;
+
+struct SnapshotAhead {
+    id: crate::raft::OffsetAndEpoch,
+    position: u64,
+    read: glommio::task::JoinHandle<ChunkRead>,
+}
+
 pub struct Serving {
     dir: PathBuf,
     view: RefCell<Option<FetchView>>,
@@ -88,6 +97,9 @@ pub struct Serving {
     observers: RefCell<HashMap<i32, Progress>>,
     /// The snapshot being streamed, checked once when opened.
     snapshot: RefCell<Option<Rc<SnapshotFile>>>,
+    /// The chunk after the last one served, being read for the FetchSnapshot that follows
+    /// (snapshot id, position, the read).
+    snapshot_ahead: RefCell<Option<SnapshotAhead>>,
     started: Instant,
     last_complaint: Cell<Option<Instant>>,
 }
@@ -106,6 +118,7 @@ impl Serving {
             report,
             observers: RefCell::new(HashMap::new()),
             snapshot: RefCell::new(None),
+            snapshot_ahead: RefCell::new(None),
             started: Instant::now(),
             last_complaint: Cell::new(None),
         })
@@ -401,9 +414,37 @@ impl Serving {
                 file
             }
         };
-        let chunk = file.read_chunk_shared(position, max_bytes).await;
-        if chunk.is_err() {
-            *self.snapshot.borrow_mut() = None;
+        let ahead = self
+            .snapshot_ahead
+            .borrow_mut()
+            .take()
+            .filter(|a| a.id == id && a.position == position);
+        let chunk = match ahead {
+            Some(a) => match a.read.await {
+                Some(read) => read,
+                None => file.read_chunk_shared(position, max_bytes).await,
+            },
+            None => file.read_chunk_shared(position, max_bytes).await,
+        };
+        match &chunk {
+            Ok(Some(data)) => {
+                // Downloads are sequential: read the next chunk while this one is sent.
+                let next = position + data.len() as u64;
+                if next < file.size() {
+                    let file = file.clone();
+                    let read = glommio::spawn_local(async move {
+                        file.read_chunk_shared(next, max_bytes).await
+                    })
+                    .detach();
+                    *self.snapshot_ahead.borrow_mut() = Some(SnapshotAhead {
+                        id,
+                        position: next,
+                        read,
+                    });
+                }
+            }
+            Ok(None) => {}
+            Err(_) => *self.snapshot.borrow_mut() = None,
         }
         chunk.map_err(|e| format!("snapshot {e}"))
     }

@@ -132,6 +132,12 @@ impl PartFile {
 
 /// Builds snapshot `id` batch by batch onto a `PartFile` (records.md §5): a header batch, data
 /// batches, a footer batch, offsets from 0, every batch of the snapshot's epoch.
+/// Value bytes per data batch a `SnapshotStream` aims at.
+pub const SNAPSHOT_BATCH_BYTES: usize = 1024 * 1024;
+/// The largest value one snapshot record may carry: with the batch and record headers it
+/// still fits `BATCH_MAX_BYTES`.
+pub const SNAPSHOT_VALUE_MAX_BYTES: usize = crate::constants::BATCH_MAX_BYTES - 4096;
+
 pub struct SnapshotStream {
     id: OffsetAndEpoch,
     file: PartFile,
@@ -177,17 +183,43 @@ impl SnapshotStream {
         Ok(())
     }
 
-    /// Appends one data batch holding `values` (one record each; at least one).
+    /// Appends `values` (one record each) as data batches of at most `SNAPSHOT_BATCH_BYTES`
+    /// of values (or one record, if larger): every batch a reader meets fits its 8 MiB limit,
+    /// as Kafka's snapshot writer keeps batches under its own. A value that cannot fit one
+    /// batch is refused (InvalidInput) before anything of this call is written.
     pub async fn append(&mut self, values: &[&[u8]], timestamp_ms: i64) -> io::Result<()> {
-        if values.is_empty() {
-            return Ok(());
+        if let Some(big) = values.iter().find(|v| v.len() > SNAPSHOT_VALUE_MAX_BYTES) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "a snapshot record of {} bytes does not fit in one batch (values up to \
+                     {SNAPSHOT_VALUE_MAX_BYTES} bytes)",
+                    big.len()
+                ),
+            ));
         }
-        let mut builder = BatchBuilder::new(self.next_offset, self.id.epoch, timestamp_ms, false);
-        for value in values {
-            builder.append(None, Some(value));
+        let mut rest = values;
+        while !rest.is_empty() {
+            let mut bytes = 0;
+            let n = rest
+                .iter()
+                .take_while(|v| {
+                    bytes += v.len();
+                    bytes <= SNAPSHOT_BATCH_BYTES
+                })
+                .count()
+                .max(1);
+            let (batch, tail) = rest.split_at(n);
+            let mut builder =
+                BatchBuilder::new(self.next_offset, self.id.epoch, timestamp_ms, false);
+            for value in batch {
+                builder.append(None, Some(value));
+            }
+            self.next_offset += batch.len() as i64;
+            self.push(&builder.finish()).await?;
+            rest = tail;
         }
-        self.next_offset += values.len() as i64;
-        self.push(&builder.finish()).await
+        Ok(())
     }
 
     /// Writes the footer and makes the snapshot durable and visible; returns its size.
@@ -316,12 +348,29 @@ impl SnapshotFile {
                 path: self.path.clone(),
                 source: glommio_io(e),
             })?;
+        // Each batch again, as far as it can be seen alone: its CRC, and the fields the CRC
+        // does not cover that the check at open tied down (its size and epoch).
         for (at, len) in touched {
             let start = (at - from) as usize;
             let bytes = data.get(start..start + len as usize).unwrap_or(&[]);
-            if let Err(e) = crate::records::batch::Batch::parse(bytes) {
-                let why = format!("{e} (changed since it was opened)");
-                return Err(corrupt(&self.path, at, why));
+            let why = match crate::records::batch::Batch::parse(bytes) {
+                Err(e) => Some(e.to_string()),
+                Ok((batch, _)) if batch.len() != len as usize => {
+                    Some(format!("a batch of {} bytes, {len} at open", batch.len()))
+                }
+                Ok((batch, _)) if batch.partition_leader_epoch() != self.id.epoch => Some(format!(
+                    "a batch of epoch {} in a snapshot of epoch {}",
+                    batch.partition_leader_epoch(),
+                    self.id.epoch
+                )),
+                Ok(_) => None,
+            };
+            if let Some(why) = why {
+                return Err(corrupt(
+                    &self.path,
+                    at,
+                    format!("{why} (changed since it was opened)"),
+                ));
             }
         }
         let (at, len) = ((position - from) as usize, (end - position) as usize);
