@@ -74,3 +74,11 @@ pub fn unix_millis() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
 }
+
+/// Microseconds since the Unix epoch by the wall clock (0 before it): for comparing times
+/// taken in different processes on one machine.
+pub fn unix_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}

@@ -31,6 +31,9 @@ pub enum BenchCommand {
     Log(LogBenchArgs),
     /// 3-voter commit latency at a target rate against an ideal floor, with ratios.
     Quorum(quorum::QuorumBenchArgs),
+    /// Fetch fan-out to observers, catch-up and snapshot streaming, against same-run
+    /// baselines, with ratios.
+    Fetch(super::bench_fetch::FetchBenchArgs),
     /// One process of `bench quorum`'s floor (spawned by it).
     #[command(hide = true)]
     QuorumFloorNode(quorum::FloorNodeArgs),
@@ -63,6 +66,7 @@ pub fn run(command: BenchCommand) -> Result<(), CliError> {
     let args = match command {
         BenchCommand::Log(args) => args,
         BenchCommand::Quorum(args) => return quorum::run(args),
+        BenchCommand::Fetch(args) => return super::bench_fetch::run(args),
         BenchCommand::QuorumFloorNode(args) => return quorum::run_floor_node(args),
     };
     std::fs::create_dir_all(&args.dir)

@@ -324,7 +324,7 @@ pub fn node_tuning(cpu: usize) -> String {
     )
 }
 
-pub fn node_properties(id: usize, ports: &[u16; 3], data: &Path) -> String {
+pub fn node_properties(id: usize, ports: &[u16], data: &Path) -> String {
     let voters: Vec<String> = ports
         .iter()
         .enumerate()
@@ -378,12 +378,12 @@ pub fn run(args: QuorumBenchArgs) -> Result<(), CliError> {
 }
 
 /// The scratch directory; removed when dropped (after every child has stopped).
-struct Scratch {
-    path: PathBuf,
+pub(super) struct Scratch {
+    pub path: PathBuf,
 }
 
 impl Scratch {
-    fn create(parent: &Path) -> Result<Scratch, CliError> {
+    pub(super) fn create(parent: &Path) -> Result<Scratch, CliError> {
         let path = parent.join(format!("bench-quorum-{}", std::process::id()));
         fs::create_dir_all(&path)
             .map_err(|e| CliError::new(format!("cannot create {}: {e}", path.display())))?;
@@ -468,30 +468,33 @@ fn unescape_mount_field(field: &str) -> String {
 }
 
 impl Drop for Scratch {
+    /// `RINGRAFT_BENCH_KEEP=1` keeps it (the nodes' logs and stderr) for a post-mortem.
     fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.path);
+        if std::env::var_os("RINGRAFT_BENCH_KEEP").is_none() {
+            let _ = fs::remove_dir_all(&self.path);
+        }
     }
 }
 
-struct Bench<'a> {
-    args: &'a QuorumBenchArgs,
-    exe: PathBuf,
-    dir: PathBuf,
-    cpus: Vec<usize>,
-    taskset: bool,
-    interrupted: Arc<AtomicBool>,
+pub(super) struct Bench<'a> {
+    pub args: &'a QuorumBenchArgs,
+    pub exe: PathBuf,
+    pub dir: PathBuf,
+    pub cpus: Vec<usize>,
+    pub taskset: bool,
+    pub interrupted: Arc<AtomicBool>,
 }
 
 /// One finished phase.
-struct PhaseResult {
-    summary: Summary,
+pub(super) struct PhaseResult {
+    pub summary: Summary,
     /// CPU time of the phase's three processes over the measured period, per committed record
     /// (µs); `None` when it could not be read.
-    cpu_us_per_record: Option<f64>,
+    pub cpu_us_per_record: Option<f64>,
     /// Index (0-based) of the process that generated the load.
-    leader: usize,
+    pub leader: usize,
     /// Processes other than the first that generated load (leadership moved).
-    leader_changes: usize,
+    pub leader_changes: usize,
 }
 
 impl Bench<'_> {
@@ -499,7 +502,7 @@ impl Bench<'_> {
         self.cpus[index % self.cpus.len()]
     }
 
-    fn say(&self, text: &str) {
+    pub(super) fn say(&self, text: &str) {
         if !self.args.json {
             println!("{text}");
         }
@@ -560,23 +563,40 @@ impl Bench<'_> {
     // -- ringraft ------------------------------------------------------------------------------
 
     fn ringraft_phase(&self, name: &str, dir: &Path) -> Result<PhaseResult, String> {
+        let tuning = |i: usize| node_tuning(self.cpu_of(i));
+        let mut nodes = self.start_nodes(dir, 3, &tuning, "", &|_| Vec::new())?;
+        let result = self.follow(name, &mut nodes.procs, &nodes.events, "node");
+        nodes.procs.stop_all();
+        result
+    }
+
+    /// Formats and starts a `voters`-node quorum in fresh directories under `dir`: node `i`
+    /// with `tuning(i)`, `properties` added to its server.properties and `extra(node dir)`
+    /// after the load generator's arguments.
+    pub(super) fn start_nodes(
+        &self,
+        dir: &Path,
+        voters: usize,
+        tuning: &dyn Fn(usize) -> String,
+        properties: &str,
+        extra: &dyn Fn(&Path) -> Vec<String>,
+    ) -> Result<Nodes, String> {
         let a = self.args;
         let cluster_id = crate::ids::uuid_to_kafka_string(&crate::ids::random_kafka_uuid());
-        let ports = free_ports()?;
+        let ports = free_ports(voters)?;
         let mut procs = Procs::default();
         let (tx, rx) = mpsc::channel();
-        for i in 0..3 {
+        let mut dirs = Vec::new();
+        for i in 0..voters {
             let id = i + 1;
             let node_dir = dir.join(format!("node-{id}"));
             fs::create_dir_all(&node_dir)
                 .map_err(|e| format!("cannot create {}: {e}", node_dir.display()))?;
             let config = node_dir.join("server.properties");
-            let tuning = node_dir.join("tuning.toml");
-            write_file(
-                &config,
-                &node_properties(id, &ports, &node_dir.join("data")),
-            )?;
-            write_file(&tuning, &node_tuning(self.cpu_of(i)))?;
+            let tuning_file = node_dir.join("tuning.toml");
+            let node_config = node_properties(id, &ports, &node_dir.join("data")) + properties;
+            write_file(&config, &node_config)?;
+            write_file(&tuning_file, &tuning(i))?;
             let format = Command::new(&self.exe)
                 .args(["storage", "format", "-t", &cluster_id, "-c"])
                 .arg(&config)
@@ -595,19 +615,25 @@ impl Bench<'_> {
                 .arg("-c")
                 .arg(&config)
                 .arg("--tuning")
-                .arg(&tuning)
+                .arg(&tuning_file)
                 .arg(format!("--load-rate={}", a.throughput))
                 .arg(format!("--load-record-bytes={}", a.record_size))
                 .arg(format!("--load-seconds={}", a.seconds))
                 .arg(format!("--load-warmup-ms={}", a.warmup_ms))
                 .arg(format!("--load-report-ms={}", a.report_ms))
+                .args(extra(&node_dir))
                 .env("RUST_LOG", "warn");
             procs.spawn(format!("node {id}"), cmd, &node_dir, i, &tx)?;
+            dirs.push(node_dir);
         }
         drop(tx);
-        let result = self.follow(name, &mut procs, &rx, "node");
-        procs.stop_all();
-        result
+        Ok(Nodes {
+            procs,
+            events: rx,
+            ports,
+            cluster_id,
+            dirs,
+        })
     }
 
     // -- floor ---------------------------------------------------------------------------------
@@ -670,7 +696,7 @@ impl Bench<'_> {
         result
     }
 
-    fn check_interrupted(&self) -> Result<(), String> {
+    pub(super) fn check_interrupted(&self) -> Result<(), String> {
         if self.interrupted.load(Ordering::SeqCst) {
             Err("interrupted".into())
         } else {
@@ -680,7 +706,7 @@ impl Bench<'_> {
 
     /// Reads the generators' lines until a summary: forwards progress, watches the deadlines
     /// and the processes.
-    fn follow(
+    pub(super) fn follow(
         &self,
         name: &str,
         procs: &mut Procs,
@@ -1028,22 +1054,32 @@ fn write_file(path: &Path, text: &str) -> Result<(), String> {
 
 /// Three distinct free loopback ports (bound, read, released; a race with another process is
 /// reported by the node that cannot listen).
-fn free_ports() -> Result<[u16; 3], String> {
-    let listeners: Vec<TcpListener> = (0..3)
+fn free_ports(n: usize) -> Result<Vec<u16>, String> {
+    // All bound at once, so that no two are the same.
+    let listeners: Vec<TcpListener> = (0..n)
         .map(|_| TcpListener::bind("127.0.0.1:0"))
         .collect::<Result<_, _>>()
         .map_err(|e| format!("cannot find a free port: {e}"))?;
-    let mut ports = [0u16; 3];
-    for (port, l) in ports.iter_mut().zip(&listeners) {
-        *port = l
-            .local_addr()
-            .map_err(|e| format!("cannot find a free port: {e}"))?
-            .port();
-    }
-    Ok(ports)
+    listeners
+        .iter()
+        .map(|l| {
+            l.local_addr()
+                .map(|a| a.port())
+                .map_err(|e| format!("cannot find a free port: {e}"))
+        })
+        .collect()
 }
 
-enum Event {
+/// A started quorum: its processes, their output, and where they listen and live.
+pub(super) struct Nodes {
+    pub procs: Procs,
+    pub events: mpsc::Receiver<Event>,
+    pub ports: Vec<u16>,
+    pub cluster_id: String,
+    pub dirs: Vec<PathBuf>,
+}
+
+pub(super) enum Event {
     Line(usize, String),
     Eof(usize),
 }
@@ -1057,7 +1093,7 @@ struct Proc {
 
 /// The children of one phase. Dropping it stops them (SIGTERM, then SIGKILL after a timeout).
 #[derive(Default)]
-struct Procs {
+pub(super) struct Procs {
     list: Vec<Option<Proc>>,
 }
 
@@ -1140,7 +1176,7 @@ impl Procs {
         )
     }
 
-    fn stderr_tails(&self) -> String {
+    pub(super) fn stderr_tails(&self) -> String {
         let mut out = String::new();
         for p in self.list.iter().flatten() {
             if let Some(t) = tail(&p.stderr) {
@@ -1151,7 +1187,7 @@ impl Procs {
     }
 
     /// SIGTERM to every running child, then SIGKILL to those still running after the timeout.
-    fn stop_all(&mut self) {
+    pub(super) fn stop_all(&mut self) {
         for p in self.list.iter_mut().flatten() {
             if p.status.is_none() && p.child.try_wait().ok().flatten().is_none() {
                 let terminated = Command::new("kill")

@@ -38,6 +38,20 @@ pub enum DebugCommand {
         #[arg(long, default_value_t = 16384)]
         segment_bytes: usize,
     },
+    /// Run light observers (Fetch clients with replica ids 1000, 1001, …, as `bench fetch`
+    /// uses) against a running quorum for a while, then print where each got to.
+    Observe {
+        /// Voters' addresses, node 1's first (host:port,host:port,…).
+        #[arg(long, value_delimiter = ',', required = true)]
+        voters: Vec<std::net::SocketAddr>,
+        #[arg(long, default_value_t = 5)]
+        observers: usize,
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// The cluster id to send (none: Kafka's brokers also may send none).
+        #[arg(long)]
+        cluster_id: Option<String>,
+    },
     /// Open (and so recover) a partition directory and print every batch:
     /// `batch <base> <last> <epoch> <control|data> <records> <crc> <first> <max timestamp>`
     /// and its control records.
@@ -65,6 +79,13 @@ pub fn run(command: DebugCommand) -> Result<(), CliError> {
             executor()?.run(make_log(dir, config))
         }
         DebugCommand::ReadLog { dir } => executor()?.run(read_log(dir)),
+        DebugCommand::Observe {
+            voters,
+            observers,
+            seconds,
+            cluster_id,
+        } => super::bench_fetch::observe(voters, observers, seconds, cluster_id)
+            .map_err(CliError::new),
         DebugCommand::AppendLoop {
             dir,
             writers,

@@ -2,6 +2,7 @@
 //! library; nothing here holds state. Errors end the process with a message and exit code 1.
 
 pub mod bench;
+pub mod bench_fetch;
 pub mod bench_quorum;
 pub mod debug;
 pub mod format;
@@ -75,6 +76,9 @@ pub struct StartArgs {
     /// Snapshot (and drop the log below it) every this many committed records.
     #[arg(long = "load-snapshot-every", hide = true, default_value_t = 0)]
     pub load_snapshot_every: u64,
+    /// After the measured seconds, stream one snapshot of about this many bytes.
+    #[arg(long = "load-snapshot-bytes", hide = true, default_value_t = 0)]
+    pub load_snapshot_bytes: u64,
 }
 
 /// A failed command: the message goes to stderr, then the process exits with `code`.
@@ -160,6 +164,7 @@ fn start(args: &StartArgs) -> Result<(), CliError> {
         report_ms: args.load_report_ms.max(1),
         ack_file: args.load_ack_file.clone(),
         snapshot_every: args.load_snapshot_every,
+        snapshot_bytes: args.load_snapshot_bytes,
     });
     crate::node::run(config, tuning, embedded, load).map_err(|e| CliError::new(e.to_string()))
 }

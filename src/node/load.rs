@@ -8,8 +8,11 @@
 //! `ringraft start --load-rate` is given.
 //!
 //! Output: one JSON line per report interval and one summary line on stdout; with `ack_file`,
-//! one line per committed append (`<last offset> <first sequence> <count>`), written after the
-//! commit is known.
+//! one line per committed append (`<last offset> <first sequence> <count> <commit unix µs>`),
+//! written once the commit is known (`ringraft bench fetch` measures propagation from that
+//! time). With `snapshot_bytes`, once the measured seconds are over it streams a snapshot of
+//! about that size through `RaftHandle::snapshot_writer`, drops the log below it and prints
+//! `{"snapshot":true,...}`.
 
 use std::cell::RefCell;
 use std::fs::File;
@@ -40,7 +43,12 @@ pub struct LoadSpec {
     /// Every this many committed records, snapshot at the last committed offset and drop the
     /// log below it (0: never).
     pub snapshot_every: u64,
+    /// After the measured seconds, write one snapshot of about this many bytes (0: none).
+    pub snapshot_bytes: u64,
 }
+
+/// The value size of the records of a `snapshot_bytes` snapshot.
+const SNAPSHOT_VALUE_BYTES: usize = 64 * 1024;
 
 /// The most records one append carries (Kafka's accumulator caps batches by bytes; this keeps
 /// a stalled generator from building one enormous batch).
@@ -70,6 +78,8 @@ struct Stats {
     failed_records: u64,
     acks: Option<File>,
     snapshot_every: u64,
+    /// The end of the last committed append (a batch boundary).
+    committed_end: i64,
 }
 
 impl Stats {
@@ -118,6 +128,7 @@ pub async fn run(spec: LoadSpec, handle: RaftHandle, local_id: i32, stop: StopSi
         failed_records: 0,
         acks,
         snapshot_every: spec.snapshot_every,
+        committed_end: 0,
     }));
     let interval = Duration::from_nanos(1_000_000_000 / spec.rate_per_s.max(1));
     let mut sequence: u64 = 0;
@@ -143,6 +154,10 @@ pub async fn run(spec: LoadSpec, handle: RaftHandle, local_id: i32, stop: StopSi
             let now = Instant::now();
             if end.is_some_and(|e| now >= e) {
                 print_summary(&spec, &stats.borrow(), led_epoch);
+                if spec.snapshot_bytes > 0 {
+                    let offset = stats.borrow().committed_end;
+                    big_snapshot(&handle, offset, spec.snapshot_bytes).await;
+                }
                 // Keep leading quietly: the summary is the result.
                 stop.wait().await;
                 return;
@@ -222,11 +237,45 @@ async fn append(handle: RaftHandle, stats: Rc<RefCell<Stats>>, batch: Batch) {
                 let task = snapshot(handle.clone(), last_offset + 1);
                 glommio::spawn_local(task).detach();
             }
+            stats.committed_end = stats.committed_end.max(last_offset + 1);
             if let Some(file) = stats.acks.as_mut() {
-                let _ = writeln!(file, "{last_offset} {first} {count}");
+                let commit_us = super::unix_micros();
+                let _ = writeln!(file, "{last_offset} {first} {count} {commit_us}");
             }
         }
         Err(_) => stats.failed_records += count,
+    }
+}
+
+/// A snapshot at `offset` of `bytes` in 64 KiB records, streamed (never held whole), with the
+/// log below it dropped; prints its id and size.
+async fn big_snapshot(handle: &RaftHandle, offset: i64, bytes: u64) {
+    let started = Instant::now();
+    let value = vec![0x5au8; SNAPSHOT_VALUE_BYTES];
+    let per_part = crate::node::raft_storage::SNAPSHOT_BATCH_RECORDS;
+    let mut left = bytes.div_ceil(SNAPSHOT_VALUE_BYTES as u64);
+    let result = async {
+        let mut writer = handle.snapshot_writer(offset)?;
+        while left > 0 {
+            let n = left.min(per_part as u64) as usize;
+            let refs: Vec<&[u8]> = (0..n).map(|_| value.as_slice()).collect();
+            writer.append(&refs).await?;
+            left -= n as u64;
+        }
+        writer.finish(true).await
+    }
+    .await;
+    match result {
+        Ok(id) => println!(
+            "{{\"snapshot\":true,\"offset\":{},\"epoch\":{},\"bytes\":{bytes},\"write_ms\":{}}}",
+            id.offset,
+            id.epoch,
+            started.elapsed().as_millis()
+        ),
+        Err(e) => {
+            warn!(offset, error = %e, "no snapshot");
+            println!("{{\"snapshot\":false,\"error\":{:?}}}", e.to_string());
+        }
     }
 }
 

@@ -804,4 +804,4 @@ async fn follow_stop(receivers: Receivers<ShardMessage>, coordinator: usize, sto
     }
 }
 
-pub(crate) use crate::types::unix_millis;
+pub(crate) use crate::types::{unix_micros, unix_millis};

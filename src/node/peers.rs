@@ -157,7 +157,8 @@ async fn peer_task(
     }
 }
 
-async fn exchange(
+/// One request to a connected peer at the best version both serve.
+pub(crate) async fn exchange(
     conn: &mut PeerConnection,
     request: &Request,
     timeout: Duration,

@@ -141,7 +141,7 @@ impl Cluster {
             for file in self.ack_files(id) {
                 for line in std::fs::read_to_string(file).unwrap().lines() {
                     let f: Vec<i64> = line.split(' ').filter_map(|x| x.parse().ok()).collect();
-                    if let [last, first, count] = f[..] {
+                    if let [last, first, count, _commit_us] = f[..] {
                         acks.insert(last, (first as u64, count as u64));
                     }
                 }
