@@ -564,35 +564,6 @@ for v in $KAFKA_VERSIONS; do
   check "kafka-metadata-quorum $v describe --replication, field by field" metadata_quorum "$v" replication
 done
 
-# The light observers `ringraft bench fetch` runs (`ringraft debug observe`: Fetch with replica
-# ids 1000-1004 and directory ids) are listed by Kafka's tool with their log end offsets.
-observers_listed() { # observers_listed VERSION
-  local v=$1 out="$RUN/mq-observers.out" obs="$RUN/observe.out" pid
-  timeout 60 "$RINGRAFT" debug observe --observers 5 --seconds 8 --cluster-id "$QUORUM_ID" \
-    --voters "127.0.0.1:${QPORTS[0]},127.0.0.1:${QPORTS[1]},127.0.0.1:${QPORTS[2]}" > "$obs" 2>&1 &
-  pid=$!
-  sleep 3
-  timeout 60 java -cp "$WORK/kafka-$v/*" org.apache.kafka.tools.MetadataQuorumCommand \
-    --bootstrap-controller "127.0.0.1:${QPORTS[2]}" describe --replication > "$out" 2>&1 \
-    || { cat "$out"; wait "$pid"; return 1; }
-  wait "$pid" || { echo "debug observe failed:"; cat "$obs"; return 1; }
-  grep -v '^SLF4J' "$out"; cat "$obs"
-  python3 - "$out" <<'PY'
-import sys
-rows = [l.split() for l in open(sys.argv[1]) if l.split() and l.split()[0].isdigit()]
-observers = {int(r[0]): r for r in rows if r[-1] == "Observer"}
-missing = [i for i in range(1000, 1005) if i not in observers]
-if missing:
-    sys.exit(f"observers {missing} are not listed")
-low = {i: observers[i][2] for i in range(1000, 1005) if int(observers[i][2]) <= 0}
-if low:
-    sys.exit(f"observers without a log end offset: {low}")
-print("observers 1000-1004 listed with their log end offsets")
-PY
-}
-check "kafka-metadata-quorum ${KAFKA_VERSIONS##* } describe --replication lists ringraft's light observers" \
-  observers_listed "${KAFKA_VERSIONS##* }"
-
 # kafka-features describe reads kraft.version from ApiVersions (a static quorum: finalized 0,
 # at the epoch of the last committed offset).
 kafka_features() { # kafka_features VERSION
@@ -648,6 +619,36 @@ check "kafka-features $LAST_V upgrade --feature kraft.version=1 on a static ring
   kraft_upgrade "$LAST_V" "${QPORTS[0]}" "${QPORTS[1]}"
 check "kafka-metadata-quorum $LAST_V describe --status after the kraft.version upgrade" \
   metadata_quorum "$LAST_V" status
+
+# The light observers `ringraft bench fetch` runs (`ringraft debug observe`: Fetch with replica
+# ids 1000-1004 and directory ids) are listed by Kafka's tool with their log end offsets. Last
+# on this quorum: the leader lists them as observers from then on.
+observers_listed() { # observers_listed VERSION
+  local v=$1 out="$RUN/mq-observers.out" obs="$RUN/observe.out" pid
+  timeout 60 "$RINGRAFT" debug observe --observers 5 --seconds 8 --cluster-id "$QUORUM_ID" \
+    --voters "127.0.0.1:${QPORTS[0]},127.0.0.1:${QPORTS[1]},127.0.0.1:${QPORTS[2]}" > "$obs" 2>&1 &
+  pid=$!
+  sleep 3
+  timeout 60 java -cp "$WORK/kafka-$v/*" org.apache.kafka.tools.MetadataQuorumCommand \
+    --bootstrap-controller "127.0.0.1:${QPORTS[2]}" describe --replication > "$out" 2>&1 \
+    || { cat "$out"; wait "$pid"; return 1; }
+  wait "$pid" || { echo "debug observe failed:"; cat "$obs"; return 1; }
+  grep -v '^SLF4J' "$out"; cat "$obs"
+  python3 - "$out" <<'PY'
+import sys
+rows = [l.split() for l in open(sys.argv[1]) if l.split() and l.split()[0].isdigit()]
+observers = {int(r[0]): r for r in rows if r[-1] == "Observer"}
+missing = [i for i in range(1000, 1005) if i not in observers]
+if missing:
+    sys.exit(f"observers {missing} are not listed")
+low = {i: observers[i][2] for i in range(1000, 1005) if int(observers[i][2]) <= 0}
+if low:
+    sys.exit(f"observers without a log end offset: {low}")
+print("observers 1000-1004 listed with their log end offsets")
+PY
+}
+check "kafka-metadata-quorum $LAST_V describe --replication lists ringraft's light observers" \
+  observers_listed "$LAST_V"
 
 # RINGRAFT_UPGRADE_RUNS=N repeats the upgrade on N fresh static quorums, each upgraded as soon
 # as it has elected a leader (issue 14: the check must pass 20 runs in a row).
