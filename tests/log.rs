@@ -644,3 +644,63 @@ fn snapshot_files_stream_through_the_ring() {
     assert_eq!(written, on_disk);
     ringraft::log::snapshot::SnapshotReader::open(&path, sid).unwrap();
 }
+
+/// The fetch shards' reader (`fetch::reader`) over sealed segments and the cache: whole log
+/// reads at several `max_bytes` give every batch once, in order, each answer within
+/// `max_bytes` unless it is one batch, the same bytes the log reads. Answers cut inside a
+/// batch continue where the cut batch starts (the continuation a read-ahead keys on).
+#[test]
+fn the_fetch_reader_reads_every_batch_once_within_max_bytes() {
+    use ringraft::fetch::reader::{read, LogReader};
+    // Small segments (a read window holds a whole one), and large ones with batches of up to
+    // 4 KiB (64 KiB and larger windows end inside a batch).
+    let large = LogConfig {
+        segment_bytes: 1 << 20,
+        preallocate_bytes: 1 << 20,
+        cache_bytes: 8 * 1024,
+    };
+    for (name, config, records) in [("small", small(), 9), ("large", large, 60)] {
+        let dir = TempDir::new(&format!("fetch-reader-{name}"));
+        let path = partition(&dir);
+        run({
+            let path = path.clone();
+            async move {
+                let (log, _) = MetadataLog::open(&path, config).await.unwrap();
+                for i in 0..400 {
+                    log.append_as_leader(batch(1 + i % records, i as u8), 1 + (i / 100) as i32)
+                        .unwrap();
+                }
+                log.flush(log.end_offset()).await.unwrap();
+                let want = read_all(&log, 0).await;
+                for max_bytes in [1, 700, 3000, 16 * 1024, 100_000, 300_000, 1 << 20] {
+                    let reader = std::cell::RefCell::new(LogReader::new(4 * 1024));
+                    reader
+                        .borrow_mut()
+                        .reset(&log.reader_reset(), log.flushed_offset());
+                    let mut got: Vec<Vec<u8>> = Vec::new();
+                    let mut offset = 0;
+                    while offset < log.end_offset() {
+                        let chunks = read(&reader, offset, max_bytes).await.unwrap();
+                        assert!(!chunks.is_empty(), "max {max_bytes}: nothing at {offset}");
+                        let total: usize = chunks.iter().map(|c| c.as_ref().len()).sum();
+                        assert!(
+                            total <= max_bytes || chunks.len() == 1,
+                            "max {max_bytes}: {total} bytes in {} batches",
+                            chunks.len()
+                        );
+                        for chunk in chunks {
+                            let (b, rest) = Batch::parse(chunk.as_ref()).unwrap();
+                            assert!(rest.is_empty(), "one batch per chunk");
+                            assert_eq!(b.base_offset(), offset, "max {max_bytes}: a gap or repeat");
+                            offset = b.next_offset();
+                            got.push(chunk.as_ref().to_vec());
+                        }
+                    }
+                    let want_bytes: Vec<Vec<u8>> = want.iter().map(|b| b.3.clone()).collect();
+                    assert_eq!(got, want_bytes, "max {max_bytes}");
+                }
+                log.close().await.unwrap();
+            }
+        });
+    }
+}
