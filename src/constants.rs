@@ -1,5 +1,5 @@
 //! Every limit and default in one place, with the relationships between them checked at compile
-//! time. Kafka's defaults are named after their config keys (spec/tools.md §5).
+//! time. Kafka's defaults are named after their config keys (docs/tools.md §5).
 
 /// `socket.request.max.bytes`: the largest request frame a server accepts (Kafka: 100 MiB).
 pub const SOCKET_REQUEST_MAX_BYTES_DEFAULT: i32 = 100 * 1024 * 1024;
@@ -25,7 +25,7 @@ pub const BATCH_MAX_BYTES: usize = 8 * 1024 * 1024;
 /// The listener port of the embedded default (`cargo run --release`).
 pub const DEFAULT_CONTROLLER_PORT: u16 = 9093;
 
-/// Kafka's default controller timers (`controller.quorum.*`, spec/tools.md §5).
+/// Kafka's default controller timers (`controller.quorum.*`, docs/tools.md §5).
 pub const ELECTION_TIMEOUT_MS_DEFAULT: i32 = 1000;
 pub const FETCH_TIMEOUT_MS_DEFAULT: i32 = 2000;
 pub const ELECTION_BACKOFF_MAX_MS_DEFAULT: i32 = 1000;
@@ -35,7 +35,7 @@ pub const RETRY_BACKOFF_MS_DEFAULT: i32 = 20;
 pub const FETCH_MAX_BYTES_DEFAULT: i32 = 1024 * 1024;
 pub const FETCH_SNAPSHOT_MAX_BYTES_DEFAULT: i32 = 1024 * 1024;
 
-/// Metadata log settings (spec/tools.md §5).
+/// Metadata log settings (docs/tools.md §5).
 pub const METADATA_LOG_SEGMENT_BYTES_DEFAULT: i32 = 1 << 30;
 pub const METADATA_LOG_SEGMENT_MIN_BYTES_DEFAULT: i32 = 8 * 1024 * 1024;
 pub const METADATA_LOG_SEGMENT_MS_DEFAULT: i64 = 7 * 24 * 3600 * 1000;

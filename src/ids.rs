@@ -1,5 +1,5 @@
 //! Identifiers that get mixed up if they are bare integers, and Kafka's text form of a UUID:
-//! URL-safe base64 without padding, 22 characters (spec/wire.md §2).
+//! URL-safe base64 without padding, 22 characters (docs/wire.md §2).
 
 use std::fmt;
 

@@ -5,7 +5,7 @@
 use uuid::Uuid;
 
 /// A replica: node id plus the directory id of its metadata log (KIP-853). Two keys *match* when
-/// the ids are equal and either side lacks a directory id or both are equal (raft.md §1).
+/// the ids are equal and either side lacks a directory id or both are equal (docs/raft.md §1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ReplicaKey {
     pub id: i32,

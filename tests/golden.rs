@@ -93,5 +93,5 @@ fn java_4_4_admin_client_sends_v5_and_gets_the_fallback() {
     let mut expected = vec![0, 0, 0, 16];
     expected.extend(header.correlation_id.to_be_bytes());
     expected.extend([0x00, 0x23, 0, 0, 0, 1, 0x00, 0x12, 0, 0, 0, 4]);
-    assert_eq!(answer, expected, "spec/wire.md §6 fallback bytes");
+    assert_eq!(answer, expected, "docs/wire.md §6 fallback bytes");
 }

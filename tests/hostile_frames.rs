@@ -73,7 +73,7 @@ fn hex(s: &str) -> Vec<u8> {
 /// Valid and nearly valid request frames (without the size prefix) to mutate.
 fn seeds() -> Vec<Vec<u8>> {
     let mut seeds = vec![
-        // ApiVersions v4 from Kafka's admin client (spec/wire.md §6).
+        // ApiVersions v4 from Kafka's admin client (docs/wire.md §6).
         hex(
             "0012000400000001000d61646d696e636c69656e742d3100126170616368652d6b61666b612d\
              6a61766106342e302e3000",

@@ -432,7 +432,7 @@ fn standalone_grow_kill_remove_and_readd_without_losing_acknowledged_records() {
     }
 }
 
-/// `controller.quorum.auto.join.enable` (membership.md §8): observers add themselves, and a
+/// `controller.quorum.auto.join.enable` (docs/membership.md §8): observers add themselves, and a
 /// node whose directory was wiped removes its old incarnation and adds the new one, no CLI.
 #[test]
 fn auto_join_adds_observers_and_replaces_a_wiped_incarnation() {

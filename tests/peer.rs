@@ -240,7 +240,7 @@ fn negotiates_with_a_real_node_and_round_trips_api_versions() {
 fn retries_api_versions_at_the_version_a_v0_fallback_names() {
     let (addr, seen) = fake_peer(|n, seen, stream| {
         if n == 0 {
-            // What a peer that serves ApiVersions 0..2 answers to v4 (spec/wire.md §6).
+            // What a peer that serves ApiVersions 0..2 answers to v4 (docs/wire.md §6).
             let mut fallback = unsupported_version_answer();
             fallback.api_keys[0].max_version = 2;
             let frame = encode_response_frame(seen.correlation_id, 0, |w| fallback.encode(w, 0));

@@ -1,4 +1,4 @@
-//! RecordBatch v2 and control records against the byte-exact vectors of spec/records.md §7,
+//! RecordBatch v2 and control records against the byte-exact vectors of docs/records.md §7,
 //! and against kafka-protocol's independent record decoder.
 
 use ringraft::records::control::{control_batch, decode_control_batch, Endpoint, Voter};

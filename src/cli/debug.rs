@@ -143,7 +143,7 @@ async fn append_loop(
     }
 }
 
-/// A NoOpRecord (apiKey 20, version 0) in the metadata-record frame Kafka decodes. (spec/records.md §6
+/// A NoOpRecord (apiKey 20, version 0) in the metadata-record frame Kafka decodes. (docs/records.md §6
 /// says 23; Kafka 4.4's decoder reads 23 as BeginTransactionRecord.)
 const NO_OP_RECORD: [u8; 4] = [0x01, 0x14, 0x00, 0x00];
 

@@ -1,5 +1,5 @@
 //! `ringraft storage format`: writes what Kafka 4.4's `kafka-storage format` writes for a
-//! controller, and refuses what it refuses with the same messages (membership.md §9).
+//! controller, and refuses what it refuses with the same messages (docs/membership.md §9).
 //!
 //! Every formatted directory gets `meta.properties`. The metadata directory also gets the
 //! bootstrap snapshot (`log::bootstrap`): kraft.version, the initial voters of a dynamic quorum
@@ -72,7 +72,7 @@ pub const DEFAULT_FEATURE_LEVELS: [(&str, i16); 5] = [
 
 const METADATA_VERSION_FEATURE: &str = "metadata.version";
 
-// Kafka's messages for the refusals of membership.md §9, verbatim: scripts match on them.
+// Kafka's messages for the refusals of docs/membership.md §9, verbatim: scripts match on them.
 const VOTERS_WITH_DYNAMIC_FLAG: &str = "You cannot specify controller.quorum.voters and format \
     the node with --initial-controllers or --standalone. If you want to use dynamic quorum, \
     please remove controller.quorum.voters and specify controller.quorum.bootstrap.servers \

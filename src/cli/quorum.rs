@@ -1,5 +1,5 @@
 //! `ringraft quorum …`: Kafka's `kafka-metadata-quorum` against a controller quorum
-//! (spec/tools.md §2).
+//! (docs/tools.md §2).
 //!
 //! `describe --status | --replication [--human-readable] --bootstrap-controller HOST:PORT` sends
 //! the RPCs Kafka's admin client sends in controller mode (§2.1): DescribeCluster
@@ -199,7 +199,7 @@ fn on_glommio<T>(
         .map_err(CliError::new)
 }
 
-/// The controller `add-controller` adds, read as Kafka's tool reads it (spec/tools.md §2.1):
+/// The controller `add-controller` adds, read as Kafka's tool reads it (docs/tools.md §2.1):
 /// node.id and controller listeners from its config, directory.id from its metadata
 /// directory's meta.properties.
 #[derive(Debug, Clone)]
@@ -407,7 +407,7 @@ pub fn parse_bootstrap(text: &str) -> Result<Vec<SocketAddr>, String> {
     Ok(out)
 }
 
-/// The RPCs of spec/tools.md §2.1, then the text to print.
+/// The RPCs of docs/tools.md §2.1, then the text to print.
 async fn describe(bootstrap: Vec<SocketAddr>, mode: DescribeMode) -> Result<String, String> {
     let mut leader = active_connection(&bootstrap).await?;
     match mode {

@@ -1,6 +1,6 @@
 //! `ringraft storage random-uuid | format | info`: the parts of Kafka's `kafka-storage` that
-//! prepare and inspect a metadata log directory (spec/tools.md §3). `format` lives in
-//! `cli::format` (spec/membership.md §9).
+//! prepare and inspect a metadata log directory (docs/tools.md §3). `format` lives in
+//! `cli::format` (docs/membership.md §9).
 
 use std::path::{Path, PathBuf};
 

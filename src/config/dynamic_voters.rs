@@ -1,4 +1,4 @@
-//! KIP-853 voters as the format tool takes them (membership.md §9): the text form
+//! KIP-853 voters as the format tool takes them (docs/membership.md §9): the text form
 //! `id@host:port:directoryid[,…]` of `--initial-controllers`, the single voter `--standalone`
 //! derives from the server config, and the `VotersRecord` both become in the bootstrap
 //! checkpoint. Pure values: no I/O, no name resolution.

@@ -1,5 +1,5 @@
 //! `server.properties` → `ServerConfig`: Kafka's controller keys verbatim, Kafka's defaults
-//! (spec/tools.md §5), and validation that names the key, the value and why it is wrong.
+//! (docs/tools.md §5), and validation that names the key, the value and why it is wrong.
 //! Unknown keys are kept as warnings, not errors, so a real Kafka controller's file loads.
 
 use std::fmt;
@@ -594,7 +594,7 @@ impl ServerConfig {
     /// The controller listeners as other nodes should reach them, in `controller.listener.names`
     /// order: the `advertised.listeners` entry of each name, else its `listeners` entry. A
     /// wildcard host (`0.0.0.0`) becomes empty, which means "this host, name unknown": Kafka
-    /// writes `localhost` for it in a `--standalone` voter (membership.md §9).
+    /// writes `localhost` for it in a `--standalone` voter (docs/membership.md §9).
     pub fn effective_advertised_controller_listeners(&self) -> Vec<Listener> {
         self.controller_listener_names
             .iter()

@@ -1,5 +1,5 @@
 //! The bootstrap snapshot `__cluster_metadata-0/00000000000000000000-0000000000.checkpoint`
-//! (membership.md §2 and §9, storage.md §1): `storage format` writes it into the metadata
+//! (docs/membership.md §2 and §9, docs/storage.md §1): `storage format` writes it into the metadata
 //! directory, and a node reads from it at its first start the kraft.version and — for a dynamic
 //! quorum — the initial voter set, which count as sitting at offset −1. Its data records (the
 //! feature levels) are for Kafka controllers; ringraft carries them without reading them.
@@ -37,7 +37,7 @@ pub struct BootstrapSnapshot {
     /// The initial voters (`--standalone`, `--initial-controllers`); `None` for a static quorum
     /// and for `--no-initial-controllers`, whose node learns the voters from the leader.
     pub voters: Option<VotersRecord>,
-    /// Framed metadata record values (records.md §6), in order.
+    /// Framed metadata record values (docs/records.md §6), in order.
     pub records: Vec<Vec<u8>>,
 }
 

@@ -1,6 +1,6 @@
-//! The leader-epoch cache and its `leader-epoch-checkpoint` file (spec/storage.md §7): for each
+//! The leader-epoch cache and its `leader-epoch-checkpoint` file (docs/storage.md §7): for each
 //! epoch, the first offset written in it. Answers "where does epoch E end?" for divergence
-//! checks (raft.md §7.2) and follows every truncation. Rebuilt from batch headers at recovery.
+//! checks (docs/raft.md §7.2) and follows every truncation. Rebuilt from batch headers at recovery.
 
 use std::io;
 use std::path::Path;

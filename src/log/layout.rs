@@ -1,4 +1,4 @@
-//! Names and small fixed files of the metadata log directory (spec/storage.md §1, §4, §8, §10):
+//! Names and small fixed files of the metadata log directory (docs/storage.md §1, §4, §8, §10):
 //! `__cluster_metadata-0/`, 20-digit segment names, `<offset>-<epoch>.checkpoint` snapshots,
 //! and `partition.metadata`. Pure string work plus one atomic write.
 

@@ -1,4 +1,4 @@
-//! `meta.properties` (spec/storage.md §2): the identity of a log directory — format version,
+//! `meta.properties` (docs/storage.md §2): the identity of a log directory — format version,
 //! cluster id, node id and directory id. Written the way Kafka writes it (a `#` line, a `#date`
 //! line, then `key=value` lines) so that Kafka's `kafka-storage info` reads ours and we read
 //! Kafka's. Replaced atomically (`durable::replace_file`).

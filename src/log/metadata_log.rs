@@ -860,7 +860,7 @@ impl MetadataLog {
     }
 
     /// Replaces the whole log with an empty one that starts (and ends) at `offset`: what a
-    /// follower does after downloading a snapshot ending there (raft.md §10). The snapshot
+    /// follower does after downloading a snapshot ending there (docs/raft.md §10). The snapshot
     /// file must already be durable. Durable on return.
     pub async fn reset_to(&self, offset: i64) -> Result<(), LogError> {
         let _permit = self.acquire_flush_lock().await?;

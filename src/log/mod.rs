@@ -1,4 +1,4 @@
-//! Durable state on disk: the metadata log directory (spec/storage.md) — `meta.properties`,
+//! Durable state on disk: the metadata log directory (docs/storage.md) — `meta.properties`,
 //! `quorum-state`, the leader-epoch checkpoint, the bootstrap snapshot, and the
 //! `__cluster_metadata-0` log itself (segments on glommio DMA files, recovery, reads,
 //! truncation).

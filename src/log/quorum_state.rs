@@ -1,4 +1,4 @@
-//! `quorum-state` (spec/storage.md §9): the epoch, leader and vote that must survive a crash.
+//! `quorum-state` (docs/storage.md §9): the epoch, leader and vote that must survive a crash.
 //! One line of JSON, replaced atomically (temp, fsync, rename, fsync dir): when `write` returns
 //! Ok the new state is durable, which is what lets a vote be sent (DESIGN.md §3 rule 1).
 

@@ -143,7 +143,7 @@ fn segment_bases(dir: &Path) -> io::Result<Vec<i64>> {
     Ok(bases)
 }
 
-/// Deletes files a crash can leave behind (spec/storage.md §11 steps 3 and 6).
+/// Deletes files a crash can leave behind (docs/storage.md §11 steps 3 and 6).
 fn remove_transient_files(dir: &Path) -> io::Result<()> {
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;

@@ -1,4 +1,4 @@
-//! KRaft snapshot files (spec/storage.md §10, spec/records.md §5): `<end offset>-<epoch>
+//! KRaft snapshot files (docs/storage.md §10, docs/records.md §5): `<end offset>-<epoch>
 //! .checkpoint`, a sequence of batches that starts with a control batch holding the
 //! SnapshotHeader (and KRaftVersion/Voters when kraft.version ≥ 1) and ends with a control
 //! batch holding the SnapshotFooter.

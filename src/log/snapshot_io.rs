@@ -130,7 +130,7 @@ impl PartFile {
     }
 }
 
-/// Builds snapshot `id` batch by batch onto a `PartFile` (records.md §5): a header batch, data
+/// Builds snapshot `id` batch by batch onto a `PartFile` (docs/records.md §5): a header batch, data
 /// batches, a footer batch, offsets from 0, every batch of the snapshot's epoch.
 /// Value bytes per data batch a `SnapshotStream` aims at.
 pub const SNAPSHOT_BATCH_BYTES: usize = 1024 * 1024;

@@ -1,4 +1,4 @@
-//! The voter-set history a node rebuilds at start from what is on disk (membership.md §2): the
+//! The voter-set history a node rebuilds at start from what is on disk (docs/membership.md §2): the
 //! bootstrap checkpoint (at offset −1), the latest snapshot's header (at its end − 1), then every
 //! KRaftVersion and Voters record in the log past that snapshot. Start-up only.
 

@@ -1,4 +1,4 @@
-//! The voter set as a function of log offset (membership.md §2): the static set from
+//! The voter set as a function of log offset (docs/membership.md §2): the static set from
 //! `controller.quorum.voters` as the fallback, then every VotersRecord and KRaftVersionRecord
 //! from the latest snapshot (or the bootstrap checkpoint, at offset −1) and from the log, in
 //! offset order, uncommitted ones included. The latest entry is the active set; truncation
@@ -103,7 +103,7 @@ impl VoterHistory {
     }
 
     /// The KRaftVersion and Voters records a snapshot ending at `end_offset` carries in its
-    /// header batch (records.md §5): none at kraft.version 0.
+    /// header batch (docs/records.md §5): none at kraft.version 0.
     pub fn snapshot_records(&self, end_offset: i64) -> Vec<ControlRecord> {
         let level = self.kraft_version_at(end_offset - 1);
         if level < 1 {

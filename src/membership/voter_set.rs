@@ -1,5 +1,5 @@
 //! The voter set: which replicas vote, campaign and count toward the high watermark, with the
-//! listeners raft connects to (raft.md §1, membership.md §2). Static sets come from
+//! listeners raft connects to (docs/raft.md §1, docs/membership.md §2). Static sets come from
 //! `controller.quorum.voters`; KIP-853 sets from the log (the membership issue).
 
 use crate::types::{Endpoint, ReplicaKey};
@@ -85,7 +85,7 @@ impl VoterSet {
         self.get(id).is_some()
     }
 
-    /// Whether `key` is a voter: same id and matching directory id (raft.md §1).
+    /// Whether `key` is a voter: same id and matching directory id (docs/raft.md §1).
     pub fn contains_key(&self, key: &ReplicaKey) -> bool {
         self.get(key.id).is_some_and(|v| v.key.matches(key))
     }

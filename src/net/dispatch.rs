@@ -49,7 +49,7 @@ pub enum Action {
     Respond(Vec<u8>),
     /// Hand the request to the Raft core; its answer is the response.
     Raft(RaftCall),
-    /// Close the connection without answering, as Kafka does (spec/wire.md §6).
+    /// Close the connection without answering, as Kafka does (docs/wire.md §6).
     Close(RequestError),
 }
 

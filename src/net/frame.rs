@@ -1,4 +1,4 @@
-//! Reading int32-framed messages (spec/wire.md §1) from any async byte stream. The size is
+//! Reading int32-framed messages (docs/wire.md §1) from any async byte stream. The size is
 //! checked against `socket.request.max.bytes` before anything is read or allocated, and the
 //! body buffer grows only as bytes arrive (at most twice what arrived, or one read step) and
 //! never beyond the announced size: a peer that announces 100 MiB and sends nothing costs one

@@ -1,8 +1,8 @@
 //! Outbound connections to raft peers: one TCP connection to one peer, one request in flight
-//! (Kafka's raft client also keeps at most one in flight per connection, spec/wire.md §1).
+//! (Kafka's raft client also keeps at most one in flight per connection, docs/wire.md §1).
 //!
 //! `PeerConnection::connect` negotiates versions the way Kafka's `NetworkClient` does
-//! (spec/wire.md §5): ApiVersions at our highest version first; an UNSUPPORTED_VERSION answer in
+//! (docs/wire.md §5): ApiVersions at our highest version first; an UNSUPPORTED_VERSION answer in
 //! the v0 fallback format (§6) makes it retry at `min(our max, their max)` for ApiVersions (v0 when
 //! the peer does not say). The peer's ranges are kept for `negotiate`.
 //!
@@ -168,7 +168,7 @@ impl PeerConnection {
     }
 
     /// ApiVersions at our highest version; on UNSUPPORTED_VERSION retry once per lower version
-    /// the peer names (spec/wire.md §5 steps 1–2).
+    /// the peer names (docs/wire.md §5 steps 1–2).
     async fn handshake(&mut self, deadline: Instant) -> Result<(), PeerError> {
         let ours = apis::api_versions_spec();
         let request = ApiVersionsRequest {
@@ -247,7 +247,7 @@ impl PeerConnection {
     }
 
     /// The version to send `key` at given our `[min, max]`: `min(our max, their max)`, or `None`
-    /// when the peer does not serve `key` or the ranges do not overlap (spec/wire.md §5 step 3).
+    /// when the peer does not serve `key` or the ranges do not overlap (docs/wire.md §5 step 3).
     pub fn negotiate(&self, key: ApiKey, ours: (i16, i16)) -> Option<i16> {
         let (their_min, their_max) = self.peer_range(key)?;
         let version = ours.1.min(their_max);
@@ -399,7 +399,7 @@ fn strip_response_header(frame: &Bytes, header_version: i16) -> Result<(i32, Byt
 }
 
 /// Reads an ApiVersions answer to a request sent at `version`. A peer that does not serve that
-/// version answers in the v0 format (spec/wire.md §6), so a body that does not parse at
+/// version answers in the v0 format (docs/wire.md §6), so a body that does not parse at
 /// `version` is read again at v0, as Kafka's `ApiVersionsResponse.parse` does.
 fn decode_api_versions(body: &[u8], version: i16) -> Result<ApiVersionsResponse, String> {
     match ApiVersionsResponse::decode(&mut Reader::new(body), version) {

@@ -1,8 +1,8 @@
 //! Between the Kafka messages of `protocol/` and the single-partition messages the Raft core
 //! speaks (`raft::message`): shape checks (exactly one `__cluster_metadata` topic, partition 0;
-//! wire.md §8), wire integers to keys and options and back, and the version each RPC is sent
+//! docs/wire.md §8), wire integers to keys and options and back, and the version each RPC is sent
 //! at. A request of the wrong shape never reaches the core: it is answered here with a
-//! top-level INVALID_REQUEST (raft.md §5.3 step 2, §7.2 step 2).
+//! top-level INVALID_REQUEST (docs/raft.md §5.3 step 2, §7.2 step 2).
 
 use bytes::Bytes;
 
@@ -797,7 +797,7 @@ pub fn decode_response(key: ApiKey, version: i16, body: &Bytes) -> Result<Respon
 }
 
 /// A response without our partition is a failure even when its top-level error is NONE
-/// (raft.md §9 step 2).
+/// (docs/raft.md §9 step 2).
 fn shape_error(top: ErrorCode, has_partition: bool) -> ErrorCode {
     if top == ErrorCode::NONE && !has_partition {
         ErrorCode::UNKNOWN_SERVER_ERROR

@@ -1,6 +1,6 @@
 //! The admin RPCs the raft shard answers itself, from the core's state: DescribeQuorum v0–2
-//! (raft.md §12), DescribeCluster v0–2 (KIP-919) and UpdateFeatures v0–2 (kraft.version
-//! upgrades, membership.md §10). Pure functions from a call to a response frame.
+//! (docs/raft.md §12), DescribeCluster v0–2 (KIP-919) and UpdateFeatures v0–2 (kraft.version
+//! upgrades, docs/membership.md §10). Pure functions from a call to a response frame.
 
 use crate::net::dispatch::RaftCall;
 use crate::net::raft_rpc;
@@ -33,7 +33,7 @@ fn wall_ms(now: Time, core_ms: Option<u64>) -> i64 {
     now.unix_ms - now.mono_ms.saturating_sub(t) as i64
 }
 
-/// DescribeQuorum v0–2 (raft.md §12): the leader's view, or NOT_LEADER_OR_FOLLOWER.
+/// DescribeQuorum v0–2 (docs/raft.md §12): the leader's view, or NOT_LEADER_OR_FOLLOWER.
 fn describe_quorum(
     raft: &Raft,
     call: &RaftCall,
@@ -106,7 +106,7 @@ fn describe_quorum(
     })
 }
 
-/// DescribeCluster v0–2 on a controller (KIP-919, wire.md §8.8): only EndpointType
+/// DescribeCluster v0–2 on a controller (KIP-919, docs/wire.md §8.8): only EndpointType
 /// CONTROLLER; the voters are the nodes and the raft leader the controller.
 fn describe_cluster(
     raft: &Raft,
@@ -160,7 +160,7 @@ fn describe_cluster(
 }
 
 /// UpdateFeatures from `kafka-features --bootstrap-controller … upgrade`: only
-/// `kraft.version` is a feature here, and only upgrades are allowed (membership.md §10).
+/// `kraft.version` is a feature here, and only upgrades are allowed (docs/membership.md §10).
 fn update_features(
     raft: &mut Raft,
     call: &RaftCall,

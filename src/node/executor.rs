@@ -41,7 +41,7 @@ use crate::raft::{
 };
 use crate::records::control::ControlRecord;
 
-/// How long a graceful stop waits for the resignation to be acknowledged (raft.md §14).
+/// How long a graceful stop waits for the resignation to be acknowledged (docs/raft.md §14).
 pub const SHUTDOWN_GRACE_MS: u64 = 1500;
 
 /// A storage failure: what is durable is unknown, so the node must stop (never retried).

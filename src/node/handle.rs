@@ -86,7 +86,7 @@ pub enum ExecutorInput {
 pub enum SnapshotPart {
     /// One batch of records.
     Values(Vec<Vec<u8>>),
-    /// The end; `delete_log_before` then drops the log below the snapshot (raft.md §11.5).
+    /// The end; `delete_log_before` then drops the log below the snapshot (docs/raft.md §11.5).
     Finish { delete_log_before: bool },
 }
 
@@ -191,7 +191,7 @@ impl RaftHandle {
 
     /// A snapshot holding `values` below `offset`, in one call (`snapshot_writer` for state
     /// that should not be in memory at once). Resolves with the snapshot id once the file is
-    /// durable. `delete_log_before` then drops the log below it (raft.md §11.5), so replicas
+    /// durable. `delete_log_before` then drops the log below it (docs/raft.md §11.5), so replicas
     /// that fall behind catch up through FetchSnapshot.
     pub async fn create_snapshot(
         &self,

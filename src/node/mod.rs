@@ -238,7 +238,7 @@ fn raft_setup(
     }
     let static_voters =
         VoterSet::new(voters).map_err(|e| NodeError(format!("controller.quorum.voters: {e}")))?;
-    // Where a replica outside the voter set looks for the leader (membership.md §8).
+    // Where a replica outside the voter set looks for the leader (docs/membership.md §8).
     let bootstrap: Vec<Endpoint> = if config.controller_quorum_bootstrap_servers.is_empty() {
         config
             .controller_quorum_voters
@@ -720,7 +720,7 @@ async fn open_log(
     Ok((log, quorum))
 }
 
-/// raft.md §11.4 at start: a log that starts past 0 needs a snapshot at or above its start
+/// docs/raft.md §11.4 at start: a log that starts past 0 needs a snapshot at or above its start
 /// (KAFKA-14240: otherwise the state before it is gone and the node must refuse), and a
 /// snapshot past the log's end (a crash between installing a downloaded snapshot and
 /// resetting the log) replaces the log. Returns the largest epoch the log and its snapshots

@@ -1,7 +1,7 @@
 //! Outbound connections to peers and the node's `Transport`: one connection task per
 //! destination, started at the address the core gives for it (and started again when that
 //! address changes), sending requests in order, one at a time, and handing every answer or
-//! failure back to the executor's input stream (raft.md §9: a disconnect is a failure).
+//! failure back to the executor's input stream (docs/raft.md §9: a disconnect is a failure).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -105,7 +105,7 @@ impl Transport for PeerTransport {
 }
 
 /// One outbound connection to one voter: requests in order, one at a time, each answered
-/// with the peer's response or a `Failure` (raft.md §9: disconnects are failures).
+/// with the peer's response or a `Failure` (docs/raft.md §9: disconnects are failures).
 async fn peer_task(
     endpoint: Endpoint,
     mut requests: mpsc::UnboundedReceiver<(RequestId, Request)>,
@@ -118,7 +118,7 @@ async fn peer_task(
     let mut reconnect_backoff = Duration::from_millis(50);
     while let Some((id, request)) = requests.next().await {
         if matches!(request, Request::ApiVersions) {
-            // The leader's probe of a voter being added asks afresh (membership.md §4).
+            // The leader's probe of a voter being added asks afresh (docs/membership.md §4).
             conn = None;
             reconnect_at = Instant::now();
         }

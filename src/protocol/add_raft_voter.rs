@@ -1,5 +1,5 @@
-//! AddRaftVoter (key 80), versions 0–1, flexible in every version (spec/wire.md §8.7,
-//! membership.md §4; KIP-853, KIP-1186 adds `AckWhenCommitted` in v1, Kafka 4.2+). The response
+//! AddRaftVoter (key 80), versions 0–1, flexible in every version (docs/wire.md §8.7,
+//! docs/membership.md §4; KIP-853, KIP-1186 adds `AckWhenCommitted` in v1, Kafka 4.2+). The response
 //! is the same in both versions.
 //!
 //! Owns the request and response types and their checked decoders and encoders; no state, no
@@ -23,18 +23,18 @@ pub const VERSIONS: RangeInclusive<i16> = 0..=1;
 pub struct AddRaftVoterRequest {
     /// Null when the sender does not know it (Kafka's admin client sends null unless given a
     /// cluster id). The schema has no default, which makes Kafka's the empty string; `Default`
-    /// here is null, because an empty cluster id is refused (wire.md §10).
+    /// here is null, because an empty cluster id is refused (docs/wire.md §10).
     pub cluster_id: Option<String>,
     /// How long the client waits. Kafka's leader ignores it and uses its own request timeout
-    /// (membership.md §4 step 7).
+    /// (docs/membership.md §4 step 7).
     pub timeout_ms: i32,
     pub voter_id: i32,
-    /// The new voter's directory id; never nil in a valid request (membership.md §4 check c).
+    /// The new voter's directory id; never nil in a valid request (docs/membership.md §4 check c).
     pub voter_directory_id: Uuid,
     /// Every listener of the new voter; the leader's default listener must be among them.
     pub listeners: Vec<Listener>,
     /// v1+, not ignorable: answer only once the new voter set is committed; `true` by default
-    /// and for every v0 request. Auto-join sends `false` (membership.md §8).
+    /// and for every v0 request. Auto-join sends `false` (docs/membership.md §8).
     pub ack_when_committed: bool,
 }
 

@@ -1,4 +1,4 @@
-//! ApiVersions (key 18), versions 0–4, flexible from 3 (spec/wire.md §6, KIP-35, KIP-511).
+//! ApiVersions (key 18), versions 0–4, flexible from 3 (docs/wire.md §6, KIP-35, KIP-511).
 //!
 //! Owns the message types, their checked decoders and encoders, and `answer`, the pure
 //! function that turns a request into the node's response. It must not know about sockets.
@@ -249,7 +249,7 @@ impl Default for FeatureState {
     }
 }
 
-/// The response to a parsed ApiVersions request at a served `version` (spec/wire.md §6).
+/// The response to a parsed ApiVersions request at a served `version` (docs/wire.md §6).
 pub fn answer(
     request: &ApiVersionsRequest,
     version: i16,
@@ -373,7 +373,7 @@ mod tests {
 
     #[test]
     fn unsupported_version_fallback_bytes_match_the_spec() {
-        // spec/wire.md §6: 00000010 00000007 0023 00000001 0012 0000 0004 (with frame + header)
+        // docs/wire.md §6: 00000010 00000007 0023 00000001 0012 0000 0004 (with frame + header)
         let mut w = Writer::new();
         unsupported_version_answer().encode(&mut w, 0);
         assert_eq!(

@@ -1,5 +1,5 @@
 //! The one table of APIs this node serves, with their version ranges and the version from which
-//! each is flexible (spec/wire.md §3.3, §7). ApiVersions answers from this table, the request
+//! each is flexible (docs/wire.md §3.3, §7). ApiVersions answers from this table, the request
 //! decoder refuses anything outside it, and later issues add rows as they add handlers: a row
 //! here is a promise that the node parses every version in its range.
 
@@ -66,7 +66,7 @@ impl ApiSpec {
         (self.min_version..=self.max_version).contains(&version)
     }
 
-    /// Request header version for a request at `version` (spec/wire.md §3.1).
+    /// Request header version for a request at `version` (docs/wire.md §3.1).
     pub fn request_header_version(&self, version: i16) -> i16 {
         if self.is_flexible(version) {
             2
@@ -75,7 +75,7 @@ impl ApiSpec {
         }
     }
 
-    /// Response header version (spec/wire.md §3.2): ApiVersions always answers with v0 so that
+    /// Response header version (docs/wire.md §3.2): ApiVersions always answers with v0 so that
     /// a client that sent a too-new version can still read the header.
     pub fn response_header_version(&self, version: i16) -> i16 {
         if self.key == ApiKey::API_VERSIONS || !self.is_flexible(version) {

@@ -1,5 +1,5 @@
 //! BeginQuorumEpoch (key 53), versions 0–1: v0 uses the classic encoding, v1 is flexible and adds
-//! the voter key and the leader's endpoints (spec/wire.md §8.2; KIP-595, KIP-853).
+//! the voter key and the leader's endpoints (docs/wire.md §8.2; KIP-595, KIP-853).
 //!
 //! Owns the request and response types and their checked decoders and encoders; no state, no
 //! I/O. `encode` writes only the fields the version has (all v1 fields are ignorable).

@@ -1,4 +1,4 @@
-//! Checked primitives of the Kafka wire format (spec/wire.md §2, §4): a `Reader` that never
+//! Checked primitives of the Kafka wire format (docs/wire.md §2, §4): a `Reader` that never
 //! reads past its slice and never allocates from a count it has not checked against the bytes
 //! left, and a `Writer` for the same types. No state, no I/O.
 //!

@@ -1,4 +1,4 @@
-//! DescribeCluster (key 60), versions 0–2, flexible in every version (spec/wire.md §8.8; KIP-700,
+//! DescribeCluster (key 60), versions 0–2, flexible in every version (docs/wire.md §8.8; KIP-700,
 //! KIP-919 adds `EndpointType` in v1, KIP-1073 adds `IncludeFencedBrokers` and the brokers'
 //! `IsFenced` in v2).
 //!

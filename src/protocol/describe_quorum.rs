@@ -1,5 +1,5 @@
-//! DescribeQuorum (key 55), versions 0–2, flexible in every version (spec/wire.md §8.6,
-//! raft.md §12; KIP-595, KIP-836 adds the replica timestamps in v1, KIP-853 adds the error
+//! DescribeQuorum (key 55), versions 0–2, flexible in every version (docs/wire.md §8.6,
+//! docs/raft.md §12; KIP-595, KIP-836 adds the replica timestamps in v1, KIP-853 adds the error
 //! messages, the replica directory id and the `Nodes` array in v2). The request is the same in
 //! every version.
 //!
@@ -118,7 +118,7 @@ pub struct DescribeQuorumResponse {
     /// (not null); versions below 2 read as `Some("")`.
     pub error_message: Option<String>,
     pub topics: Vec<TopicData>,
-    /// v2+: one entry per voter, with its listeners (raft.md §12).
+    /// v2+: one entry per voter, with its listeners (docs/raft.md §12).
     pub nodes: Vec<Node>,
 }
 

@@ -1,5 +1,5 @@
 //! EndQuorumEpoch (key 54), versions 0–1: v0 uses the classic encoding, v1 is flexible, replaces
-//! `PreferredSuccessors` with `PreferredCandidates` and adds the leader's endpoints (spec/wire.md
+//! `PreferredSuccessors` with `PreferredCandidates` and adds the leader's endpoints (docs/wire.md
 //! §8.3; KIP-595, KIP-853).
 //!
 //! Owns the request and response types and their checked decoders and encoders; no state, no

@@ -1,4 +1,4 @@
-//! Kafka error codes that ringraft sends or understands (spec/wire.md §10). Unknown codes from
+//! Kafka error codes that ringraft sends or understands (docs/wire.md §10). Unknown codes from
 //! peers are kept as numbers: Kafka treats them as UNKNOWN_SERVER_ERROR.
 
 /// A Kafka error code. The constants are the codes ringraft uses; any other value can arrive
@@ -14,13 +14,13 @@ impl ErrorCode {
     pub const REQUEST_TIMED_OUT: ErrorCode = ErrorCode(7);
     pub const BROKER_NOT_AVAILABLE: ErrorCode = ErrorCode(8);
     pub const UNSUPPORTED_VERSION: ErrorCode = ErrorCode(35);
-    /// UpdateFeatures on a controller that is not the active one (wire.md §8.9).
+    /// UpdateFeatures on a controller that is not the active one (docs/wire.md §8.9).
     pub const NOT_CONTROLLER: ErrorCode = ErrorCode(41);
     pub const INVALID_REQUEST: ErrorCode = ErrorCode(42);
     pub const FENCED_LEADER_EPOCH: ErrorCode = ErrorCode(74);
     pub const UNKNOWN_LEADER_EPOCH: ErrorCode = ErrorCode(75);
     pub const INCONSISTENT_VOTER_SET: ErrorCode = ErrorCode(94);
-    /// UpdateFeatures: a level the feature cannot move to (membership.md §10).
+    /// UpdateFeatures: a level the feature cannot move to (docs/membership.md §10).
     pub const INVALID_UPDATE_VERSION: ErrorCode = ErrorCode(95);
     /// UpdateFeatures: the update failed on the server for another reason.
     pub const FEATURE_UPDATE_FAILED: ErrorCode = ErrorCode(96);
@@ -30,9 +30,9 @@ impl ErrorCode {
     pub const MISMATCHED_ENDPOINT_TYPE: ErrorCode = ErrorCode(114);
     pub const UNSUPPORTED_ENDPOINT_TYPE: ErrorCode = ErrorCode(115);
     pub const INVALID_VOTER_KEY: ErrorCode = ErrorCode(125);
-    /// AddRaftVoter for an id that is already a voter (membership.md §4 step 5).
+    /// AddRaftVoter for an id that is already a voter (docs/membership.md §4 step 5).
     pub const DUPLICATE_VOTER: ErrorCode = ErrorCode(126);
-    /// Remove/UpdateRaftVoter for a key that is not a voter (membership.md §5 step 5, §6 step 7).
+    /// Remove/UpdateRaftVoter for a key that is not a voter (docs/membership.md §5 step 5, §6 step 7).
     pub const VOTER_NOT_FOUND: ErrorCode = ErrorCode(127);
 
     pub fn name(self) -> &'static str {

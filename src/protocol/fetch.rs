@@ -1,4 +1,4 @@
-//! Fetch (key 1), versions 13–18, all flexible (spec/wire.md §8.4; KIP-595 raft fetches, KIP-516
+//! Fetch (key 1), versions 13–18, all flexible (docs/wire.md §8.4; KIP-595 raft fetches, KIP-516
 //! topic ids from v13, KIP-903 `ReplicaState` from v15, KIP-951 node endpoints from v16, KIP-853
 //! replica directory id from v17, KIP-1166 follower high watermark from v18).
 //!
@@ -341,7 +341,7 @@ pub struct PartitionData {
     pub aborted_transactions: Option<Vec<AbortedTransaction>>,
     /// −1 by default.
     pub preferred_read_replica: i32,
-    /// Nullable; empty by default. Whole record batches (spec/records.md).
+    /// Nullable; empty by default. Whole record batches (docs/records.md).
     pub records: Option<Bytes>,
     /// When set, `records` is ignored: only this length is encoded and the frame leaves a hole
     /// for the batches (`Writer::hole`), which the server sends from where they already are.

@@ -1,4 +1,4 @@
-//! FetchSnapshot (key 59), versions 0–1, flexible in every version (spec/wire.md §8.5; KIP-630,
+//! FetchSnapshot (key 59), versions 0–1, flexible in every version (docs/wire.md §8.5; KIP-630,
 //! KIP-853 adds the replica directory id and the response's node endpoints in v1).
 //!
 //! Owns the request and response types and their checked decoders and encoders; no state, no

@@ -1,4 +1,4 @@
-//! Request and response headers (spec/wire.md §3). The request header's version depends on the
+//! Request and response headers (docs/wire.md §3). The request header's version depends on the
 //! API and its version, so the decoder reads key and version first, then the rest.
 
 use super::codec::{DecodeResult, Reader, Writer};

@@ -1,4 +1,4 @@
-//! What the KRaft RPC codecs share (spec/wire.md §8): the metadata topic's name and id, the
+//! What the KRaft RPC codecs share (docs/wire.md §8): the metadata topic's name and id, the
 //! endpoint structs that Vote, BeginQuorumEpoch, EndQuorumEpoch and FetchSnapshot carry in their
 //! flexible versions (KIP-853), and the voter `Listener` of DescribeQuorum, AddRaftVoter and
 //! UpdateRaftVoter. Message types and checked codecs only: no state, no I/O.
@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use super::codec::{DecodeResult, Reader, Writer};
 
-/// The one topic the KRaft RPCs name (spec/wire.md §8): `__cluster_metadata`, partition 0.
+/// The one topic the KRaft RPCs name (docs/wire.md §8): `__cluster_metadata`, partition 0.
 pub const METADATA_TOPIC_NAME: &str = "__cluster_metadata";
 
 /// Its topic id, (0, 1): `AAAAAAAAAAAAAAAAAAAAAQ` in Kafka's text form, the same value as

@@ -1,5 +1,5 @@
 //! The Kafka wire protocol: checked decoders, encoders, headers, the table of served APIs and
-//! error codes (spec/wire.md). No state and no I/O: sockets live in `net/`.
+//! error codes (docs/wire.md). No state and no I/O: sockets live in `net/`.
 
 pub mod add_raft_voter;
 pub mod api_versions;

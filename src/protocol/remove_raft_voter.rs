@@ -1,4 +1,4 @@
-//! RemoveRaftVoter (key 81), version 0, flexible (spec/wire.md §8.7, membership.md §5;
+//! RemoveRaftVoter (key 81), version 0, flexible (docs/wire.md §8.7, docs/membership.md §5;
 //! KIP-853).
 //!
 //! Owns the request and response types and their checked decoders and encoders; no state, no
@@ -20,10 +20,10 @@ pub const VERSIONS: RangeInclusive<i16> = 0..=0;
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RemoveRaftVoterRequest {
     /// Null when the sender does not know it. Kafka's schema default is the empty string; null
-    /// here, because an empty cluster id is refused (wire.md §10).
+    /// here, because an empty cluster id is refused (docs/wire.md §10).
     pub cluster_id: Option<String>,
     pub voter_id: i32,
-    /// The key removed is id and directory id together (membership.md §5 step 5).
+    /// The key removed is id and directory id together (docs/membership.md §5 step 5).
     pub voter_directory_id: Uuid,
 }
 

@@ -1,5 +1,5 @@
 //! From a request frame (the bytes after the int32 size) to a typed request, and from a
-//! response body to a response frame. Decoding follows Kafka's order (spec/wire.md §3.1, §6):
+//! response body to a response frame. Decoding follows Kafka's order (docs/wire.md §3.1, §6):
 //! key and version first; an unknown key or an unserved version is an error the caller answers
 //! by closing the connection — except a too-new ApiVersions, which gets the v0 fallback.
 
@@ -236,7 +236,7 @@ mod tests {
 
     #[test]
     fn spec_example_admin_client_request_decodes() {
-        // spec/wire.md §6: ApiVersions v4 from Kafka 4.0's admin client, frame without size.
+        // docs/wire.md §6: ApiVersions v4 from Kafka 4.0's admin client, frame without size.
         let hex = "0012000400000001000d61646d696e636c69656e742d3100126170616368652d6b61666b612d\
                    6a61766106342e302e3000";
         let bytes: Vec<u8> = (0..hex.len())

@@ -1,5 +1,5 @@
-//! UpdateFeatures (key 57), versions 0–2, flexible in every version (spec/wire.md §8.9,
-//! membership.md §10; KIP-584, KIP-778 replaces `AllowDowngrade` by `UpgradeType` and adds
+//! UpdateFeatures (key 57), versions 0–2, flexible in every version (docs/wire.md §8.9,
+//! docs/membership.md §10; KIP-584, KIP-778 replaces `AllowDowngrade` by `UpgradeType` and adds
 //! `ValidateOnly` in v1, v2 answers without per-feature results). Kafka 4.1 through 4.4 serve
 //! 0–2 on controllers; `kafka-features --bootstrap-controller` sends it to the active one.
 //!

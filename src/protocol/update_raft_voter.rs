@@ -1,4 +1,4 @@
-//! UpdateRaftVoter (key 82), version 0, flexible (spec/wire.md §8.7, membership.md §6;
+//! UpdateRaftVoter (key 82), version 0, flexible (docs/wire.md §8.7, docs/membership.md §6;
 //! KIP-853): a voter tells the leader its listeners and the kraft.version range it supports.
 //!
 //! Owns the request and response types and their checked decoders and encoders; no state, no
@@ -21,7 +21,7 @@ pub const VERSIONS: RangeInclusive<i16> = 0..=0;
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct UpdateRaftVoterRequest {
     /// Null when the sender does not know it. Kafka's schema default is the empty string; null
-    /// here, because an empty cluster id is refused (wire.md §10).
+    /// here, because an empty cluster id is refused (docs/wire.md §10).
     pub cluster_id: Option<String>,
     /// The sender's epoch; −1 when it knows none.
     pub current_leader_epoch: i32,
@@ -94,7 +94,7 @@ pub struct UpdateRaftVoterResponse {
     pub throttle_time_ms: i32,
     pub error_code: ErrorCode,
     /// Tag 0: the leader as the responder knows it, with its endpoint on the listener the
-    /// request arrived on (membership.md §6). Kafka fills it in every answer.
+    /// request arrived on (docs/membership.md §6). Kafka fills it in every answer.
     pub current_leader: CurrentLeader,
 }
 

@@ -1,11 +1,11 @@
-//! Vote (key 52), versions 0–2, flexible in every version (spec/wire.md §8.1; KIP-595, KIP-853
+//! Vote (key 52), versions 0–2, flexible in every version (docs/wire.md §8.1; KIP-595, KIP-853
 //! adds the voter/replica keys in v1, KIP-996 adds `PreVote` in v2).
 //!
 //! Owns the request and response types and their checked decoders and encoders; no state, no
 //! I/O. Field names follow Kafka 4.1 (`ReplicaEpoch`/`ReplicaId`/`ReplicaDirectoryId`; 3.9 called
 //! them `Candidate…`). `encode` writes only the fields the version has: fields it lacks are
 //! dropped, so the caller picks the version first — Kafka never sends a pre-vote below v2
-//! (`VoteRequest::min_version`, spec/wire.md §4).
+//! (`VoteRequest::min_version`, docs/wire.md §4).
 
 use std::ops::RangeInclusive;
 

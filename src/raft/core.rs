@@ -15,12 +15,12 @@ use crate::constants::{COMPLAINT_INTERVAL_MS, EPOCH_MAX};
 use crate::membership::{VoterHistory, VoterSet};
 use crate::records::control::{ControlRecord, LeaderChangeMessage};
 
-/// Kafka's hard-coded long-poll wait for raft fetches (raft.md §4).
+/// Kafka's hard-coded long-poll wait for raft fetches (docs/raft.md §4).
 pub const FETCH_MAX_WAIT_MS: i32 = 500;
-/// Kafka's maximum batch and fetch size for the metadata log (raft.md §4).
+/// Kafka's maximum batch and fetch size for the metadata log (docs/raft.md §4).
 pub const FETCH_MAX_BYTES: i32 = 8 * 1024 * 1024;
 
-/// Timers and identity (raft.md §4). Defaults are Kafka's.
+/// Timers and identity (docs/raft.md §4). Defaults are Kafka's.
 #[derive(Debug, Clone)]
 pub struct RaftConfig {
     pub local: ReplicaKey,
@@ -39,7 +39,7 @@ pub struct RaftConfig {
     /// `controller.quorum.bootstrap.servers`: where a replica outside the voter set looks for
     /// the leader. Destination ids −2, −3, … name them.
     pub bootstrap: Vec<Endpoint>,
-    /// `controller.quorum.auto.join.enable` (membership.md §8).
+    /// `controller.quorum.auto.join.enable` (docs/membership.md §8).
     pub auto_join: bool,
     /// Seeds the core's PRNG (election jitter).
     pub seed: u64,
@@ -113,7 +113,7 @@ pub enum Input {
         id: RequestId,
         failure: super::message::Failure,
     },
-    /// Graceful shutdown: a leader resigns and tells the voters (raft.md §14).
+    /// Graceful shutdown: a leader resigns and tells the voters (docs/raft.md §14).
     Shutdown,
     /// The state machine gives up leadership of `epoch` (`resign(epoch)`).
     Resign {
@@ -124,7 +124,7 @@ pub enum Input {
         id: OffsetAndEpoch,
         size: u64,
     },
-    /// Drop the log below snapshot offset `offset` (raft.md §11.5).
+    /// Drop the log below snapshot offset `offset` (docs/raft.md §11.5).
     DeleteBefore {
         offset: i64,
     },
@@ -193,7 +193,7 @@ pub enum AppendError {
     InvalidBatch(String),
 }
 
-/// One state per epoch (raft.md §3). The epoch itself lives in `Raft::epoch`.
+/// One state per epoch (docs/raft.md §3). The epoch itself lives in `Raft::epoch`.
 #[derive(Debug)]
 pub(super) enum Role {
     Unattached(Unattached),
@@ -236,7 +236,7 @@ pub(super) struct FollowerState {
     /// election back or make us refuse pre-votes.
     pub leader_resigned: bool,
     pub download: Option<Download>,
-    /// When this follower next considers UpdateRaftVoter or auto-join (membership.md §6, §8).
+    /// When this follower next considers UpdateRaftVoter or auto-join (docs/membership.md §6, §8).
     /// Like Kafka 4.1+, one fetch timeout after the follower state begins, and one fetch
     /// timeout after each look.
     pub membership_due: u64,
@@ -261,7 +261,7 @@ pub(super) struct ReplicaProgress {
     pub leader_end_at_last_fetch: Option<i64>,
 }
 
-/// One replica as the leader sees it (DescribeQuorum, raft.md §12). Times are the core's
+/// One replica as the leader sees it (DescribeQuorum, docs/raft.md §12). Times are the core's
 /// milliseconds (the `now_ms` it is stepped with).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplicaDescription {
@@ -305,7 +305,7 @@ pub(super) struct LeaderState {
     pub begin_deadline: u64,
     pub begin_acked: BTreeSet<i32>,
     pub parked: Vec<Parked>,
-    /// The voter change in progress (one at a time, membership.md §4–§5).
+    /// The voter change in progress (one at a time, docs/membership.md §4–§5).
     pub pending: Option<super::membership::PendingChange>,
 }
 
@@ -333,7 +333,7 @@ pub struct Raft {
     pub(super) membership: VoterHistory,
     /// The last leader a message named with its endpoints (BeginQuorumEpoch's LeaderEndpoints,
     /// a response's NodeEndpoints): (leader, epoch, endpoints). In its epoch it is where the
-    /// leader listens, even if the voter set still has an older listener (raft.md §6.3 step 3).
+    /// leader listens, even if the voter set still has an older listener (docs/raft.md §6.3 step 3).
     pub(super) learned_leader: Option<(i32, i32, Vec<Endpoint>)>,
     /// Next bootstrap server an observer without a leader asks.
     pub(super) next_bootstrap: usize,
@@ -371,7 +371,7 @@ pub struct Raft {
 
 impl Raft {
     /// A core over a recovered log and the election state read from `quorum-state` (`None`
-    /// when the file does not exist). Startup follows raft.md §3's table.
+    /// when the file does not exist). Startup follows docs/raft.md §3's table.
     pub fn new(
         config: RaftConfig,
         membership: impl Into<VoterHistory>,
@@ -614,7 +614,7 @@ impl Raft {
     }
 
     /// The id of a snapshot ending at `offset` (exclusive), if one may be written there
-    /// (raft.md §11.3; the runtime checks that `offset` is a batch boundary).
+    /// (docs/raft.md §11.3; the runtime checks that `offset` is a batch boundary).
     pub fn snapshot_id_for(&self, offset: i64) -> Result<OffsetAndEpoch, String> {
         let hwm = self.high_watermark().unwrap_or(0);
         if offset > hwm {
@@ -693,7 +693,7 @@ impl Raft {
         false
     }
 
-    /// DescribeQuorum's content (raft.md §12); `None` unless this replica leads.
+    /// DescribeQuorum's content (docs/raft.md §12); `None` unless this replica leads.
     pub fn describe_quorum(&self) -> Option<QuorumDescription> {
         let Role::Leader(s) = &self.role else {
             return None;
@@ -823,7 +823,7 @@ impl Raft {
         }
     }
 
-    // ---- Transitions (raft.md §3) ---------------------------------------------------------
+    // ---- Transitions (docs/raft.md §3) ---------------------------------------------------------
 
     pub(super) fn is_voter(&self) -> bool {
         self.voters().contains_key(&self.config.local)
@@ -835,7 +835,7 @@ impl Raft {
     /// {A, B}, A (leading) removes itself, B lags, A loses leadership; B needs A's vote and A
     /// refuses B's shorter log, so only A can finish the change. It campaigns in the new set
     /// without counting itself (Raft dissertation §4.2.2), and resigns once the change
-    /// commits (membership.md §5 step 8). Observers and replicas whose removal committed
+    /// commits (docs/membership.md §5 step 8). Observers and replicas whose removal committed
     /// never campaign (KAFKA-17067).
     pub(super) fn may_campaign(&self) -> bool {
         if self.is_voter() {
@@ -867,7 +867,7 @@ impl Raft {
 
     fn set_role(&mut self, role: Role) {
         if let Role::Leader(old) = &mut self.role {
-            // Parked fetches cannot outlive leadership (raft.md §7.2 step 8).
+            // Parked fetches cannot outlive leadership (docs/raft.md §7.2 step 8).
             let parked = std::mem::take(&mut old.parked);
             let pending = old.pending.take();
             self.role = role;
@@ -1092,7 +1092,7 @@ impl Raft {
         }));
     }
 
-    /// Other voters, best replicated first (raft.md §6.4).
+    /// Other voters, best replicated first (docs/raft.md §6.4).
     fn preferred_successors(&self) -> Vec<ReplicaKey> {
         let progress = |id: i32| match &self.role {
             Role::Leader(s) => s.replicas.get(&id).and_then(|r| r.end_offset),
@@ -1123,7 +1123,7 @@ impl Raft {
         self.config.fetch_timeout_ms * 3 / 2
     }
 
-    /// raft.md §9 step 4 / §6.3 step 4: follow what a peer says about leader and epoch.
+    /// docs/raft.md §9 step 4 / §6.3 step 4: follow what a peer says about leader and epoch.
     /// Returns false when the claim contradicts what this replica knows (another leader for
     /// our epoch, an epoch out of range): it is refused and logged, never obeyed, and the
     /// caller answers or ignores the message as refused. Kafka treats some of these as fatal;
@@ -1177,7 +1177,7 @@ impl Raft {
 
     /// A peer names this node leader of `epoch`, which it never led as far as its state says.
     /// Either a replica with our node id and an earlier directory (one since re-formatted,
-    /// membership.md §1) led it, or our `quorum-state` was lost, or the frame is forged. In
+    /// docs/membership.md §1) led it, or our `quorum-state` was lost, or the frame is forged. In
     /// every case this replica must never lead or vote in that epoch, so, as a restarted leader
     /// would be, it is Resigned in it — and says so durably.
     fn resign_as_earlier_replica(&mut self, epoch: i32) {
@@ -1262,7 +1262,7 @@ impl Raft {
         };
         let prevote = matches!(self.role, Role::Prospective(_)) && flight.epoch == self.epoch;
         if prevote && failure == super::message::Failure::UnsupportedVersion {
-            // The peer cannot carry PreVote (no Vote v2): standard Raft (raft.md §5.6).
+            // The peer cannot carry PreVote (no Vote v2): standard Raft (docs/raft.md §5.6).
             self.become_candidate();
             return;
         }
@@ -1319,7 +1319,7 @@ impl Raft {
         self.poll_sends();
     }
 
-    /// A Prospective that lost or timed out (raft.md §3).
+    /// A Prospective that lost or timed out (docs/raft.md §3).
     pub(super) fn election_lost(&mut self) {
         let (leader, voted) = match &self.role {
             Role::Prospective(s) => (s.leader_id, s.voted),

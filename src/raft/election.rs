@@ -1,5 +1,5 @@
 //! Elections: Vote (standard and pre-vote), BeginQuorumEpoch and EndQuorumEpoch, both as
-//! receiver and sender, and the response handling every RPC shares (raft.md §5, §6, §9).
+//! receiver and sender, and the response handling every RPC shares (docs/raft.md §5, §6, §9).
 
 use super::core::{Raft, Role};
 use super::message::{
@@ -41,7 +41,7 @@ impl Raft {
         }
     }
 
-    /// A present cluster id must equal ours; an empty one is wrong too (raft.md §5.3 step 1).
+    /// A present cluster id must equal ours; an empty one is wrong too (docs/raft.md §5.3 step 1).
     /// A mismatch is why a node sits isolated, so it is logged, naming `peer` (the sender's
     /// replica id as the request gives it) and both cluster ids.
     pub(super) fn cluster_id_ok(&mut self, cluster_id: &Option<String>, peer: i32) -> bool {
@@ -111,7 +111,7 @@ impl Raft {
         id_ok && dir_ok
     }
 
-    /// raft.md §5.3: validation order, then the grant rules of §5.4.
+    /// docs/raft.md §5.3: validation order, then the grant rules of §5.4.
     fn handle_vote_request(&mut self, token: Token, r: VoteRequest) {
         if !self.cluster_id_ok(&r.cluster_id, r.candidate.id) {
             let resp =
@@ -155,7 +155,7 @@ impl Raft {
         self.respond(token, resp);
     }
 
-    /// raft.md §5.4.
+    /// docs/raft.md §5.4.
     fn may_grant(&self, r: &VoteRequest, up_to_date: bool) -> bool {
         match &self.role {
             Role::Leader(_) => false,
@@ -178,7 +178,7 @@ impl Raft {
         }
     }
 
-    /// raft.md §6.3.
+    /// docs/raft.md §6.3.
     fn handle_begin_quorum_epoch_request(&mut self, token: Token, r: BeginQuorumEpochRequest) {
         if let Some(error) = self.check_epoch_request(&r.cluster_id, r.leader_id, r.leader_epoch) {
             let resp = self.epoch_response_with(error);
@@ -199,7 +199,7 @@ impl Raft {
         self.respond(token, Response::BeginQuorumEpoch(resp));
     }
 
-    /// raft.md §6.4, receiver side.
+    /// docs/raft.md §6.4, receiver side.
     fn handle_end_quorum_epoch_request(&mut self, token: Token, r: EndQuorumEpochRequest) {
         if let Some(error) = self.check_epoch_request(&r.cluster_id, r.leader_id, r.leader_epoch) {
             let resp = self.epoch_response_with(error);
@@ -231,7 +231,7 @@ impl Raft {
         self.respond(token, Response::EndQuorumEpoch(resp));
     }
 
-    /// Strict exponential backoff by position in the preferred list (raft.md §4).
+    /// Strict exponential backoff by position in the preferred list (docs/raft.md §4).
     fn end_quorum_backoff_ms(&self, position: Option<usize>, n: usize) -> u64 {
         let max = self.config.election_backoff_max_ms;
         match position {
@@ -309,7 +309,7 @@ impl Raft {
         }
     }
 
-    /// raft.md §9. Returns whether the body should be processed.
+    /// docs/raft.md §9. Returns whether the body should be processed.
     fn handle_response_common(&mut self, from: i32, response: &Response) -> bool {
         let (error, partition_error) = response.errors();
         if error != ErrorCode::NONE {

@@ -2,7 +2,7 @@
 //! leader-epoch entries and the snapshots on disk. The runtime owns the bytes; the core keeps
 //! this picture in step by emitting every append, truncation and snapshot change itself.
 //!
-//! `end_offset_for_epoch` and `validate_offset_and_epoch` follow raft.md §7.2 exactly.
+//! `end_offset_for_epoch` and `validate_offset_and_epoch` follow docs/raft.md §7.2 exactly.
 
 use std::collections::BTreeMap;
 
@@ -19,7 +19,7 @@ pub struct LogInfo {
     pub snapshots: Vec<(OffsetAndEpoch, u64)>,
 }
 
-/// How a (fetch offset, last fetched epoch) pair relates to this log (raft.md §7.2 step 5).
+/// How a (fetch offset, last fetched epoch) pair relates to this log (docs/raft.md §7.2 step 5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Validation {
     Valid,
@@ -79,7 +79,7 @@ impl LogView {
         self.snapshots.get(&id).copied()
     }
 
-    /// Epoch of the last batch, else of the latest snapshot, else 0 (wire.md §8.4).
+    /// Epoch of the last batch, else of the latest snapshot, else 0 (docs/wire.md §8.4).
     pub fn last_fetched_epoch(&self) -> i32 {
         match self.epochs.last() {
             Some((epoch, _)) => *epoch,
@@ -157,7 +157,7 @@ impl LogView {
         self.snapshots.insert(id, size);
     }
 
-    /// raft.md §7.2, the `endOffsetForEpoch` table.
+    /// docs/raft.md §7.2, the `endOffsetForEpoch` table.
     pub fn end_offset_for_epoch(&self, epoch: i32) -> OffsetAndEpoch {
         let Some((latest, _)) = self.epochs.last() else {
             return OffsetAndEpoch::new(self.end_offset, self.last_fetched_epoch());
@@ -184,7 +184,7 @@ impl LogView {
         OffsetAndEpoch::new(next_start, self.epochs[higher - 1].0)
     }
 
-    /// raft.md §7.2 step 5: may a follower at (`offset`, `epoch`) continue from here?
+    /// docs/raft.md §7.2 step 5: may a follower at (`offset`, `epoch`) continue from here?
     pub fn validate_offset_and_epoch(&self, offset: i64, epoch: i32) -> Validation {
         if self.start_offset == 0 && offset == 0 {
             return Validation::Valid;

@@ -1,5 +1,5 @@
 //! KIP-853 in the core: the leader's AddRaftVoter / RemoveRaftVoter / UpdateRaftVoter handlers
-//! (membership.md §4–§6), the epoch-start voter record (§7), the kraft.version upgrade (§10),
+//! (docs/membership.md §4–§6), the epoch-start voter record (§7), the kraft.version upgrade (§10),
 //! and the follower's side: UpdateRaftVoter, auto-join and finding the leader through the
 //! bootstrap servers (§6, §8). One change is in flight at a time; it takes effect when appended
 //! and is answered when committed.
@@ -163,7 +163,7 @@ impl Raft {
     }
 
     /// KRaftVersion + Voters for the epoch-start batch when the set lives only in the bootstrap
-    /// checkpoint or our own entry is stale (membership.md §7).
+    /// checkpoint or our own entry is stale (docs/membership.md §7).
     pub(super) fn epoch_start_membership_records(&self) -> Vec<ControlRecord> {
         let level = self.membership.kraft_version();
         if level < 1 {
@@ -193,7 +193,7 @@ impl Raft {
         ]
     }
 
-    /// Whether the leader may start a voter change now (membership.md §4 steps 1–4).
+    /// Whether the leader may start a voter change now (docs/membership.md §4 steps 1–4).
     fn change_allowed(&self) -> Result<(), Refusal> {
         let Role::Leader(s) = &self.role else {
             return Err(refusal(ErrorCode::NOT_LEADER_OR_FOLLOWER, "not the leader"));
@@ -341,7 +341,7 @@ impl Raft {
         Ok(())
     }
 
-    /// The new voter answered the leader's ApiVersions (membership.md §4 steps 8–12).
+    /// The new voter answered the leader's ApiVersions (docs/membership.md §4 steps 8–12).
     pub(super) fn handle_api_versions_probe(&mut self, from: i32, probe: ApiVersionsProbe) {
         let level = self.membership.kraft_version();
         let now = self.now_ms;
@@ -567,7 +567,7 @@ impl Raft {
 
     // ---- Leader: kraft.version upgrade ----------------------------------------------------
 
-    /// UpdateFeatures for `kraft.version` (membership.md §10). `Ok` once appended (or when the
+    /// UpdateFeatures for `kraft.version` (docs/membership.md §10). `Ok` once appended (or when the
     /// level is already in force).
     pub fn upgrade_kraft_version(
         &mut self,
@@ -639,7 +639,7 @@ impl Raft {
     // ---- Leader: timers and commits -------------------------------------------------------
 
     /// The high watermark moved: answer a committed change; a leader outside the committed
-    /// set resigns (membership.md §5 step 8).
+    /// set resigns (docs/membership.md §5 step 8).
     pub(super) fn membership_committed(&mut self) {
         let Some(hwm) = self.leader_mut().and_then(|s| s.high_watermark) else {
             return;

@@ -1,6 +1,6 @@
 //! The RPCs between Raft replicas as the core sees them: one partition (`__cluster_metadata-0`),
 //! already checked for shape by the runtime, with wire integers turned into keys and options.
-//! The runtime converts these to and from the Kafka messages in `protocol/` (wire.md §8); a
+//! The runtime converts these to and from the Kafka messages in `protocol/` (docs/wire.md §8); a
 //! request whose topic/partition shape is wrong never reaches the core (the runtime answers it
 //! with a top-level INVALID_REQUEST itself).
 
@@ -24,7 +24,7 @@ pub enum Request {
     AddVoter(AddVoterRequest),
     RemoveVoter(RemoveVoterRequest),
     UpdateVoter(UpdateVoterRequest),
-    /// Outbound only: the leader's probe of a voter being added (membership.md §4 step 6).
+    /// Outbound only: the leader's probe of a voter being added (docs/membership.md §4 step 6).
     ApiVersions,
 }
 
@@ -41,7 +41,7 @@ pub enum Response {
     ApiVersions(ApiVersionsProbe),
 }
 
-/// AddRaftVoter v0–1 (membership.md §4). `ack_when_committed` is v1's flag (true at v0).
+/// AddRaftVoter v0–1 (docs/membership.md §4). `ack_when_committed` is v1's flag (true at v0).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AddVoterRequest {
     pub cluster_id: Option<String>,
@@ -51,7 +51,7 @@ pub struct AddVoterRequest {
     pub ack_when_committed: bool,
 }
 
-/// RemoveRaftVoter v0 (membership.md §5).
+/// RemoveRaftVoter v0 (docs/membership.md §5).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RemoveVoterRequest {
     pub cluster_id: Option<String>,
@@ -65,7 +65,7 @@ pub struct VoterChangeResponse {
     pub message: Option<String>,
 }
 
-/// UpdateRaftVoter v0 (membership.md §6).
+/// UpdateRaftVoter v0 (docs/membership.md §6).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UpdateVoterRequest {
     pub cluster_id: Option<String>,
@@ -108,7 +108,7 @@ impl Request {
     }
 }
 
-/// Vote v0–2 (wire.md §8.1). `pre_vote` needs v2: a peer without it fails the request with
+/// Vote v0–2 (docs/wire.md §8.1). `pre_vote` needs v2: a peer without it fails the request with
 /// `Failure::UnsupportedVersion`, which the core treats as "go straight to Candidate".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VoteRequest {
@@ -132,7 +132,7 @@ pub struct VoteResponse {
     pub leader_endpoints: Vec<Endpoint>,
 }
 
-/// BeginQuorumEpoch v0–1 (wire.md §8.2).
+/// BeginQuorumEpoch v0–1 (docs/wire.md §8.2).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BeginQuorumEpochRequest {
     pub cluster_id: Option<String>,
@@ -142,7 +142,7 @@ pub struct BeginQuorumEpochRequest {
     pub leader_endpoints: Vec<Endpoint>,
 }
 
-/// EndQuorumEpoch v0–1 (wire.md §8.3). `preferred_candidates` is most-preferred first.
+/// EndQuorumEpoch v0–1 (docs/wire.md §8.3). `preferred_candidates` is most-preferred first.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EndQuorumEpochRequest {
     pub cluster_id: Option<String>,
@@ -162,7 +162,7 @@ pub struct EpochResponse {
     pub leader_endpoints: Vec<Endpoint>,
 }
 
-/// Fetch v13–17 as raft uses it (wire.md §8.4).
+/// Fetch v13–17 as raft uses it (docs/wire.md §8.4).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchRequest {
     pub cluster_id: Option<String>,
@@ -199,7 +199,7 @@ pub struct FetchResponse {
     pub leader_endpoints: Vec<Endpoint>,
 }
 
-/// FetchSnapshot v0–1 (wire.md §8.5).
+/// FetchSnapshot v0–1 (docs/wire.md §8.5).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchSnapshotRequest {
     pub cluster_id: Option<String>,
@@ -239,7 +239,7 @@ pub struct FetchSnapshotResponse {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failure {
     /// The peer's ApiVersions range cannot carry this request (e.g. PreVote to a peer without
-    /// Vote v2). Kafka's network layer reports the same locally (raft.md §5.6).
+    /// Vote v2). Kafka's network layer reports the same locally (docs/raft.md §5.6).
     UnsupportedVersion,
     /// Connection refused, reset or closed; Kafka surfaces this as BROKER_NOT_AVAILABLE.
     Disconnected,

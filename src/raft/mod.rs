@@ -4,7 +4,7 @@
 //! (see `Ready`). No async, no runtime, no clock, no files: `tests/purity.rs` enforces that.
 //! The real node (`node/`) and the simulator (`tests/sim/`) drive this same code.
 //!
-//! # States and transitions (raft.md §3, Kafka 4.x)
+//! # States and transitions (docs/raft.md §3, Kafka 4.x)
 //!
 //! One state per epoch; the epoch is bumped only by becoming Candidate. "durable" means the
 //! transition emits an `ElectionState` the runtime persists before sending anything.

@@ -1,6 +1,6 @@
 //! Replication: the leader's side of Fetch and FetchSnapshot (validation, long-poll, the high
 //! watermark, check-quorum, BeginQuorumEpoch heartbeats) and the follower's side (append,
-//! divergence truncation, snapshot download). raft.md §7, §8, §10.
+//! divergence truncation, snapshot download). docs/raft.md §7, §8, §10.
 
 use bytes::Bytes;
 
@@ -36,12 +36,12 @@ impl Raft {
         serve::empty_fetch_response(&facts, &self.log, ErrorCode::NONE, error)
     }
 
-    /// raft.md §7.2 step 4: the leader-only epoch checks.
+    /// docs/raft.md §7.2 step 4: the leader-only epoch checks.
     pub(super) fn leader_epoch_error(&self, epoch: i32) -> Option<ErrorCode> {
         serve::leader_epoch_error(&self.facts(), epoch)
     }
 
-    /// raft.md §7.2, with the rules the fetch shards share (`serve::fetch`).
+    /// docs/raft.md §7.2, with the rules the fetch shards share (`serve::fetch`).
     pub(super) fn handle_fetch_request(&mut self, token: Token, r: FetchRequest) {
         // A wrong cluster id is logged here and answered by the shared rules.
         let _ = self.cluster_id_ok(&r.cluster_id, r.replica.id);
@@ -90,7 +90,7 @@ impl Raft {
         });
     }
 
-    /// The leader learns a replica's log end offset from its fetch (raft.md §7.2 step 6).
+    /// The leader learns a replica's log end offset from its fetch (docs/raft.md §7.2 step 6).
     fn note_replica_fetch(&mut self, replica: ReplicaKey, fetch_offset: i64, leader_end: i64) {
         let now = self.now_ms;
         let is_voter = self.voters().contains_key(&replica);
@@ -110,7 +110,7 @@ impl Raft {
             *progress = super::core::ReplicaProgress::default();
         }
         // Caught up: at the leader's end now, or at least where the leader's end was when this
-        // replica last fetched — then it was caught up as of that fetch (raft.md §12).
+        // replica last fetched — then it was caught up as of that fetch (docs/raft.md §12).
         if fetch_offset >= leader_end {
             progress.last_caught_up_ms = Some(now);
         } else if progress
@@ -134,7 +134,7 @@ impl Raft {
         self.update_leader_high_watermark();
     }
 
-    /// raft.md §8: the voter at index ⌊n/2⌋ of the end offsets sorted descending, accepted only
+    /// docs/raft.md §8: the voter at index ⌊n/2⌋ of the end offsets sorted descending, accepted only
     /// past the epoch start (so the LeaderChange batch is committed) and only upward.
     pub(super) fn update_leader_high_watermark(&mut self) {
         let local = self.config.local;
@@ -149,7 +149,7 @@ impl Raft {
                 if key.matches(&local) {
                     Some(flushed)
                 } else {
-                    // Only the voter's own incarnation counts (membership.md §1).
+                    // Only the voter's own incarnation counts (docs/membership.md §1).
                     s.replicas
                         .get(&key.id)
                         .filter(|r| key.matches(&ReplicaKey::new(key.id, r.directory_id)))
@@ -203,7 +203,7 @@ impl Raft {
         }
     }
 
-    /// Leader timers: parked fetch expiry, check-quorum, BeginQuorumEpoch (raft.md §4, §6).
+    /// Leader timers: parked fetch expiry, check-quorum, BeginQuorumEpoch (docs/raft.md §4, §6).
     pub(super) fn poll_leader(&mut self) {
         let now = self.now_ms;
         self.complete_parked_fetches();
@@ -308,7 +308,7 @@ impl Raft {
             && self.follower_of(r.leader_id)
     }
 
-    /// raft.md §7.3.
+    /// docs/raft.md §7.3.
     pub(super) fn handle_fetch_response(&mut self, from: i32, r: FetchResponse) {
         if !self.follower_of(from) && !self.leader_via_bootstrap(from, &r) {
             return;
@@ -407,7 +407,7 @@ impl Raft {
                 return false;
             }
             if batch.is_control() {
-                // Voter sets take effect when appended, committed or not (membership.md §2).
+                // Voter sets take effect when appended, committed or not (docs/membership.md §2).
                 if let Err(why) = membership.apply_batches(batch.bytes()) {
                     tracing::warn!(offset = expected, %why, "refusing a fetched control batch");
                     return false;
@@ -427,7 +427,7 @@ impl Raft {
         self.log_ops.push(LogOp::Append(batches));
     }
 
-    /// raft.md §10, leader side, with the rules the snapshot shards share.
+    /// docs/raft.md §10, leader side, with the rules the snapshot shards share.
     pub(super) fn handle_fetch_snapshot_request(&mut self, token: Token, r: FetchSnapshotRequest) {
         // A wrong cluster id is logged here and answered by the shared rules.
         let _ = self.cluster_id_ok(&r.cluster_id, r.replica.id);
@@ -438,7 +438,7 @@ impl Raft {
         self.respond(token, Response::FetchSnapshot(outcome.response));
     }
 
-    /// A FetchSnapshot counts for check-quorum (raft.md §10 step 6).
+    /// A FetchSnapshot counts for check-quorum (docs/raft.md §10 step 6).
     fn note_snapshot_fetch(&mut self, replica: ReplicaKey) {
         let now = self.now_ms;
         let is_voter = self.voters().contains_key(&replica);
@@ -451,7 +451,7 @@ impl Raft {
         }
     }
 
-    /// raft.md §10, follower side.
+    /// docs/raft.md §10, follower side.
     pub(super) fn handle_fetch_snapshot_response(&mut self, from: i32, r: FetchSnapshotResponse) {
         if !self.follower_of(from) {
             return;

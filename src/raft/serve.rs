@@ -1,4 +1,4 @@
-//! What a replica answers to Fetch and FetchSnapshot (raft.md §7.2, §10), as pure functions
+//! What a replica answers to Fetch and FetchSnapshot (docs/raft.md §7.2, §10), as pure functions
 //! of what it knows (`Facts`) and the picture of its log (`LogView`).
 //!
 //! Two callers answer with these same rules. The core does when a Fetch reaches it (the
@@ -60,13 +60,13 @@ pub enum FetchDecision {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchOutcome {
     pub decision: FetchDecision,
-    /// Set for a valid Fetch from a replica with an id (raft.md §7.2 step 6).
+    /// Set for a valid Fetch from a replica with an id (docs/raft.md §7.2 step 6).
     pub progress: Option<Progress>,
     /// The request named another cluster (the caller logs it, rate-limited).
     pub wrong_cluster: bool,
 }
 
-/// raft.md §7.2 step 4: the leader-only epoch checks.
+/// docs/raft.md §7.2 step 4: the leader-only epoch checks.
 pub fn leader_epoch_error(facts: &Facts, epoch: i32) -> Option<ErrorCode> {
     if epoch < facts.epoch {
         Some(ErrorCode::FENCED_LEADER_EPOCH)
@@ -108,7 +108,7 @@ pub fn empty_fetch_response(
     }
 }
 
-/// raft.md §7.2: validation, divergence, snapshot redirection, long-poll.
+/// docs/raft.md §7.2: validation, divergence, snapshot redirection, long-poll.
 pub fn fetch(facts: &Facts, log: &LogView, r: &FetchRequest, now_ms: u64) -> FetchOutcome {
     let answer = |response| FetchOutcome {
         decision: FetchDecision::Answer(response),
@@ -211,7 +211,7 @@ fn records_for(facts: &Facts, log: &LogView, r: &FetchRequest) -> Records {
     }
 }
 
-/// The answer to a FetchSnapshot (raft.md §10, leader side), and the replica to count for
+/// The answer to a FetchSnapshot (docs/raft.md §10, leader side), and the replica to count for
 /// check-quorum when the request was served.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SnapshotOutcome {

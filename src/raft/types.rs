@@ -4,7 +4,7 @@
 
 pub use crate::types::{Endpoint, OffsetAndEpoch, ReplicaKey};
 
-/// The election state the runtime must make durable (the `quorum-state` file, storage.md §6)
+/// The election state the runtime must make durable (the `quorum-state` file, docs/storage.md §6)
 /// before it sends anything produced in the same `Ready`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ElectionState {

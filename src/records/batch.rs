@@ -1,4 +1,4 @@
-//! RecordBatch v2 (spec/records.md §1–§3): a zerocopy view of the 61-byte header, CRC32C over
+//! RecordBatch v2 (docs/records.md §1–§3): a zerocopy view of the 61-byte header, CRC32C over
 //! attributes..end, a checked iterator over uncompressed records, and the in-place rewrite of
 //! the two fields the CRC does not cover (base offset, partition leader epoch). Pure: no I/O.
 
@@ -220,7 +220,7 @@ pub fn assign_in_place(batch: &mut [u8], base_offset: i64, partition_leader_epoc
     batch[12..16].copy_from_slice(&partition_leader_epoch.to_be_bytes());
 }
 
-/// One record of an uncompressed batch (spec/records.md §3). Borrowed from the batch.
+/// One record of an uncompressed batch (docs/records.md §3). Borrowed from the batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record<'a> {
     pub timestamp_delta: i64,

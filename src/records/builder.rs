@@ -1,4 +1,4 @@
-//! Builds RecordBatch v2 bytes the way KRaft's BatchBuilder does (spec/records.md §3, §5):
+//! Builds RecordBatch v2 bytes the way KRaft's BatchBuilder does (docs/records.md §3, §5):
 //! magic 2, no compression, CreateTime, producer fields −1, null keys for data records, one
 //! timestamp for the batch, offset deltas 0..n−1, no headers. Pure: no I/O.
 

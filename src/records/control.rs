@@ -1,4 +1,4 @@
-//! KRaft control records (spec/records.md §4): the 4-byte key (version, type) and the values
+//! KRaft control records (docs/records.md §4): the 4-byte key (version, type) and the values
 //! LeaderChangeMessage, SnapshotHeaderRecord, SnapshotFooterRecord, KRaftVersionRecord and
 //! VotersRecord, each in the flexible encoding at schema version 0 — what Kafka writes and reads.
 

@@ -1,4 +1,4 @@
-//! The one metadata record the format tool writes (records.md §6): `FeatureLevelRecord`
+//! The one metadata record the format tool writes (docs/records.md §6): `FeatureLevelRecord`
 //! (api key 12, version 0, flexible), framed as Kafka frames every metadata data record —
 //! `uvarint frameVersion (1) · uvarint apiKey · uvarint version · body`. ringraft never
 //! interprets metadata records otherwise; this exists so that a formatted directory carries the

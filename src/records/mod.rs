@@ -1,4 +1,4 @@
-//! RecordBatch v2 and KRaft control records (spec/records.md): a zerocopy header view with
+//! RecordBatch v2 and KRaft control records (docs/records.md): a zerocopy header view with
 //! CRC32C validation and a checked record iterator (`batch`), a builder (`builder`), the
 //! control records KRaft writes (`control`), and the FeatureLevelRecord the format tool writes
 //! (`metadata`). Pure values: no I/O, no state.

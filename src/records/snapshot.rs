@@ -1,4 +1,4 @@
-//! What makes a KRaft snapshot file whole (spec/records.md §5, KIP-630): a sequence of v2
+//! What makes a KRaft snapshot file whole (docs/records.md §5, KIP-630): a sequence of v2
 //! batches, every CRC valid, offsets contiguous from 0, every batch of the snapshot's epoch, a
 //! first control batch that starts with a SnapshotHeader, a last control batch that is a lone
 //! SnapshotFooter, and nothing after it.

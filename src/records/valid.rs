@@ -91,7 +91,7 @@ impl ValidBatches {
 
     /// Checks the batches a leader is about to append and gives them their offsets, from
     /// `first_offset` on, and `epoch` — written in place, outside the CRC, so nothing is
-    /// re-encoded or re-checked (records.md §2).
+    /// re-encoded or re-checked (docs/records.md §2).
     pub fn assign(
         mut bytes: Vec<u8>,
         first_offset: i64,

@@ -6,7 +6,7 @@ usage: check_bootstrap_dump.py DUMP --kraft-version K [--voters ID=DIR@HOST:PORT
 
 DUMP is the output of `DumpLogSegments --deep-iteration --cluster-metadata-decoder --files
 <dir>/__cluster_metadata-0/00000000000000000000-0000000000.checkpoint`. It must show snapshot
-0-0 and exactly three valid batches at epoch 0 (membership.md §9, records.md §5):
+0-0 and exactly three valid batches at epoch 0 (docs/membership.md §9, docs/records.md §5):
   control {SnapshotHeader, KRaftVersion(K) if K >= 1, KRaftVoters(--voters, in that order,
            each with one CONTROLLER endpoint and kraft.version 0..1) if given},
   data    {FeatureLevelRecord x6: Kafka 4.4.0's defaults at metadata.version 4.4-IV2 (33)},

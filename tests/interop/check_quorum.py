@@ -4,7 +4,7 @@
     check_quorum.py status OUT --cluster-id ID --voters 1=DIR@PORT,2=DIR@PORT,... [--observers 3=DIR,...]
     check_quorum.py replication OUT --voters ... [--observers ...]
 
-Field by field (spec/tools.md §2.2): the cluster id, a leader among the voters, epoch and high
+Field by field (docs/tools.md §2.2): the cluster id, a leader among the voters, epoch and high
 watermark, every voter with its directory id and CONTROLLER endpoint, exactly the observers
 given (none by default); for --replication the leader row first, then every other voter, then
 the observers, sane lags and real timestamps.

@@ -6,7 +6,7 @@ usage: compare_format.py KAFKA_DIR KAFKA_OUT RINGRAFT_DIR RINGRAFT_OUT
 
 Both metadata directories must hold the same files. Each bootstrap snapshot
 (__cluster_metadata-0/00000000000000000000-0000000000.checkpoint) is decoded here, with its own
-RecordBatch v2 / control record / FeatureLevelRecord decoder and CRC32C check (records.md
+RecordBatch v2 / control record / FeatureLevelRecord decoder and CRC32C check (docs/records.md
 §1-6), independently of ringraft's code; then the two files must be equal byte for byte once
 timestamps and CRCs (which cover the timestamps) are masked, and - for this node's own voter
 when Kafka drew its directory id at random (--standalone) - the directory id, which must

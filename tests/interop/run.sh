@@ -396,7 +396,7 @@ format_both() {
     "$RUN/fmt-$name-ringraft" "$RUN/fmt-$name-ringraft.out"
 }
 
-# Both tools refuse the combinations of membership.md §9 with the same message, writing nothing.
+# Both tools refuse the combinations of docs/membership.md §9 with the same message, writing nothing.
 format_refusals() {
   local port static dynamic case quorum flags tool
   port=$(free_port)
@@ -580,7 +580,7 @@ for v in $KAFKA_VERSIONS; do
   check "kafka-features $v describe shows kraft.version" kafka_features "$v"
 done
 
-# kafka-features upgrades a static quorum to kraft.version 1 (membership.md §10): the voters
+# kafka-features upgrades a static quorum to kraft.version 1 (docs/membership.md §10): the voters
 # have told the leader their directory ids with UpdateRaftVoter, and the leader writes
 # KRaftVersion(1) + Voters. Afterwards the quorum is dynamic and describe shows the same voters.
 #

@@ -187,7 +187,7 @@ pub struct Disk {
 }
 
 impl Disk {
-    /// The voter history a runtime rebuilds at startup (membership.md §2): the bootstrap
+    /// The voter history a runtime rebuilds at startup (docs/membership.md §2): the bootstrap
     /// checkpoint at offset −1, the latest snapshot's header at its end − 1, then every
     /// membership record in the log past the snapshot.
     pub fn voter_history(&self) -> Result<VoterHistory, String> {
@@ -937,7 +937,7 @@ impl Cluster {
                 self.checker.replica_lost(lost.0, lost.1);
                 self.nodes[id as usize].disk = Rc::new(RefCell::new(Disk::default()));
                 if self.dynamic {
-                    // A re-formatted directory is a new replica (membership.md §1).
+                    // A re-formatted directory is a new replica (docs/membership.md §1).
                     self.nodes[id as usize].generation += 1;
                 }
                 self.wipes += 1;

@@ -469,7 +469,7 @@ fn check_roles(nodes: &[Node]) -> Result<(), String> {
 /// by replica key, are a majority of the leader's latest voter set when it has just `advanced`
 /// to `hwm` (counting `lost` replicas that held it until their directory was wiped: their
 /// acknowledgement may still be in flight or counted), and meet every majority of each set
-/// from the one at `hwm − 1` on that can still form (quorum intersection, membership.md §2).
+/// from the one at `hwm − 1` on that can still form (quorum intersection, docs/membership.md §2).
 fn check_dynamic_majority(
     id: i32,
     raft: &Raft,

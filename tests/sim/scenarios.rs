@@ -455,7 +455,7 @@ fn checker_catches_two_leaders_in_one_epoch() {
     assert!(why.contains("MonotonicEpoch"), "{why}");
 }
 
-/// KIP-996 fallback (raft.md §5.6): a peer that cannot carry PreVote (no Vote v2) makes the
+/// KIP-996 fallback (docs/raft.md §5.6): a peer that cannot carry PreVote (no Vote v2) makes the
 /// Prospective go straight to Candidate.
 #[test]
 fn pre_vote_falls_back_to_a_standard_election_when_a_peer_lacks_vote_v2() {
@@ -509,7 +509,7 @@ fn answer(raft: &mut Raft, request: Request) -> Response {
         .expect("an answer")
 }
 
-/// raft.md §13: the errors a compatible node answers with, top level or per partition.
+/// docs/raft.md §13: the errors a compatible node answers with, top level or per partition.
 #[test]
 fn error_matrix() {
     let (mut leader, _) = elected_leader();
@@ -573,7 +573,7 @@ fn error_matrix() {
     );
 }
 
-/// DescribeQuorum's content (raft.md §12): the leader's row is "now", followers show their
+/// DescribeQuorum's content (docs/raft.md §12): the leader's row is "now", followers show their
 /// fetch offsets and times, observers that fetched recently are listed apart from voters.
 #[test]
 fn the_leader_describes_voters_and_observers() {

@@ -564,7 +564,7 @@ fn wiped_leader_rejoins_as_a_new_replica() {
     assert!(swapped(&c), "{}", crate::describe(&c));
 }
 
-/// KAFKA-16927, and raft.md §6.3 step 3: the leader's endpoints are the ones it announces
+/// KAFKA-16927, and docs/raft.md §6.3 step 3: the leader's endpoints are the ones it announces
 /// (BeginQuorumEpoch's LeaderEndpoints), not its possibly stale voter-set entry; announcements
 /// from an older epoch change nothing, and a new epoch's leader is found through the set again.
 #[test]
