@@ -948,18 +948,39 @@ impl FetchBench<'_> {
             dir: a.dir.clone(),
             json: a.json,
         };
-        let (mut nodes, dir) = self.single_voter("catch-up", args, Vec::new(), false)?;
+        let (nodes, dir) = self.single_voter("catch-up", args, Vec::new(), false)?;
         self.say("  a new observer fetches it from offset 0");
-        let outcome = self.stream_phase("catch-up", &mut nodes, Mode::CatchUp);
+        self.measure_stream("catch-up", nodes, dir, Mode::CatchUp, 0)
+    }
+
+    /// Runs one observer in `mode` against the single voter `nodes`, stops it, and measures
+    /// the same bytes over loopback TCP and the disk's O_DIRECT read of the files served
+    /// (segments or snapshots). Fewer than `min_bytes` received is an error.
+    fn measure_stream(
+        &self,
+        name: &str,
+        mut nodes: super::bench_quorum::Nodes,
+        dir: PathBuf,
+        mode: Mode,
+        min_bytes: u64,
+    ) -> Result<Streamed, String> {
+        let outcome = self.stream_phase(name, &mut nodes, mode);
         nodes.procs.stop_all();
         let outcome = outcome.map_err(|e| format!("{e}{}", nodes.procs.stderr_tails()))?;
-        let disk = direct_read_floor(&partition_files(&nodes.dirs[0], &[".log"]))?;
+        let (suffix, files) = match mode {
+            Mode::Snapshot => (".checkpoint", "file"),
+            _ => (".log", "segments"),
+        };
+        let disk = direct_read_floor(&partition_files(&nodes.dirs[0], &[suffix]))?;
         let _ = fs::remove_dir_all(&dir);
+        if outcome.bytes < min_bytes {
+            return Err(format!("received {} bytes of {min_bytes}", outcome.bytes));
+        }
         let floor = loopback_floor(outcome.bytes)?;
         let rate = outcome.bytes as f64 / outcome.elapsed.as_secs_f64().max(1e-9);
         self.say(&format!(
-            "  catch-up: {} MiB in {:.2} s = {:.0} MB/s; loopback TCP floor {:.0} MB/s; \
-             O_DIRECT read of the segments {:.0} MB/s",
+            "  {name}: {} MiB in {:.2} s = {:.0} MB/s; loopback TCP floor {:.0} MB/s; \
+             O_DIRECT read of the {files} {:.0} MB/s",
             outcome.bytes >> 20,
             outcome.elapsed.as_secs_f64(),
             rate / 1e6,
@@ -991,36 +1012,9 @@ impl FetchBench<'_> {
             json: a.json,
         };
         let extra = vec![format!("--load-snapshot-bytes={}", a.snapshot_bytes)];
-        let (mut nodes, dir) = self.single_voter("snapshot", args, extra, true)?;
+        let (nodes, dir) = self.single_voter("snapshot", args, extra, true)?;
         self.say("  a new observer fetches from offset 0 and downloads the snapshot");
-        let outcome = self.stream_phase("snapshot", &mut nodes, Mode::Snapshot);
-        nodes.procs.stop_all();
-        let outcome = outcome.map_err(|e| format!("{e}{}", nodes.procs.stderr_tails()))?;
-        let disk = direct_read_floor(&partition_files(&nodes.dirs[0], &[".checkpoint"]))?;
-        let _ = fs::remove_dir_all(&dir);
-        if outcome.bytes < a.snapshot_bytes {
-            return Err(format!(
-                "downloaded {} bytes of a {}-byte snapshot",
-                outcome.bytes, a.snapshot_bytes
-            ));
-        }
-        let floor = loopback_floor(outcome.bytes)?;
-        let rate = outcome.bytes as f64 / outcome.elapsed.as_secs_f64().max(1e-9);
-        self.say(&format!(
-            "  snapshot: {} MiB in {:.2} s = {:.0} MB/s; loopback TCP floor {:.0} MB/s; \
-             O_DIRECT read of the file {:.0} MB/s",
-            outcome.bytes >> 20,
-            outcome.elapsed.as_secs_f64(),
-            rate / 1e6,
-            floor / 1e6,
-            disk / 1e6
-        ));
-        Ok(Streamed {
-            bytes: outcome.bytes,
-            bytes_per_s: rate,
-            floor_bytes_per_s: floor,
-            disk_bytes_per_s: disk,
-        })
+        self.measure_stream("snapshot", nodes, dir, Mode::Snapshot, a.snapshot_bytes)
     }
 
     fn report(

@@ -63,6 +63,20 @@ struct ParkedFetch {
     voter: bool,
 }
 
+impl ParkedFetch {
+    /// Whether `view` (at `now_ms`) has an answer for it (`serve::parked_ready`).
+    fn ready(&self, view: &FetchView, now_ms: u64) -> bool {
+        serve::parked_ready(
+            &view.facts,
+            &view.log,
+            &self.request,
+            self.high_watermark,
+            self.deadline_ms,
+            now_ms,
+        )
+    }
+}
+
 /// Long-polls waiting for records, a higher high watermark, a new epoch or their deadline.
 #[derive(Debug, Default)]
 pub struct Parking {
@@ -97,16 +111,9 @@ impl Parking {
 
     /// Does `view` already answer parked `ticket`?
     pub fn ready_now(&self, ticket: Ticket, view: &FetchView, now_ms: u64) -> bool {
-        self.parked.get(&ticket).is_some_and(|p| {
-            serve::parked_ready(
-                &view.facts,
-                &view.log,
-                &p.request,
-                p.high_watermark,
-                p.deadline_ms,
-                now_ms,
-            )
-        })
+        self.parked
+            .get(&ticket)
+            .is_some_and(|p| p.ready(view, now_ms))
     }
 
     /// Removes and returns the parked fetches `view` (at `now_ms`) has an answer for, voters'
@@ -115,16 +122,7 @@ impl Parking {
         let due: Vec<Ticket> = self
             .parked
             .iter()
-            .filter(|(_, p)| {
-                serve::parked_ready(
-                    &view.facts,
-                    &view.log,
-                    &p.request,
-                    p.high_watermark,
-                    p.deadline_ms,
-                    now_ms,
-                )
-            })
+            .filter(|(_, p)| p.ready(view, now_ms))
             .map(|(t, _)| *t)
             .collect();
         let mut out: Vec<(bool, Ticket, FetchRequest)> = due
