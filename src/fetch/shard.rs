@@ -95,6 +95,9 @@ pub struct Serving {
     generation: Generation,
     report: ReportSink,
     observers: RefCell<HashMap<i32, Progress>>,
+    /// Per voter id: the connection and read-fence round of the last Fetch answer sent to it
+    /// (`raft::fence`).
+    answered: RefCell<HashMap<i32, (u64, u64)>>,
     /// The snapshot being streamed, checked once when opened.
     snapshot: RefCell<Option<Rc<SnapshotFile>>>,
     /// The chunk after the last one served, being read for the FetchSnapshot that follows
@@ -117,6 +120,7 @@ impl Serving {
             generation,
             report,
             observers: RefCell::new(HashMap::new()),
+            answered: RefCell::new(HashMap::new()),
             snapshot: RefCell::new(None),
             snapshot_ahead: RefCell::new(None),
             started: Instant::now(),
@@ -204,6 +208,14 @@ impl Serving {
     /// computed with it: a Fetch parked after it waits for a higher one, as a Kafka leader's
     /// does (the Fetch that moves the high watermark is parked after the move, not woken by
     /// it — otherwise every commit would cost each follower an extra round trip).
+    /// The round the previous answer to `replica` on `connection` was sent in (0: none).
+    fn answered_round(&self, replica: i32, connection: u64) -> u64 {
+        match self.answered.borrow().get(&replica) {
+            Some((c, round)) if *c == connection => *round,
+            _ => 0,
+        }
+    }
+
     fn note_progress(&self, p: Progress, voter: bool) -> Option<oneshot::Receiver<Option<i64>>> {
         if voter {
             let (tx, rx) = oneshot::channel();
@@ -253,21 +265,31 @@ impl Serving {
         self.view_ready().await;
         let mut woken = false;
         loop {
-            let (decision, generation, counted) = {
+            let (decision, generation, counted, answered) = {
                 let view = self.view.borrow();
                 let view = view.as_ref().expect("ready");
+                // A voter's answer is sent in this round (`raft::fence`).
+                let answered = view.is_voter(r.replica).then_some((
+                    r.replica.id,
+                    call.connection,
+                    view.facts.read_round,
+                ));
                 if woken {
                     let resp = serve::parked_answer(&view.facts, &view.log, &r);
-                    (FetchDecision::Answer(resp), view.generation, None)
+                    (FetchDecision::Answer(resp), view.generation, None, answered)
                 } else {
                     let out = view.decide(&r, self.now_ms());
                     if out.wrong_cluster {
                         self.complain("a Fetch", r.replica.id, &r.cluster_id);
                     }
-                    let counted = out
-                        .progress
-                        .and_then(|p| self.note_progress(p, view.is_voter(p.replica)));
-                    (out.decision, view.generation, counted)
+                    let counted = out.progress.and_then(|p| {
+                        let p = Progress {
+                            answered_round: self.answered_round(r.replica.id, call.connection),
+                            ..p
+                        };
+                        self.note_progress(p, view.is_voter(p.replica))
+                    });
+                    (out.decision, view.generation, counted, answered)
                 }
             };
             let mut resp = match decision {
@@ -333,6 +355,11 @@ impl Serving {
                     self.published.next().await;
                 }
                 continue;
+            }
+            if let Some((replica, connection, round)) = answered {
+                self.answered
+                    .borrow_mut()
+                    .insert(replica, (connection, round));
             }
             resp.records = Records::None;
             let response = Response::Fetch(resp);

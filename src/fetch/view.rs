@@ -61,19 +61,23 @@ struct ParkedFetch {
     high_watermark: Option<i64>,
     deadline_ms: u64,
     voter: bool,
+    /// The read-fence round it was parked in: a voter's is woken by a new one (`raft::fence`).
+    read_round: u64,
 }
 
 impl ParkedFetch {
     /// Whether `view` (at `now_ms`) has an answer for it (`serve::parked_ready`).
     fn ready(&self, view: &FetchView, now_ms: u64) -> bool {
-        serve::parked_ready(
-            &view.facts,
-            &view.log,
-            &self.request,
-            self.high_watermark,
-            self.deadline_ms,
-            now_ms,
-        )
+        let fence = self.voter && view.facts.read_round > self.read_round;
+        fence
+            || serve::parked_ready(
+                &view.facts,
+                &view.log,
+                &self.request,
+                self.high_watermark,
+                self.deadline_ms,
+                now_ms,
+            )
     }
 }
 
@@ -104,6 +108,7 @@ impl Parking {
                 high_watermark: view.facts.high_watermark.max(baseline),
                 deadline_ms,
                 voter,
+                read_round: view.facts.read_round,
             },
         );
         ticket
@@ -165,6 +170,7 @@ mod tests {
                 high_watermark: Some(hwm),
                 leader_endpoints: vec![],
                 fetch_max_bytes: 1 << 20,
+                read_round: 0,
             },
             log: LogView::new(&LogInfo {
                 start_offset: 0,

@@ -17,6 +17,8 @@ pub struct RaftCall {
     pub version: i16,
     pub response_header_version: i16,
     pub body: RequestBody,
+    /// The connection it came on (unique in the process; 0 when not from a connection).
+    pub connection: u64,
 }
 
 /// Where a connection hands the requests it does not answer itself (every Raft and admin
@@ -114,6 +116,7 @@ pub fn handle_frame(frame: &[u8], state: &ServerState) -> Action {
                     version,
                     response_header_version: header_version,
                     body,
+                    connection: 0,
                 }),
             }
         }

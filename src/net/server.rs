@@ -126,6 +126,7 @@ impl<S: Service> Connections<S> {
             stream: stream.buffered(),
             frame: FrameBuffer::new(self.limits.memory.clone()),
             peer,
+            id: NEXT_CONNECTION.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         };
         self.spawn(conn, PeerClass::Voter);
     }
@@ -268,7 +269,12 @@ struct Conn {
     stream: TcpStream<Preallocated>,
     frame: FrameBuffer,
     peer: String,
+    /// Unique in the process (`RaftCall::connection`).
+    id: u64,
 }
+
+/// Connection ids, from 1 (0 means "not from a connection").
+static NEXT_CONNECTION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// Serves `conn` in the task queue of `class`; returns it when it should move to another
 /// queue (its peer said it is of another class).
@@ -306,7 +312,8 @@ async fn serve_connection<S: Service>(
         let mut moved = None;
         let frame = match handle_frame(conn.frame.bytes(), &connections.state) {
             Action::Respond(bytes) => LocalFrame::whole(bytes),
-            Action::Raft(call) => {
+            Action::Raft(mut call) => {
+                call.connection = conn.id;
                 moved = connections.service.class_of(&call).filter(|c| *c != class);
                 match connections.service.call(call).await {
                     Some(frame) => frame,

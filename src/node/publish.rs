@@ -43,6 +43,8 @@ struct Key {
     voters: usize,
     kraft_version: i16,
     state: &'static str,
+    /// A new read-fence round wakes the voters' parked fetches (`raft::fence`).
+    read_round: u64,
 }
 
 fn key(raft: &Raft) -> Key {
@@ -59,6 +61,7 @@ fn key(raft: &Raft) -> Key {
         voters: raft.voters().len(),
         kraft_version: raft.kraft_version(),
         state: raft.state_name(),
+        read_round: raft.read_round(),
     }
 }
 

@@ -259,6 +259,8 @@ pub(super) struct ReplicaProgress {
     pub last_caught_up_ms: Option<u64>,
     /// The leader's log end when this replica last fetched (for `last_caught_up_ms`).
     pub leader_end_at_last_fetch: Option<i64>,
+    /// What its fetches say for the read fences (`fence`).
+    pub fence: super::fence::FenceAck,
 }
 
 /// One replica as the leader sees it (DescribeQuorum, docs/raft.md §12). Times are the core's
@@ -293,6 +295,8 @@ pub(super) struct Parked {
     pub deadline: u64,
     /// The high watermark when it was parked: a higher one wakes it (KAFKA-13959).
     pub high_watermark: Option<i64>,
+    /// The read-fence round when it was parked: a voter's is woken by a new one (`fence`).
+    pub read_round: u64,
 }
 
 #[derive(Debug)]
@@ -367,6 +371,7 @@ pub struct Raft {
     pub(super) next_ready_id: u64,
     pub(super) unpersisted: VecDeque<(u64, i64)>,
     pub(super) last_leader: LeaderAndEpoch,
+    pub(super) fences: super::fence::Fences,
 }
 
 impl Raft {
@@ -417,6 +422,7 @@ impl Raft {
                 leader_id: None,
                 epoch: 0,
             },
+            fences: Default::default(),
         };
         raft.initialize(stored.unwrap_or(ElectionState::unattached(0)));
         raft
@@ -1317,6 +1323,7 @@ impl Raft {
             _ => {}
         }
         self.poll_sends();
+        self.poll_fences();
     }
 
     /// A Prospective that lost or timed out (docs/raft.md §3).

@@ -34,6 +34,7 @@
 
 pub mod core;
 pub mod election;
+pub mod fence;
 pub mod log_view;
 pub mod membership;
 pub mod message;
@@ -45,6 +46,7 @@ pub use self::core::{
     AppendError, Input, LogOp, Mutations, QuorumDescription, Raft, RaftConfig, Ready,
     ReplicaDescription, FETCH_MAX_BYTES, FETCH_MAX_WAIT_MS,
 };
+pub use fence::FenceOutcome;
 pub use log_view::LogInfo;
 pub use message::{Failure, Outbound, Request, RequestId, Response, Token};
 pub use types::{ElectionState, Endpoint, LeaderAndEpoch, OffsetAndEpoch, ReplicaKey, Time};

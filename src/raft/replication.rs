@@ -25,6 +25,7 @@ impl Raft {
             high_watermark: self.high_watermark(),
             leader_endpoints: self.leader_endpoints(),
             fetch_max_bytes: self.config.fetch_max_bytes,
+            read_round: self.fences.round,
         }
     }
 
@@ -46,19 +47,28 @@ impl Raft {
         // A wrong cluster id is logged here and answered by the shared rules.
         let _ = self.cluster_id_ok(&r.cluster_id, r.replica.id);
         let outcome = serve::fetch(&self.facts(), &self.log, &r, self.now_ms);
-        if let Some(progress) = outcome.progress {
-            self.note_replica_fetch(progress.replica, progress.fetch_offset, progress.leader_end);
+        if let Some(mut progress) = outcome.progress {
+            progress.answered_round = self
+                .leader_mut()
+                .and_then(|s| s.replicas.get(&progress.replica.id))
+                .map_or(0, |p| p.fence.answered_round);
+            self.note_replica_fetch(progress);
         }
         match outcome.decision {
-            FetchDecision::Answer(resp) => self.respond_fetch(token, resp),
+            FetchDecision::Answer(resp) => {
+                self.note_answered(r.replica.id);
+                self.respond_fetch(token, resp)
+            }
             FetchDecision::Park { deadline_ms } => {
                 let parked_high_watermark = self.high_watermark();
+                let read_round = self.fences.round;
                 if let Some(s) = self.leader_mut() {
                     s.parked.push(Parked {
                         token,
                         request: r,
                         deadline: deadline_ms,
                         high_watermark: parked_high_watermark,
+                        read_round,
                     });
                 }
             }
@@ -70,7 +80,7 @@ impl Raft {
     pub(super) fn handle_fetch_progress(&mut self, p: serve::Progress) {
         if self.is_leader() && self.epoch == p.leader_epoch && p.replica.id >= 0 {
             let leader_end = p.leader_end.min(self.log.end_offset());
-            self.note_replica_fetch(p.replica, p.fetch_offset, leader_end);
+            self.note_replica_fetch(serve::Progress { leader_end, ..p });
         }
     }
 
@@ -91,7 +101,8 @@ impl Raft {
     }
 
     /// The leader learns a replica's log end offset from its fetch (docs/raft.md §7.2 step 6).
-    fn note_replica_fetch(&mut self, replica: ReplicaKey, fetch_offset: i64, leader_end: i64) {
+    fn note_replica_fetch(&mut self, p: serve::Progress) {
+        let (replica, fetch_offset, leader_end) = (p.replica, p.fetch_offset, p.leader_end);
         let now = self.now_ms;
         let is_voter = self.voters().contains_key(&replica);
         let majority = self.voters().majority();
@@ -124,6 +135,7 @@ impl Raft {
         progress.last_fetch_ms = Some(now);
         progress.leader_end_at_last_fetch = Some(leader_end);
         if is_voter {
+            progress.fence.fetched(p.answered_round);
             s.fetched_voters.insert(replica.id);
             s.begin_acked.insert(replica.id);
             if s.fetched_voters.len() + usize::from(local_is_voter) >= majority {
@@ -186,6 +198,7 @@ impl Raft {
         let now = self.now_ms;
         let facts = self.facts();
         let log = &self.log;
+        let voters = self.membership.latest();
         let Some(s) = (match &mut self.role {
             Role::Leader(s) => Some(s),
             _ => None,
@@ -194,12 +207,31 @@ impl Raft {
         };
         let (ready, waiting): (Vec<Parked>, Vec<Parked>) =
             std::mem::take(&mut s.parked).into_iter().partition(|p| {
-                serve::parked_ready(&facts, log, &p.request, p.high_watermark, p.deadline, now)
+                let fence =
+                    facts.read_round > p.read_round && voters.contains_key(&p.request.replica);
+                fence
+                    || serve::parked_ready(
+                        &facts,
+                        log,
+                        &p.request,
+                        p.high_watermark,
+                        p.deadline,
+                        now,
+                    )
             });
         s.parked = waiting;
         for p in ready {
             let resp = serve::parked_answer(&facts, &self.log, &p.request);
+            self.note_answered(p.request.replica.id);
             self.respond_fetch(p.token, resp);
+        }
+    }
+
+    /// The core answers replica `id`'s Fetch in the current read-fence round.
+    fn note_answered(&mut self, id: i32) {
+        let round = self.fences.round;
+        if let Some(p) = self.leader_mut().and_then(|s| s.replicas.get_mut(&id)) {
+            p.fence.answered_round = round;
         }
     }
 

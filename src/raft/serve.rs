@@ -33,6 +33,9 @@ pub struct Facts {
     pub leader_endpoints: Vec<Endpoint>,
     /// `controller.quorum.fetch.max.bytes`-style cap on one answer's records.
     pub fetch_max_bytes: i32,
+    /// The leader's read-fence round (`raft::fence`): an answer validated in it left after
+    /// every fence of that round began.
+    pub read_round: u64,
 }
 
 /// A replica's position as a leader learned it from a valid Fetch.
@@ -44,6 +47,10 @@ pub struct Progress {
     pub leader_epoch: i32,
     /// The leader's log end when the Fetch was validated (a replica at it was caught up then).
     pub leader_end: i64,
+    /// The read-fence round (`Facts::read_round`) in which the answer to this replica's
+    /// previous Fetch on the same connection was sent; 0 when unknown. The caller sets it
+    /// (`raft::fence`).
+    pub answered_round: u64,
 }
 
 /// The answer to a Fetch.
@@ -152,6 +159,7 @@ pub fn fetch(facts: &Facts, log: &LogView, r: &FetchRequest, now_ms: u64) -> Fet
                 fetch_offset: r.fetch_offset,
                 leader_epoch: facts.epoch,
                 leader_end: log.end_offset(),
+                answered_round: 0,
             });
             let decision = if r.fetch_offset >= log.end_offset() && r.max_wait_ms > 0 {
                 let wait = r.max_wait_ms.min(FETCH_MAX_WAIT_MS) as u64;
@@ -282,6 +290,7 @@ mod tests {
             high_watermark: Some(10),
             leader_endpoints: vec![],
             fetch_max_bytes: 1 << 20,
+            read_round: 0,
         }
     }
 
