@@ -25,6 +25,7 @@
 pub mod cli;
 pub mod config;
 pub mod constants;
+pub mod embed;
 pub mod fetch;
 pub mod ids;
 pub mod log;
@@ -36,3 +37,14 @@ pub mod raft;
 pub mod records;
 pub mod sys;
 pub mod types;
+
+pub use embed::{
+    AppendCheck, BatchBuilder, ClientError, CommittedBatch, Node, NodeBuilder, NodeError,
+    OffsetAndEpoch, QuorumStatus, RaftHandle, Record, RunningNode, ServerConfig, SnapshotWriter,
+    StateMachine, Tuning,
+};
+
+// The README's Rust snippets compile as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeSnippets;

@@ -166,5 +166,16 @@ fn start(args: &StartArgs) -> Result<(), CliError> {
         snapshot_every: args.load_snapshot_every,
         snapshot_bytes: args.load_snapshot_bytes,
     });
-    crate::node::run(config, tuning, embedded, load).map_err(|e| CliError::new(e.to_string()))
+    let mut builder = crate::embed::Node::builder(config)
+        .tuning(tuning)
+        .handle_signals(true)
+        .init_logging(true);
+    if embedded {
+        builder = builder.format_new_cluster_if_empty();
+    }
+    if let Some(load) = load {
+        builder = builder.load(load);
+    }
+    let failed = |e: crate::node::NodeError| CliError::new(e.to_string());
+    builder.start().map_err(failed)?.join().map_err(failed)
 }

@@ -91,7 +91,7 @@ pub struct DescribeArgs {
     /// Detailed information about the status of replication.
     #[arg(long)]
     pub replication: bool,
-    /// With --replication: timestamps as "<n> ms ago".
+    /// With --replication: timestamps as "`<n>` ms ago".
     #[arg(long = "human-readable")]
     pub human_readable: bool,
     /// A comma-separated list of controllers' host:port (hostnames are resolved).

@@ -299,6 +299,11 @@ fn parse_voter(key: &str, text: &str) -> Result<StaticVoter, ConfigError> {
 }
 
 impl ServerConfig {
+    /// `server.properties` text, parsed and validated (`from_properties`).
+    pub fn parse(text: &str) -> Result<ServerConfig, ConfigError> {
+        ServerConfig::from_properties(&crate::config::properties::Properties::parse(text))
+    }
+
     /// Builds the typed config and validates it as a controller-only node.
     pub fn from_properties(props: &Properties) -> Result<ServerConfig, ConfigError> {
         let l = Lookup(props);

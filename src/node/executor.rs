@@ -29,7 +29,8 @@ use futures_channel::oneshot;
 use futures_lite::{future, Stream, StreamExt};
 use tracing::{error, info, warn};
 
-use super::handle::{ClientError, ExecutorInput, RaftListener};
+use super::handle::{AppendCheck, ClientError, ExecutorInput};
+use crate::embed::{CommittedBatch, QuorumStatus, StateMachine};
 use crate::net::dispatch::{RaftCall, ServerState};
 use crate::net::frame_out::SharedFrame;
 use crate::net::raft_rpc;
@@ -40,6 +41,9 @@ use crate::raft::{
     Request, RequestId, Response, Time, Token,
 };
 use crate::records::control::ControlRecord;
+
+/// How much of a snapshot is read at a time while loading it into the state machine.
+const SNAPSHOT_LOAD_CHUNK_BYTES: usize = 1 << 20;
 
 /// How long a graceful stop waits for the resignation to be acknowledged (docs/raft.md §14).
 pub const SHUTDOWN_GRACE_MS: u64 = 1500;
@@ -176,6 +180,13 @@ struct WireCalls {
 const WIRE_TOKENS_FROM: Token = 1 << 62;
 
 impl WireCalls {
+    /// A token no wire call uses (the application's membership requests take these).
+    fn next_token(&mut self) -> Token {
+        let token = self.next;
+        self.next += 1;
+        token
+    }
+
     fn register(&mut self, call: RaftCall, reply: CallReply) -> Token {
         let token = self.next;
         self.next += 1;
@@ -207,7 +218,14 @@ pub struct Executor<S: Storage + 'static, T: Transport, C: Clock> {
     cluster_id: String,
     wire: WireCalls,
     commits: BTreeMap<i64, Vec<oneshot::Sender<Result<i64, ClientError>>>>,
-    listeners: Vec<Box<dyn RaftListener>>,
+    listeners: Vec<Box<dyn StateMachine>>,
+    /// The state machine given before the run hears the latest snapshot first.
+    load_at_start: bool,
+    /// Read fences waiting for the core, by id.
+    fences: HashMap<u64, oneshot::Sender<Result<i64, ClientError>>>,
+    next_fence: u64,
+    /// The application's membership requests waiting for the core's answer.
+    local: HashMap<Token, oneshot::Sender<Response>>,
     waiting: VecDeque<Waiting>,
     flush: Option<FlushInFlight>,
     /// The application's snapshot being written, and who asked for it.
@@ -244,6 +262,10 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
             },
             commits: BTreeMap::new(),
             listeners: Vec::new(),
+            load_at_start: false,
+            fences: HashMap::new(),
+            next_fence: 1,
+            local: HashMap::new(),
             waiting: VecDeque::new(),
             flush: None,
             snapshot: None,
@@ -272,6 +294,13 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
         self.publish = Some(publish);
     }
 
+    /// The application's state machine, from the start: the latest snapshot is loaded into
+    /// it first, then every committed batch after the snapshot is applied.
+    pub fn set_state_machine(&mut self, machine: Box<dyn StateMachine>) {
+        self.listeners.push(machine);
+        self.load_at_start = true;
+    }
+
     /// Runs until the input stream ends, or a graceful stop (`ExecutorInput::Stop`) finishes:
     /// the resignation acknowledged, or `SHUTDOWN_GRACE_MS` passed. Unanswered calls and
     /// appends fail when it returns.
@@ -279,7 +308,15 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
         mut self,
         mut inputs: impl Stream<Item = ExecutorInput> + Unpin,
     ) -> Result<(), Fatal> {
-        let result = self.run_loop(&mut inputs).await;
+        let latest = self.raft.borrow().log_view().latest_snapshot();
+        let result = match latest.filter(|id| self.load_at_start && id.offset > 0) {
+            Some(id) => self.load_snapshot(id).await,
+            None => Ok(()),
+        };
+        let result = match result {
+            Ok(()) => self.run_loop(&mut inputs).await,
+            Err(e) => Err(e),
+        };
         if let Err(e) = &result {
             error!(error = %e, "raft stopped");
         }
@@ -287,6 +324,9 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
             for w in waiters {
                 let _ = w.send(Err(ClientError::LeadershipLost(offset)));
             }
+        }
+        for (_, fence) in self.fences.drain() {
+            let _ = fence.send(Err(ClientError::Stopped));
         }
         result
     }
@@ -398,7 +438,15 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
                 Ok(response) => self.step(Input::Response { id, response }),
                 Err(failure) => self.step(Input::Failure { id, failure }),
             },
-            ExecutorInput::Append { batch, reply } => {
+            ExecutorInput::Append {
+                batch,
+                check,
+                reply,
+            } => {
+                if let Err(e) = self.check_append(check) {
+                    let _ = reply.send(Err(e));
+                    return;
+                }
                 let appended = self.raft.borrow_mut().append(batch);
                 match appended {
                     Ok((_, last)) => self.commits.entry(last).or_default().push(reply),
@@ -410,9 +458,23 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
                     }
                 }
             }
+            ExecutorInput::ReadFence { reply } => {
+                let id = self.next_fence;
+                self.next_fence += 1;
+                self.fences.insert(id, reply);
+                self.raft.borrow_mut().read_fence(id);
+            }
+            ExecutorInput::Local { request, reply } => {
+                let token = self.wire.next_token();
+                self.local.insert(token, reply);
+                self.step(Input::Request { token, request });
+            }
+            ExecutorInput::Describe { reply } => {
+                let _ = reply.send(self.quorum_status());
+            }
             ExecutorInput::Listen(mut listener) => {
                 let raft = self.raft.borrow();
-                listener.handle_leader_change(LeaderAndEpoch {
+                listener.leader_change(LeaderAndEpoch {
                     leader_id: raft.leader_id(),
                     epoch: raft.epoch(),
                 });
@@ -439,8 +501,112 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
 }
 
 impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
+    /// `append_with`'s conditions, against the core as it is now.
+    fn check_append(&self, check: AppendCheck) -> Result<(), ClientError> {
+        let raft = self.raft.borrow();
+        if !raft.is_leader() {
+            return Err(ClientError::NotLeader {
+                epoch: raft.epoch(),
+                leader: raft.leader_id(),
+            });
+        }
+        if let Some(required) = check.epoch.filter(|e| *e != raft.epoch()) {
+            return Err(ClientError::EpochMismatch {
+                required,
+                current: raft.epoch(),
+            });
+        }
+        let actual = raft.log_end_offset();
+        if let Some(required) = check.base_offset.filter(|o| *o != actual) {
+            return Err(ClientError::UnexpectedBaseOffset { required, actual });
+        }
+        Ok(())
+    }
+
+    fn quorum_status(&self) -> QuorumStatus {
+        let raft = self.raft.borrow();
+        QuorumStatus {
+            local: raft.local(),
+            epoch: raft.epoch(),
+            leader_id: raft.leader_id(),
+            state: raft.state_name(),
+            high_watermark: raft.high_watermark(),
+            log_end_offset: raft.log_end_offset(),
+            voters: raft.voters().voters().iter().map(|v| v.key).collect(),
+            replicas: raft.describe_quorum(),
+        }
+    }
+
+    /// Answers the read fences the core settled.
+    fn settle_fences(&mut self) {
+        let outcomes = self.raft.borrow_mut().take_fence_outcomes();
+        for (id, outcome) in outcomes {
+            let Some(reply) = self.fences.remove(&id) else {
+                continue;
+            };
+            let answer = match outcome {
+                crate::raft::FenceOutcome::Ready(hwm) => Ok(hwm),
+                crate::raft::FenceOutcome::NotLeader { epoch, leader } => {
+                    Err(ClientError::NotLeader { epoch, leader })
+                }
+            };
+            let _ = reply.send(answer);
+        }
+    }
+
+    /// Streams snapshot `id` into the state machines: begin, every batch, end. Read through
+    /// the storage a chunk at a time, so a large snapshot is never in memory whole.
+    async fn load_snapshot(&mut self, id: OffsetAndEpoch) -> Result<(), Fatal> {
+        self.probe.delivered.set(id.offset);
+        if self.listeners.is_empty() {
+            return Ok(());
+        }
+        for l in &mut self.listeners {
+            l.load_snapshot_begin(id);
+        }
+        let unreadable = |e: String| Fatal(format!("cannot load snapshot {id:?}: {e}"));
+        let mut pending: Vec<u8> = Vec::new();
+        let mut position = 0u64;
+        loop {
+            let chunk = self
+                .storage
+                .read_snapshot(id, position, SNAPSHOT_LOAD_CHUNK_BYTES)
+                .await
+                .map_err(|e| unreadable(e.0))?;
+            let Some(chunk) = chunk.filter(|c| !c.is_empty()) else {
+                break;
+            };
+            position += chunk.len() as u64;
+            pending.extend_from_slice(&chunk);
+            let mut used = 0;
+            while let Ok(size) = crate::records::batch::batch_size(&pending[used..]) {
+                if pending.len() - used < size {
+                    break;
+                }
+                let bytes = Bytes::copy_from_slice(&pending[used..used + size]);
+                let batch = CommittedBatch::new(bytes).map_err(unreadable)?;
+                for l in &mut self.listeners {
+                    l.load_snapshot_batch(&batch);
+                }
+                used += size;
+            }
+            pending.drain(..used);
+        }
+        if !pending.is_empty() {
+            return Err(unreadable(format!(
+                "{} bytes of a torn batch at its end",
+                pending.len()
+            )));
+        }
+        for l in &mut self.listeners {
+            l.load_snapshot_end(id);
+        }
+        Ok(())
+    }
+
     /// Takes every Ready the core has and begins it (see the module doc).
     async fn drain_readys(&mut self) -> Result<(), Fatal> {
+        self.settle_fences();
         loop {
             let ready = self.raft.borrow_mut().ready();
             let Some(ready) = ready else { break };
@@ -553,14 +719,11 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
                 }
             }
             for l in &mut self.listeners {
-                l.handle_leader_change(leader);
+                l.leader_change(leader);
             }
         }
         if let Some(id) = load_snapshot {
-            self.probe.delivered.set(id.offset);
-            for l in &mut self.listeners {
-                l.handle_load_snapshot(id);
-            }
+            self.load_snapshot(id).await?;
         }
         if let Some(hwm) = high_watermark {
             self.deliver_committed(hwm).await?;
@@ -600,8 +763,12 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
             if committed.is_empty() {
                 break;
             }
-            for l in &mut self.listeners {
-                l.handle_commit(&committed);
+            for bytes in committed {
+                let batch = CommittedBatch::new(bytes)
+                    .map_err(|e| Fatal(format!("an unreadable committed batch at {from}: {e}")))?;
+                for l in &mut self.listeners {
+                    l.apply(&batch);
+                }
             }
         }
         Ok(())
@@ -619,6 +786,10 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
                 token,
                 mut response,
             } => {
+                if let Some(reply) = self.local.remove(&token) {
+                    let _ = reply.send(response);
+                    return;
+                }
                 let data = self.response_data(&mut response).await;
                 if !self.wire.answer(token, &response, &data) {
                     self.transport.send_response(token, response, data);

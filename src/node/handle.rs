@@ -1,40 +1,86 @@
 //! What the rest of the node and the application see of the raft shard: `RaftHandle`, a cheap
-//! `Send` handle any shard can hold; `RaftListener`, what the application hears; `ClientError`,
-//! why an application request failed; and `ExecutorInput`, everything that reaches the
-//! executor's loop.
+//! `Send` handle any shard or thread can hold (re-exported as `ringraft::RaftHandle`, the
+//! embedding API: see `crate::embed`); `ClientError`, why an application request failed; and
+//! `ExecutorInput`, everything that reaches the executor's loop.
 
-use bytes::Bytes;
+#![deny(missing_docs)]
+
 use futures_channel::{mpsc, oneshot};
 
+use crate::embed::{QuorumStatus, StateMachine};
 use crate::net::dispatch::RaftCall;
 use crate::net::frame_out::SharedFrame;
-use crate::raft::{Failure, LeaderAndEpoch, OffsetAndEpoch, Request, RequestId, Response, Token};
+use crate::raft::message::{AddVoterRequest, RemoveVoterRequest, UpdateVoterRequest};
+use crate::raft::Token;
+use crate::raft::{Endpoint, Failure, OffsetAndEpoch, ReplicaKey, Request, RequestId, Response};
 use crate::records::builder::BatchBuilder;
-
-/// What the application hears about (Kafka's `RaftClient.Listener`). Runs on the raft shard;
-/// `Send` only so that it can be handed over from another shard.
-pub trait RaftListener: Send {
-    /// Committed batches, in order, each a whole v2 batch (control batches included).
-    fn handle_commit(&mut self, batches: &[Bytes]);
-    /// The log was replaced by snapshot `id` (a follower that fell behind the log start).
-    fn handle_load_snapshot(&mut self, id: OffsetAndEpoch);
-    fn handle_leader_change(&mut self, leader: LeaderAndEpoch);
-}
 
 /// Why an application request failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ClientError {
-    #[error("not the leader (epoch {epoch}, leader {leader:?})")]
-    NotLeader { epoch: i32, leader: Option<i32> },
+    /// This node does not lead; `leader` is the one it knows for `epoch`, if any. Nothing was
+    /// written: the call can be retried at the leader.
+    #[error("not the leader (epoch {epoch}, leader {})", fmt_leader(.leader))]
+    NotLeader {
+        /// The epoch this node is in.
+        epoch: i32,
+        /// Its leader, if known.
+        leader: Option<i32>,
+    },
+    /// This node lost the leadership after the batch ending at this offset was appended and
+    /// before it was known to be committed: it may or may not commit.
     #[error("leadership was lost before offset {0} committed; it may or may not commit")]
     LeadershipLost(i64),
+    /// `append_with` named an epoch this node does not lead (Kafka's `scheduleAtomicAppend`
+    /// throws NotLeaderException here). Nothing was written.
+    #[error("the append required epoch {required}, but this node leads epoch {current}")]
+    EpochMismatch {
+        /// The epoch the append named.
+        required: i32,
+        /// The epoch this node leads.
+        current: i32,
+    },
+    /// `append_with` named a base offset other than the log's end. Nothing was written.
+    #[error("the append required base offset {required}, but the log ends at {actual}")]
+    UnexpectedBaseOffset {
+        /// The base offset the append named.
+        required: i64,
+        /// The log's end offset.
+        actual: i64,
+    },
+    /// The request itself is wrong (no records, a batch that does not parse, a snapshot
+    /// offset that is not a committed batch boundary); nothing was done.
     #[error("invalid records: {0}")]
     Invalid(String),
+    /// A membership call the leader refused, with Kafka's error name and message.
+    #[error("{code}: {message}")]
+    Refused {
+        /// Kafka's error name, e.g. `VOTER_ALREADY_EXISTS`.
+        code: String,
+        /// The leader's explanation.
+        message: String,
+    },
+    /// The node has stopped (or is stopping); the outcome of an append in flight is unknown.
     #[error("the raft shard has stopped")]
     Stopped,
 }
 
-/// Everything that reaches the executor's loop.
+fn fmt_leader(leader: &Option<i32>) -> String {
+    leader.map_or_else(|| "unknown".into(), |l| l.to_string())
+}
+
+/// Conditions an append must meet when it reaches the raft shard (`RaftHandle::append_with`),
+/// like the `epoch` and `requiredBaseOffset` of Kafka's `scheduleAtomicAppend`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AppendCheck {
+    /// Append only while leading this epoch.
+    pub epoch: Option<i32>,
+    /// Append only if the batch's first offset would be this one.
+    pub base_offset: Option<i64>,
+}
+
+/// Everything that reaches the executor's loop (the node's plumbing, and the simulator's).
+#[doc(hidden)]
 pub enum ExecutorInput {
     /// A decoded request from a connection: Raft RPCs go to the core, admin RPCs are answered
     /// by the executor; the reply is the whole response frame (`None`: close the connection).
@@ -44,10 +90,7 @@ pub enum ExecutorInput {
     },
     /// A request already in the core's form, answered through the transport by `token` (the
     /// simulator's network).
-    Request {
-        token: Token,
-        request: Request,
-    },
+    Request { token: Token, request: Request },
     /// Replicas' positions a fetch shard validated (`raft::serve::Progress`); `reply`, when
     /// given, hears the high watermark once they are counted.
     FetchProgress {
@@ -67,9 +110,24 @@ pub enum ExecutorInput {
     /// The leader appends `batch` (whole v2 batches, offsets assigned here).
     Append {
         batch: Vec<u8>,
+        check: AppendCheck,
         reply: oneshot::Sender<Result<i64, ClientError>>,
     },
-    Listen(Box<dyn RaftListener>),
+    /// A state machine that hears from now on (`RaftHandle::register`).
+    Listen(Box<dyn StateMachine>),
+    /// A read fence (`RaftHandle::read_fence`).
+    ReadFence {
+        reply: oneshot::Sender<Result<i64, ClientError>>,
+    },
+    /// A membership request from the application, answered with the core's response.
+    Local {
+        request: Request,
+        reply: oneshot::Sender<Response>,
+    },
+    /// What this node knows of the quorum (`RaftHandle::describe_quorum`).
+    Describe {
+        reply: oneshot::Sender<QuorumStatus>,
+    },
     /// Write a snapshot covering the log below `offset`, from the batches of values `parts`
     /// streams (`SnapshotWriter`).
     Snapshot {
@@ -87,7 +145,10 @@ pub enum SnapshotPart {
     /// One batch of records.
     Values(Vec<Vec<u8>>),
     /// The end; `delete_log_before` then drops the log below the snapshot (docs/raft.md §11.5).
-    Finish { delete_log_before: bool },
+    Finish {
+        /// Drop the log below the snapshot once it is durable.
+        delete_log_before: bool,
+    },
 }
 
 /// Batches of a snapshot in flight to the raft shard: at most this many wait at once, so an
@@ -140,6 +201,9 @@ pub struct RaftHandle {
 }
 
 impl RaftHandle {
+    /// A handle and the executor's end of its channel (the node and the simulator build
+    /// executors with these; an embedder gets its handle from `RunningNode::handle`).
+    #[doc(hidden)]
     pub fn channel() -> (RaftHandle, mpsc::UnboundedReceiver<ExecutorInput>) {
         let (tx, rx) = mpsc::unbounded();
         (RaftHandle { tx }, rx)
@@ -156,8 +220,12 @@ impl RaftHandle {
             .map_err(|_| ClientError::Stopped)
     }
 
-    /// Appends one batch holding `values` as leader. Resolves with the batch's last offset
-    /// once it is committed, or with an error when this node is not (or stops being) leader.
+    /// Appends one batch holding `values` as leader, stamped `timestamp_ms`.
+    ///
+    /// Durability: resolves with the batch's last offset once a majority of the voters has
+    /// it on disk (the high watermark passed it). `NotLeader`: nothing was written.
+    /// `LeadershipLost`: the batch may or may not commit; a new leader decides, and the
+    /// state machine hears it if it does.
     pub async fn append(&self, values: &[&[u8]], timestamp_ms: i64) -> Result<i64, ClientError> {
         if values.is_empty() {
             return Err(ClientError::Invalid("no records".into()));
@@ -166,10 +234,128 @@ impl RaftHandle {
         for value in values {
             builder.append(None, Some(value));
         }
+        self.append_batch(builder.finish(), AppendCheck::default())
+            .await
+    }
+
+    /// `append` with conditions checked on the raft shard, atomically with the append: a
+    /// controller that computed its records from the state of epoch `e` at offset `o` passes
+    /// both, and never writes them under a newer leader's epoch or after someone else's batch.
+    pub async fn append_with(
+        &self,
+        values: &[&[u8]],
+        timestamp_ms: i64,
+        check: AppendCheck,
+    ) -> Result<i64, ClientError> {
+        if values.is_empty() {
+            return Err(ClientError::Invalid("no records".into()));
+        }
+        let mut builder = BatchBuilder::new(0, 0, timestamp_ms, false);
+        for value in values {
+            builder.append(None, Some(value));
+        }
+        self.append_batch(builder.finish(), check).await
+    }
+
+    /// Appends a v2 batch the caller built (`ringraft::BatchBuilder`, or any valid v2 batch
+    /// with its offsets and epoch left for the leader to assign). The bytes move to the raft
+    /// shard as they are: no copy before the log's own. Same durability as `append`.
+    pub async fn append_batch(
+        &self,
+        batch: Vec<u8>,
+        check: AppendCheck,
+    ) -> Result<i64, ClientError> {
         let (reply, answer) = oneshot::channel();
-        let batch = builder.finish();
-        self.send(ExecutorInput::Append { batch, reply })?;
+        self.send(ExecutorInput::Append {
+            batch,
+            check,
+            reply,
+        })?;
         answer.await.map_err(|_| ClientError::Stopped)?
+    }
+
+    /// A read fence, for linearizable reads (see `crate::raft::fence`): resolves with an
+    /// offset once this node leads, has committed a batch in its epoch, and a majority of the
+    /// voters followed it after the call. A read that then waits until its state machine has
+    /// applied everything below that offset sees every write that completed before the read
+    /// began. Fails with `NotLeader` when this node does not lead, or stops leading first.
+    pub async fn read_fence(&self) -> Result<i64, ClientError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(ExecutorInput::ReadFence { reply })?;
+        answer.await.map_err(|_| ClientError::Stopped)?
+    }
+
+    /// What this node knows of the quorum now; the replicas' progress only on the leader
+    /// (DescribeQuorum's answer).
+    pub async fn describe_quorum(&self) -> Result<QuorumStatus, ClientError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(ExecutorInput::Describe { reply })?;
+        answer.await.map_err(|_| ClientError::Stopped)
+    }
+
+    /// Adds `voter` (an observer that has caught up) listening on `listeners`, as
+    /// AddRaftVoter does (docs/membership.md §4). Call it on the leader; resolves once the new
+    /// voter set is committed.
+    pub async fn add_voter(
+        &self,
+        voter: ReplicaKey,
+        listeners: Vec<Endpoint>,
+    ) -> Result<(), ClientError> {
+        let request = Request::AddVoter(AddVoterRequest {
+            cluster_id: None,
+            timeout_ms: 30_000,
+            voter,
+            listeners,
+            ack_when_committed: true,
+        });
+        self.membership(request).await
+    }
+
+    /// Removes `voter`, as RemoveRaftVoter does (docs/membership.md §5). Call it on the
+    /// leader; resolves once the new voter set is committed.
+    pub async fn remove_voter(&self, voter: ReplicaKey) -> Result<(), ClientError> {
+        let request = Request::RemoveVoter(RemoveVoterRequest {
+            cluster_id: None,
+            voter,
+        });
+        self.membership(request).await
+    }
+
+    /// Updates `voter`'s listeners and supported kraft.version range, as UpdateRaftVoter does
+    /// (docs/membership.md §6). Call it on the leader; resolves once the leader accepted it.
+    pub async fn update_voter(
+        &self,
+        voter: ReplicaKey,
+        listeners: Vec<Endpoint>,
+        kraft_versions: (i16, i16),
+    ) -> Result<(), ClientError> {
+        let status = self.describe_quorum().await?;
+        let request = Request::UpdateVoter(UpdateVoterRequest {
+            cluster_id: None,
+            current_leader_epoch: status.epoch,
+            voter,
+            listeners,
+            kraft_min: kraft_versions.0,
+            kraft_max: kraft_versions.1,
+        });
+        self.membership(request).await
+    }
+
+    async fn membership(&self, request: Request) -> Result<(), ClientError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(ExecutorInput::Local { request, reply })?;
+        let (error, message) = match answer.await.map_err(|_| ClientError::Stopped)? {
+            Response::AddVoter(r) | Response::RemoveVoter(r) => (r.error, r.message),
+            Response::UpdateVoter(r) => (r.error, None),
+            other => return Err(ClientError::Invalid(format!("unexpected answer {other:?}"))),
+        };
+        if error == crate::protocol::ErrorCode::NONE {
+            return Ok(());
+        }
+        Err(ClientError::Refused {
+            code: error.name().to_string(),
+            message: message.unwrap_or_default(),
+        })
     }
 
     /// Starts a snapshot of the state below `offset` (a committed batch boundary), as a state
@@ -207,10 +393,11 @@ impl RaftHandle {
         writer.finish(delete_log_before).await
     }
 
-    /// Registers a listener. It hears the current leader at once, then every commit,
-    /// snapshot load and leader change.
-    pub fn register_listener(&self, listener: Box<dyn RaftListener>) -> Result<(), ClientError> {
-        self.send(ExecutorInput::Listen(listener))
+    /// Registers a state machine from now on: it hears the current leader at once, then every
+    /// commit not yet delivered, snapshot load and leader change. One given to
+    /// `Node::builder(…).state_machine(…)` instead hears everything from the start.
+    pub fn register(&self, machine: Box<dyn StateMachine>) -> Result<(), ClientError> {
+        self.send(ExecutorInput::Listen(machine))
     }
 
     /// Asks the executor to stop gracefully.
@@ -222,6 +409,7 @@ impl RaftHandle {
 impl RaftHandle {
     /// Answers a Raft or admin RPC on the raft shard; `None` means close the connection (the
     /// node is stopping).
+    #[doc(hidden)]
     pub async fn call(&self, call: RaftCall) -> Option<SharedFrame> {
         let (reply, answer) = oneshot::channel();
         self.send(ExecutorInput::Call { call, reply }).ok()?;

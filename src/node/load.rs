@@ -26,8 +26,9 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use tracing::{info, warn};
 
-use super::handle::{RaftHandle, RaftListener};
+use super::handle::RaftHandle;
 use super::unix_millis;
+use crate::embed::{CommittedBatch, StateMachine};
 use crate::net::stop::StopSignal;
 use crate::raft::{LeaderAndEpoch, OffsetAndEpoch};
 
@@ -60,10 +61,11 @@ struct Leadership {
     local_id: i32,
 }
 
-impl RaftListener for Leadership {
-    fn handle_commit(&mut self, _batches: &[bytes::Bytes]) {}
-    fn handle_load_snapshot(&mut self, _id: OffsetAndEpoch) {}
-    fn handle_leader_change(&mut self, leader: LeaderAndEpoch) {
+impl StateMachine for Leadership {
+    fn apply(&mut self, _batch: &CommittedBatch) {}
+    fn load_snapshot_begin(&mut self, _id: OffsetAndEpoch) {}
+    fn load_snapshot_batch(&mut self, _batch: &CommittedBatch) {}
+    fn leader_change(&mut self, leader: LeaderAndEpoch) {
         self.leading
             .store(leader.leader_id == Some(self.local_id), Ordering::SeqCst);
         self.epoch.store(leader.epoch, Ordering::SeqCst);
@@ -107,7 +109,7 @@ pub async fn run(spec: LoadSpec, handle: RaftHandle, local_id: i32, stop: StopSi
         epoch: epoch.clone(),
         local_id,
     };
-    if handle.register_listener(Box::new(listener)).is_err() {
+    if handle.register(Box::new(listener)).is_err() {
         return;
     }
     let acks = spec

@@ -78,6 +78,8 @@ struct ShardContext {
     raft_inputs: Arc<Mutex<Option<RaftInputs>>>,
     raft_setup: RaftSetup,
     load: Option<load::LoadSpec>,
+    /// The application's state machine, taken once by the raft shard.
+    machine: Arc<Mutex<Option<Box<dyn crate::embed::StateMachine>>>>,
     /// The log's rewrite counter (`crate::fetch`), shared by the raft shard and the serving
     /// shards.
     generation: crate::fetch::Generation,
@@ -127,15 +129,18 @@ impl Wires {
     }
 }
 
-/// Runs the node until SIGTERM/SIGINT. `embedded` means the built-in default config, which
-/// formats its directory on first start.
-pub fn run(
+/// Starts a node (`crate::embed::NodeBuilder::start` is the public way in): checks the
+/// machine, prepares the storage (`format`), binds the listeners and starts the shards on a
+/// thread of their own, which the returned handle joins. `stop` set stops it. `machine`, if
+/// any, hears everything from the start.
+pub(crate) fn start(
     config: ServerConfig,
     tuning: Tuning,
-    embedded: bool,
+    format: storage::Format,
     load: Option<load::LoadSpec>,
-) -> Result<(), NodeError> {
-    init_tracing();
+    machine: Option<Box<dyn crate::embed::StateMachine>>,
+    stop_flag: Arc<AtomicBool>,
+) -> Result<(RaftHandle, std::thread::JoinHandle<Result<(), NodeError>>), NodeError> {
     let span = info_span!("ringraft", node = config.node_id, shard = "main");
     let _enter = span.enter();
     for key in &config.unknown_keys {
@@ -143,7 +148,7 @@ pub fn run(
     }
     let io_memory = tuning.io_memory_kib * 1024;
     preflight::check(tuning.shards.len(), io_memory).map_err(|e| NodeError(e.to_string()))?;
-    let identity = storage::prepare(&config, embedded)?;
+    let identity = storage::prepare(&config, &format)?;
     info!(
         cluster_id = %identity.meta.cluster_id,
         directory_id = %identity.directory_id(),
@@ -158,27 +163,44 @@ pub fn run(
         bound.push((addr, Arc::new(listener)));
     }
     let setup = raft_setup(&config, &identity.meta)?;
-    let stop_flag = register_signals()?;
     let listeners: Vec<_> = bound.iter().map(|(_, l)| l.clone()).collect();
-    let shards = spawn_shards(&config, &tuning, bound, setup, load, stop_flag)?;
-    let result = join_shards(shards);
-    for listener in listeners {
-        // Every shard has stopped: the port is released now, not at ring teardown.
-        if let Err(e) = crate::sys::shutdown_listener(&listener) {
-            warn!(error = %e, "cannot shut the listener down");
-        }
-    }
-    drop(identity); // releases the directory lock
-    if result.is_ok() {
-        info!("stopped");
-    }
-    result
+    let (raft, inputs) = RaftHandle::channel();
+    let shards = spawn_shards(
+        &config,
+        &tuning,
+        bound,
+        setup,
+        stop_flag,
+        (raft.clone(), inputs),
+        (load, machine),
+    )?;
+    let span = span.clone();
+    let thread = std::thread::Builder::new()
+        .name("ringraft-join".into())
+        .spawn(move || {
+            let _enter = span.enter();
+            let result = join_shards(shards);
+            for listener in listeners {
+                // Every shard has stopped: the port is released now, not at ring teardown.
+                if let Err(e) = crate::sys::shutdown_listener(&listener) {
+                    warn!(error = %e, "cannot shut the listener down");
+                }
+            }
+            drop(identity); // releases the directory lock
+            if result.is_ok() {
+                info!("stopped");
+            }
+            result
+        })
+        .map_err(|e| NodeError(format!("cannot start the node's thread: {e}")))?;
+    Ok((raft, thread))
 }
 
 /// Info and above unless `RUST_LOG` says otherwise.
 const DEFAULT_LOG_FILTER: &str = "info";
 
-fn init_tracing() {
+/// The binary's subscriber: stderr, ANSI colours on a terminal, `RUST_LOG` filters.
+pub(crate) fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
     let _ = tracing_subscriber::fmt()
@@ -308,7 +330,7 @@ fn raft_setup(
     })
 }
 
-fn register_signals() -> Result<Arc<AtomicBool>, NodeError> {
+pub(crate) fn register_signals() -> Result<Arc<AtomicBool>, NodeError> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let flag = Arc::new(AtomicBool::new(false));
     for signal in [SIGTERM, SIGINT] {
@@ -328,11 +350,14 @@ fn spawn_shards(
     tuning: &Tuning,
     listen: Vec<(SocketAddr, Arc<std::net::TcpListener>)>,
     raft_setup: RaftSetup,
-    load: Option<load::LoadSpec>,
     stop_flag: Arc<AtomicBool>,
+    (raft, inputs): (RaftHandle, RaftInputs),
+    (load, machine): (
+        Option<load::LoadSpec>,
+        Option<Box<dyn crate::embed::StateMachine>>,
+    ),
 ) -> Result<Vec<ShardHandle>, NodeError> {
     let n = tuning.shards.len();
-    let (raft, inputs) = RaftHandle::channel();
     let (started_tx, started_rx) = mpsc::channel();
     let base = ShardContext {
         partition_dir: crate::log::layout::partition_dir(&config.metadata_dir()),
@@ -363,6 +388,7 @@ fn spawn_shards(
         raft_inputs: Arc::new(Mutex::new(Some(inputs))),
         raft_setup,
         load,
+        machine: Arc::new(Mutex::new(machine)),
         generation: crate::fetch::Generation::default(),
         wires: Arc::new(Mutex::new(Wires::new(tuning))),
     };
@@ -538,6 +564,9 @@ async fn shard_body(mut ctx: ShardContext) -> Result<(), String> {
         }
         let publisher = publish::NodePublisher::new(log.clone(), ctx.generation.clone(), targets);
         executor.set_publisher(Box::new(publisher));
+        if let Some(machine) = ctx.machine.lock().ok().and_then(|mut m| m.take()) {
+            executor.set_state_machine(machine);
+        }
         // A stop of the shard becomes a graceful stop of the executor.
         let (handle, watch) = (ctx.raft.clone(), stop.clone());
         glommio::spawn_local(async move {

@@ -26,13 +26,27 @@ impl Identity {
     }
 }
 
-pub fn prepare(config: &ServerConfig, embedded: bool) -> Result<Identity, NodeError> {
+/// What `prepare` does with a directory that is not formatted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Format {
+    /// Refuse it, naming the command that formats it.
+    Never,
+    /// Format it for a new random cluster id (the embedded default's first start).
+    Random,
+    /// Format it for this cluster id (`NodeBuilder::format_if_empty`).
+    Cluster(String),
+}
+
+pub fn prepare(config: &ServerConfig, format: &Format) -> Result<Identity, NodeError> {
     let dir = config.metadata_dir();
     let shown = dir.display();
     let meta = match MetaProperties::read(&dir) {
         Ok(meta) => meta,
-        Err(MetaError::Missing(_)) if embedded => {
-            let cluster_id = uuid_to_kafka_string(&random_kafka_uuid());
+        Err(MetaError::Missing(_)) if *format != Format::Never => {
+            let cluster_id = match format {
+                Format::Cluster(id) => id.clone(),
+                _ => uuid_to_kafka_string(&random_kafka_uuid()),
+            };
             let meta = MetaProperties::format_new(&dir, &cluster_id, config.node_id)
                 .map_err(|e| NodeError(format!("cannot format {shown}: {e}")))?;
             info!(dir = %shown, cluster_id = %cluster_id, "formatted on first start");

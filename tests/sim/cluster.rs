@@ -969,7 +969,14 @@ impl Cluster {
             builder.append(None, Some(&self.appended_values.to_be_bytes()));
             let (reply, _) = futures_channel::oneshot::channel();
             let batch = builder.finish();
-            self.input(i as i32, ExecutorInput::Append { batch, reply })?;
+            self.input(
+                i as i32,
+                ExecutorInput::Append {
+                    batch,
+                    check: Default::default(),
+                    reply,
+                },
+            )?;
         }
         Ok(())
     }

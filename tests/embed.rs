@@ -1,0 +1,265 @@
+//! The embedding API from outside the crate: three nodes in this one process, each with its
+//! own state machine, through `ringraft::Node::builder` and the handle alone.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_lite::future::block_on;
+use ringraft::embed::LeaderAndEpoch;
+use ringraft::{
+    AppendCheck, ClientError, CommittedBatch, Node, OffsetAndEpoch, RaftHandle, RunningNode,
+    ServerConfig, StateMachine,
+};
+
+/// What a state machine saw: the values of the data records, in order, and the snapshots it
+/// loaded.
+#[derive(Default)]
+struct Seen {
+    values: Vec<Vec<u8>>,
+    /// Every offset below this was applied.
+    applied: i64,
+    loaded: Vec<OffsetAndEpoch>,
+    leader: Option<LeaderAndEpoch>,
+}
+
+struct Recorder(Arc<Mutex<Seen>>);
+
+impl StateMachine for Recorder {
+    fn apply(&mut self, batch: &CommittedBatch) {
+        let mut seen = self.0.lock().unwrap();
+        assert_eq!(
+            batch.base_offset(),
+            seen.applied,
+            "batches arrive in order, each once"
+        );
+        if !batch.is_control() {
+            for record in batch.records() {
+                let record = record.expect("a committed batch parses");
+                assert!(
+                    record.offset >= batch.base_offset() && record.offset <= batch.last_offset()
+                );
+                seen.values.push(record.value.unwrap_or_default().to_vec());
+            }
+        }
+        seen.applied = batch.last_offset() + 1;
+    }
+
+    fn leader_change(&mut self, leader: LeaderAndEpoch) {
+        self.0.lock().unwrap().leader = Some(leader);
+    }
+
+    fn load_snapshot_begin(&mut self, _id: OffsetAndEpoch) {
+        self.0.lock().unwrap().values.clear();
+    }
+
+    fn load_snapshot_batch(&mut self, batch: &CommittedBatch) {
+        if batch.is_control() {
+            return;
+        }
+        let mut seen = self.0.lock().unwrap();
+        for record in batch.records() {
+            seen.values
+                .push(record.unwrap().value.unwrap_or_default().to_vec());
+        }
+    }
+
+    fn load_snapshot_end(&mut self, id: OffsetAndEpoch) {
+        let mut seen = self.0.lock().unwrap();
+        seen.applied = id.offset;
+        seen.loaded.push(id);
+    }
+}
+
+struct Member {
+    id: i32,
+    dir: common::TempDir,
+    seen: Arc<Mutex<Seen>>,
+    node: Option<RunningNode>,
+}
+
+const CLUSTER_ID: &str = "ZW1iZWRkZWQtcXVvcnVtAA";
+
+fn start(id: i32, dir: &common::TempDir, voters: &str, seen: Arc<Mutex<Seen>>) -> RunningNode {
+    let port = voters
+        .split(',')
+        .find_map(|v| v.strip_prefix(&format!("{id}@127.0.0.1:")))
+        .unwrap();
+    let properties = format!(
+        "node.id={id}\nprocess.roles=controller\ncontroller.quorum.voters={voters}\n\
+         listeners=CONTROLLER://127.0.0.1:{port}\ncontroller.listener.names=CONTROLLER\n\
+         metadata.log.dir={}\n",
+        dir.path().display()
+    );
+    let config = ServerConfig::parse(&properties).expect("a valid config");
+    Node::builder(config)
+        .state_machine(Recorder(seen))
+        .format_if_empty(CLUSTER_ID)
+        .start()
+        .expect("the node starts")
+}
+
+fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn leader_of(members: &[Member]) -> Option<i32> {
+    let first = members.iter().find_map(|m| m.node.as_ref())?;
+    let status = block_on(first.handle().describe_quorum()).ok()?;
+    status.leader_id
+}
+
+fn handle(members: &[Member], id: i32) -> RaftHandle {
+    members[(id - 1) as usize].node.as_ref().unwrap().handle()
+}
+
+#[test]
+fn three_embedded_nodes_replicate_fence_reads_and_restart_from_a_snapshot() {
+    let ports: Vec<u16> = (0..3).map(|_| common::free_port()).collect();
+    let voters = (1..=3)
+        .map(|id| format!("{id}@127.0.0.1:{}", ports[id - 1]))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut members: Vec<Member> = (1..=3)
+        .map(|id| {
+            let dir = common::TempDir::new(&format!("embed-{id}"));
+            let seen = Arc::new(Mutex::new(Seen::default()));
+            let node = start(id, &dir, &voters, seen.clone());
+            Member {
+                id,
+                dir,
+                seen,
+                node: Some(node),
+            }
+        })
+        .collect();
+
+    let leader = wait_for("a leader", || leader_of(&members));
+    let follower = members
+        .iter()
+        .map(|m| m.id)
+        .find(|id| *id != leader)
+        .unwrap();
+    let lh = handle(&members, leader);
+    let fh = handle(&members, follower);
+
+    // Appends resolve with the committed offset, in order.
+    let mut last = -1;
+    for i in 0..100 {
+        let value = format!("v{i}");
+        let offset = block_on(lh.append(&[value.as_bytes()], 0)).expect("the leader appends");
+        assert!(offset > last);
+        last = offset;
+    }
+    // A follower refuses, naming the leader; nothing is written.
+    match block_on(fh.append(&[b"no"], 0)) {
+        Err(ClientError::NotLeader { leader: l, .. }) => assert_eq!(l, Some(leader)),
+        other => panic!("a follower's append: {other:?}"),
+    }
+    // The atomic-append checks.
+    let status = block_on(lh.describe_quorum()).unwrap();
+    assert_eq!(status.state, "Leader");
+    assert_eq!(status.voters.len(), 3);
+    let replicas = status.replicas.expect("the leader describes its replicas");
+    assert_eq!(replicas.voters.len(), 3);
+    let wrong_epoch = AppendCheck {
+        epoch: Some(status.epoch + 1),
+        base_offset: None,
+    };
+    assert!(matches!(
+        block_on(lh.append_with(&[b"no"], 0, wrong_epoch)),
+        Err(ClientError::EpochMismatch { .. })
+    ));
+    let wrong_offset = AppendCheck {
+        epoch: Some(status.epoch),
+        base_offset: Some(status.log_end_offset + 7),
+    };
+    assert!(matches!(
+        block_on(lh.append_with(&[b"no"], 0, wrong_offset)),
+        Err(ClientError::UnexpectedBaseOffset { .. })
+    ));
+    let right = AppendCheck {
+        epoch: Some(status.epoch),
+        base_offset: Some(status.log_end_offset),
+    };
+    last = block_on(lh.append_with(&[b"v100"], 0, right)).expect("an atomic append");
+
+    // The read fence: on the leader, an offset covering every completed write.
+    let fenced = block_on(lh.read_fence()).expect("the leader's fence");
+    assert!(fenced > last, "the fence covers offset {last}: {fenced}");
+    assert!(matches!(
+        block_on(fh.read_fence()),
+        Err(ClientError::NotLeader { .. })
+    ));
+
+    // Every state machine hears the same 101 values, in order.
+    let want: Vec<Vec<u8>> = (0..=100).map(|i| format!("v{i}").into_bytes()).collect();
+    for m in &members {
+        wait_for("every node to apply the appends", || {
+            (m.seen.lock().unwrap().values == want).then_some(())
+        });
+        assert_eq!(
+            m.seen.lock().unwrap().leader.and_then(|l| l.leader_id),
+            Some(leader)
+        );
+    }
+
+    // The follower snapshots its state (streamed in two batches) and stops; the log below the
+    // snapshot goes.
+    let at = members[(follower - 1) as usize]
+        .seen
+        .lock()
+        .unwrap()
+        .applied;
+    let mut writer = fh
+        .snapshot_writer(at)
+        .expect("a snapshot at the applied offset");
+    let values: Vec<&[u8]> = want.iter().map(Vec::as_slice).collect();
+    block_on(writer.append(&values[..50])).unwrap();
+    block_on(writer.append(&values[50..])).unwrap();
+    let id = block_on(writer.finish(true)).expect("the snapshot is durable");
+    assert_eq!(id.offset, at);
+    let stopped = &mut members[(follower - 1) as usize];
+    stopped
+        .node
+        .take()
+        .unwrap()
+        .stop_and_join()
+        .expect("a clean stop");
+
+    // More writes while it is down, then it comes back with a fresh state machine: the
+    // snapshot first, then the log after it.
+    for i in 101..120 {
+        let value = format!("v{i}");
+        block_on(lh.append(&[value.as_bytes()], 0)).expect("two of three commit");
+    }
+    let fresh = Arc::new(Mutex::new(Seen::default()));
+    let m = &mut members[(follower - 1) as usize];
+    m.seen = fresh.clone();
+    m.node = Some(start(m.id, &m.dir, &voters, fresh.clone()));
+    let want: Vec<Vec<u8>> = (0..120).map(|i| format!("v{i}").into_bytes()).collect();
+    wait_for("the restarted node to catch up", || {
+        (fresh.lock().unwrap().values == want).then_some(())
+    });
+    assert_eq!(
+        fresh.lock().unwrap().loaded,
+        vec![id],
+        "loaded the snapshot at start"
+    );
+
+    for m in &mut members {
+        m.node
+            .take()
+            .unwrap()
+            .stop_and_join()
+            .expect("a clean stop");
+    }
+}
