@@ -1,0 +1,110 @@
+//! kv: a replicated key-value service on ringraft's embedding API, to copy from.
+//!
+//! Three of these make a three-voter quorum (see the README's "Embedding ringraft"):
+//!
+//! ```text
+//! PUT    /kv/<key>        body = value          → 200 (committed and applied)
+//! GET    /kv/<key>                             → 200 value | 404   (linearizable: read fence)
+//! GET    /kv/<key>?stale  any node, no fence    → 200 value | 404   (may be stale)
+//! POST   /cas/<key>       body = "<old>\n<new>" → 200 (swapped) | 409 (value was not <old>)
+//! DELETE /kv/<key>                             → 200
+//! GET    /status                               → leader, epoch, applied offset
+//! ```
+//! On a node that does not lead, writes and linearizable reads answer 421 with the leader's
+//! id in `X-Leader` (nothing was written). 503 means the outcome is unknown: the leadership
+//! was lost while the write was in flight, and it may or may not have committed.
+//!
+//! The state lives in memory. Every `--snapshot-every` records it is written to a snapshot
+//! through the streaming writer (and the log below it dropped); a replica that falls behind,
+//! or restarts, loads it back through the state machine's snapshot calls.
+//!
+//! The HTTP side is plain blocking std threads: an embedder does not have to use glommio.
+//! ringraft's handle is `Send`, and its futures can be awaited from any thread.
+
+mod http;
+mod state;
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::Parser;
+use ringraft::{Node, ServerConfig};
+
+#[derive(Parser, Debug)]
+#[command(about = "A replicated key-value service on ringraft")]
+struct Args {
+    /// This node's id (one of --voters).
+    #[arg(long)]
+    id: i32,
+    /// The voters, as Kafka's controller.quorum.voters: 1@127.0.0.1:19001,2@…
+    #[arg(long)]
+    voters: String,
+    /// Where the HTTP API listens.
+    #[arg(long)]
+    http: SocketAddr,
+    /// The metadata log directory (formatted on first start).
+    #[arg(long)]
+    dir: PathBuf,
+    /// The cluster id every node formats with (ringraft storage random-uuid makes one).
+    #[arg(long, default_value = "a2V5LXZhbHVlLXN0b3JlAA")]
+    cluster_id: String,
+    /// Snapshot the state every this many records (0: never).
+    #[arg(long, default_value_t = 1000)]
+    snapshot_every: u64,
+    /// A deliberately broken read path, for the linearizability checker to catch: GET serves
+    /// the local state on any node, without the read fence.
+    #[arg(long, hide = true)]
+    unsafe_local_reads: bool,
+}
+
+fn main() {
+    let args = Args::parse();
+    if let Err(e) = run(args) {
+        eprintln!("kv: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: Args) -> Result<(), String> {
+    let listen = args
+        .voters
+        .split(',')
+        .find_map(|v| {
+            let (id, addr) = v.split_once('@')?;
+            (id.trim().parse::<i32>().ok()? == args.id).then(|| addr.trim().to_string())
+        })
+        .ok_or_else(|| format!("--voters does not name node {}", args.id))?;
+    let properties = format!(
+        "node.id={id}\n\
+         process.roles=controller\n\
+         controller.quorum.voters={voters}\n\
+         listeners=CONTROLLER://{listen}\n\
+         controller.listener.names=CONTROLLER\n\
+         metadata.log.dir={dir}\n",
+        id = args.id,
+        voters = args.voters,
+        dir = args.dir.display(),
+    );
+    let config = ServerConfig::parse(&properties).map_err(|e| e.to_string())?;
+    let shared = Arc::new(state::Shared::default());
+    let (machine, snapshots) = state::Machine::new(shared.clone(), args.snapshot_every);
+    let node = Node::builder(config)
+        .state_machine(machine)
+        .format_if_empty(&args.cluster_id)
+        .handle_signals(true)
+        .init_logging(true)
+        .start()
+        .map_err(|e| e.to_string())?;
+    let handle = node.handle();
+    state::spawn_snapshotter(shared.clone(), handle.clone(), snapshots);
+    let listener =
+        TcpListener::bind(args.http).map_err(|e| format!("cannot listen on {}: {e}", args.http))?;
+    let service = Arc::new(http::Service {
+        shared,
+        raft: handle,
+        unsafe_local_reads: args.unsafe_local_reads,
+    });
+    std::thread::spawn(move || http::serve(listener, service));
+    node.join().map_err(|e| e.to_string())
+}
