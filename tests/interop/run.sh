@@ -9,6 +9,7 @@
 #   RINGRAFT_UPDATE_GOLDEN=1 tests/interop/run.sh   # refresh tests/golden/*.bin captures
 #   RINGRAFT_UPGRADE_RUNS=20 tests/interop/run.sh   # also upgrade 20 fresh static quorums
 #   CARGO_TARGET_DIR=/elsewhere tests/interop/run.sh # the ringraft binary is built (and taken) there
+#   LINCHECK_LONG=1 tests/interop/run.sh        # the linearizability run for 10 minutes, >= 30 kills
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -45,6 +46,7 @@ need javac openjdk-17-jdk-headless
 need mvn maven
 need python3 python3
 need cargo cargo
+need go golang-go
 
 if [ ! -x "$WORK/venv/bin/python" ]; then
   python3 -m venv "$WORK/venv" 2>/dev/null || { apt_install python3-venv || true; python3 -m venv "$WORK/venv"; } \
@@ -71,8 +73,13 @@ for v in $KAFKA_VERSIONS; do
 done
 
 say "building ringraft (release)"
-(cd "$ROOT" && cargo build --release --quiet --bin ringraft)
+(cd "$ROOT" && cargo build --release --quiet --bin ringraft --example kv)
 RINGRAFT="${CARGO_TARGET_DIR:-$ROOT/target}/release/ringraft"
+KV="${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/kv"
+
+say "building the linearizability checker (Porcupine from the Go module proxy)"
+(cd "$HERE/linearizability" && go build -o "$WORK/lincheck" .) \
+  || die "cannot build tests/interop/linearizability (Porcupine comes from the Go module proxy)"
 
 # ---- a node on a free port ---------------------------------------------------------------
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -801,6 +808,29 @@ for v in $KAFKA_VERSIONS; do
   check "ringraft starts on a directory kafka-storage $v format --standalone wrote" \
     ringraft_on_kafka_standalone "$v"
 done
+
+# ---- linearizability: examples/kv under kills and pauses, checked by Porcupine ---------------
+lincheck() { # lincheck NAME ARGS...: a run in its own directory; its output kept beside it
+  local dir="$RUN/lincheck-$1" rc=0; shift
+  "$WORK/lincheck" -kv "$KV" -work "$dir" "$@" > "$dir.out" 2>&1 || rc=$?
+  cat "$dir.out"
+  return "$rc"
+}
+lincheck_summary() { # the figures of run NAME, for the log
+  grep -hE 'operations:|Porcupine says' "$RUN/lincheck-$1.out" 2>/dev/null | sed 's/^/    /' || true
+}
+if [ "${LINCHECK_LONG:-0}" = 1 ]; then
+  check "linearizability: kv under 10 minutes of kills and pauses (>= 30 kills), Porcupine: Ok" \
+    lincheck long -duration 10m -min-kills 30
+  lincheck_summary long
+else
+  check "linearizability: kv under 60 s of kills and pauses (>= 3 kills), Porcupine: Ok" \
+    lincheck short -duration 60s -min-kills 3
+  lincheck_summary short
+fi
+check "linearizability: kv's broken read path (no read fence) is flagged Illegal" \
+  lincheck mutation -duration 20s -mutation
+lincheck_summary mutation
 
 # ---- the node stops cleanly ------------------------------------------------------------------
 kill -TERM "$NODE_PID"
