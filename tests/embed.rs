@@ -192,6 +192,14 @@ fn three_embedded_nodes_replicate_fence_reads_and_restart_from_a_snapshot() {
     };
     last = block_on(lh.append_with(&[b"v100"], 0, right)).expect("an atomic append");
 
+    // Membership calls reach the leader's core: a static quorum (kraft.version 0) refuses
+    // them with Kafka's error.
+    let voter = status.voters[0];
+    match block_on(lh.remove_voter(voter)) {
+        Err(ClientError::Refused { code, .. }) => assert!(!code.is_empty()),
+        other => panic!("removing a voter of a static quorum: {other:?}"),
+    }
+
     // The read fence: on the leader, an offset covering every completed write.
     let fenced = block_on(lh.read_fence()).expect("the leader's fence");
     assert!(fenced > last, "the fence covers offset {last}: {fenced}");

@@ -170,7 +170,11 @@ fn failed(e: ClientError) -> Response {
             body: format!("not the leader: {e}").into_bytes(),
             leader,
         },
-        ClientError::LeadershipLost(_) => respond(503, format!("outcome unknown: {e}")),
+        ClientError::LeadershipLost { leader, .. } => Response {
+            status: 503,
+            body: format!("outcome unknown: {e}").into_bytes(),
+            leader,
+        },
         other => respond(503, other.to_string()),
     }
 }

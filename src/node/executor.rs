@@ -320,9 +320,18 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
         if let Err(e) = &result {
             error!(error = %e, "raft stopped");
         }
+        let (epoch, leader) = {
+            let raft = self.raft.borrow();
+            (raft.epoch(), raft.leader_id())
+        };
         for (offset, waiters) in std::mem::take(&mut self.commits) {
             for w in waiters {
-                let _ = w.send(Err(ClientError::LeadershipLost(offset)));
+                let lost = ClientError::LeadershipLost {
+                    offset,
+                    epoch,
+                    leader,
+                };
+                let _ = w.send(Err(lost));
             }
         }
         for (_, fence) in self.fences.drain() {
@@ -714,7 +723,12 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
             if leader.leader_id != Some(local) {
                 for (offset, waiters) in std::mem::take(&mut self.commits) {
                     for w in waiters {
-                        let _ = w.send(Err(ClientError::LeadershipLost(offset)));
+                        let lost = ClientError::LeadershipLost {
+                            offset,
+                            epoch: leader.epoch,
+                            leader: leader.leader_id,
+                        };
+                        let _ = w.send(Err(lost));
                     }
                 }
             }

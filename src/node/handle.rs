@@ -27,10 +27,22 @@ pub enum ClientError {
         /// Its leader, if known.
         leader: Option<i32>,
     },
-    /// This node lost the leadership after the batch ending at this offset was appended and
-    /// before it was known to be committed: it may or may not commit.
-    #[error("leadership was lost before offset {0} committed; it may or may not commit")]
-    LeadershipLost(i64),
+    /// This node lost the leadership (or stopped) after the batch ending at `offset` was
+    /// appended and before it was known to be committed: it may or may not commit. `leader`
+    /// leads `epoch` now, if known; whether the batch committed shows in the state machine.
+    #[error(
+        "leadership was lost before offset {offset} committed (epoch {epoch}, leader {}); it \
+         may or may not commit",
+        fmt_leader(.leader)
+    )]
+    LeadershipLost {
+        /// The last offset of the batch.
+        offset: i64,
+        /// The epoch this node is in now.
+        epoch: i32,
+        /// Its leader, if known.
+        leader: Option<i32>,
+    },
     /// `append_with` named an epoch this node does not lead (Kafka's `scheduleAtomicAppend`
     /// throws NotLeaderException here). Nothing was written.
     #[error("the append required epoch {required}, but this node leads epoch {current}")]

@@ -251,11 +251,14 @@ func attempt(client *http.Client, n *node, method, path string, body []byte) (in
 	if err != nil {
 		return 0, "", errUnknown
 	}
+	hint, hintErr := strconv.Atoi(resp.Header.Get("X-Leader"))
+	known := hintErr == nil && hint >= 1 && hint <= len(nodes)
+	if known {
+		leader.Store(int64(hint))
+	}
 	switch resp.StatusCode {
 	case 421:
-		if l, err := strconv.Atoi(resp.Header.Get("X-Leader")); err == nil && l >= 1 && l <= len(nodes) {
-			leader.Store(int64(l))
-		} else {
+		if !known {
 			leader.Store(int64(rand.Intn(len(nodes)) + 1))
 		}
 		return 421, "", errNotDone
