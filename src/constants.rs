@@ -24,6 +24,8 @@ pub const BATCH_MAX_BYTES: usize = 8 * 1024 * 1024;
 
 /// The listener port of the embedded default (`cargo run --release`).
 pub const DEFAULT_CONTROLLER_PORT: u16 = 9093;
+/// The embedded default's admin HTTP listener (`ringraft.admin.listener`): /metrics, /livez, /readyz.
+pub const DEFAULT_ADMIN_PORT: u16 = 9094;
 
 /// Kafka's default controller timers (`controller.quorum.*`, docs/tools.md §5).
 pub const ELECTION_TIMEOUT_MS_DEFAULT: i32 = 1000;

@@ -204,7 +204,7 @@ impl Node {
             machine: None,
             format: Format::Never,
             signals: false,
-            logging: false,
+            logging: None,
             load: None,
         }
     }
@@ -217,7 +217,7 @@ pub struct NodeBuilder {
     machine: Option<Box<dyn StateMachine>>,
     format: Format,
     signals: bool,
-    logging: bool,
+    logging: Option<crate::node::LogFormat>,
     load: Option<crate::node::load::LoadSpec>,
 }
 
@@ -268,7 +268,13 @@ impl NodeBuilder {
     /// Install a global `tracing` subscriber printing to stderr (`RUST_LOG` filters it).
     /// Without it, ringraft's events go to whatever subscriber the application installed.
     pub fn init_logging(mut self, yes: bool) -> Self {
-        self.logging = yes;
+        self.logging = yes.then_some(crate::node::LogFormat::Text);
+        self
+    }
+
+    /// `init_logging` with one JSON object per line instead of text.
+    pub fn init_json_logging(mut self) -> Self {
+        self.logging = Some(crate::node::LogFormat::Json);
         self
     }
 
@@ -276,8 +282,8 @@ impl NodeBuilder {
     /// and starts the shards. Returns once all of that succeeded; an error says what failed,
     /// and nothing keeps running.
     pub fn start(self) -> Result<RunningNode, NodeError> {
-        if self.logging {
-            crate::node::init_tracing();
+        if let Some(format) = self.logging {
+            crate::node::init_tracing(format);
         }
         let tuning = self
             .tuning

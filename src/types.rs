@@ -82,3 +82,16 @@ pub fn unix_micros() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as i64)
 }
+
+/// An optional value as a log shows it: the value, or `none` (`leader=1`, `leader=none`,
+/// never `leader=Some(1)`).
+pub struct OrNone<T>(pub Option<T>);
+
+impl<T: std::fmt::Display> std::fmt::Display for OrNone<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Some(v) => v.fmt(f),
+            None => f.write_str("none"),
+        }
+    }
+}

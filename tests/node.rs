@@ -189,6 +189,25 @@ fn unformatted_directory_and_bad_config_are_refused_clearly() {
         "{err}"
     );
 
+    // A typo in a required key: the refusal names the line that was probably meant.
+    let typo = dir.path().join("typo.properties");
+    let good = write_config(dir.path(), port, "");
+    let text = std::fs::read_to_string(&good).unwrap();
+    std::fs::write(
+        &typo,
+        text.replace("controller.quorum.voters=", "controller.quorum.voter="),
+    )
+    .unwrap();
+    let out = run(&["start", "-c", typo.to_str().unwrap()], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "the file sets controller.quorum.voter: did you mean controller.quorum.voters?"
+        ),
+        "{err}"
+    );
+
     let tuning = dir.path().join("bad.toml");
     std::fs::write(&tuning, "[[shard]]\ncpu = 4096\nroles = [\"raft\"]\n").unwrap();
     let out = run(&["start", "--tuning", tuning.to_str().unwrap()], dir.path());
@@ -619,7 +638,7 @@ fn a_lost_or_rewound_quorum_state_is_refused_until_repaired() {
     let mut node = Node::start(&["start", "-c", config], dir.path(), node.port);
     let led = (0..100).any(|_| {
         std::thread::sleep(Duration::from_millis(50));
-        node.log_text().contains("state=\"Leader\"")
+        node.log_text().contains("state=Leader")
     });
     assert!(led, "the repaired node did not lead:\n{}", node.log_text());
     node.signal(SIGTERM);

@@ -57,6 +57,9 @@ pub struct StartArgs {
     /// Core placement (tuning/*.toml). Without it: every online core, roles spread by rule.
     #[arg(long = "tuning")]
     pub tuning: Option<PathBuf>,
+    /// How log lines look on stderr: text (key=value) or json (one object per line).
+    #[arg(long = "log-format", value_enum, default_value_t = crate::node::LogFormat::Text)]
+    pub log_format: crate::node::LogFormat,
     /// Built-in load generator (`ringraft bench quorum`, tests): records per second appended
     /// while this node leads.
     #[arg(long = "load-rate", hide = true)]
@@ -168,8 +171,11 @@ fn start(args: &StartArgs) -> Result<(), CliError> {
     });
     let mut builder = crate::embed::Node::builder(config)
         .tuning(tuning)
-        .handle_signals(true)
-        .init_logging(true);
+        .handle_signals(true);
+    builder = match args.log_format {
+        crate::node::LogFormat::Text => builder.init_logging(true),
+        crate::node::LogFormat::Json => builder.init_json_logging(),
+    };
     if embedded {
         builder = builder.format_new_cluster_if_empty();
     }

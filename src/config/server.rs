@@ -104,6 +104,9 @@ pub struct ServerConfig {
     pub queued_max_request_bytes: i64,
     pub connections_max_idle_ms: i64,
     pub unstable_api_versions_enable: bool,
+    /// `ringraft.admin.listener` (host:port): the HTTP listener of `/metrics`, `/livez` and
+    /// `/readyz`. Unset or empty: none (the embedded default sets 127.0.0.1:9094).
+    pub admin_listener: Option<HostPort>,
     /// Keys that were set but that ringraft does not know: logged as warnings at start.
     pub unknown_keys: Vec<String>,
 }
@@ -142,7 +145,38 @@ pub const KNOWN_KEYS: &[&str] = &[
     "queued.max.request.bytes",
     "connections.max.idle.ms",
     "unstable.api.versions.enable",
+    "ringraft.admin.listener",
 ];
+
+/// The known key an unknown `key` was probably meant to be: the closest by edit distance,
+/// within a third of its length (a typo, a dropped or swapped word part).
+pub fn did_you_mean(key: &str) -> Option<&'static str> {
+    let bound = (key.len() / 3).max(2);
+    KNOWN_KEYS
+        .iter()
+        .map(|k| (edit_distance(key, k), *k))
+        .filter(|(d, _)| *d <= bound)
+        .min()
+        .map(|(_, k)| k)
+}
+
+/// Levenshtein distance over bytes.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (diagonal + usize::from(ca != cb))
+                .min(above + 1)
+                .min(row[j] + 1);
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
 
 const DEFAULT_SECURITY_PROTOCOL_MAP: &str =
     "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT";
@@ -158,7 +192,9 @@ pub fn embedded_default_properties() -> String {
          controller.listener.names=CONTROLLER\n\
          listener.security.protocol.map=CONTROLLER:PLAINTEXT\n\
          controller.quorum.voters=1@127.0.0.1:{port}\n\
-         metadata.log.dir=./data\n"
+         metadata.log.dir=./data\n\
+         ringraft.admin.listener=127.0.0.1:{admin}\n",
+        admin = c::DEFAULT_ADMIN_PORT
     )
 }
 
@@ -486,13 +522,31 @@ impl ServerConfig {
                 -1,
             )?,
             unstable_api_versions_enable: l.bool("unstable.api.versions.enable", false)?,
+            admin_listener: match l.str("ringraft.admin.listener").filter(|v| !v.is_empty()) {
+                None => None,
+                Some(v) => {
+                    let (host, port) = parse_host_port(v)
+                        .map_err(|why| invalid("ringraft.admin.listener", v, why))?;
+                    Some(HostPort { host, port })
+                }
+            },
             unknown_keys: props
                 .keys()
                 .filter(|k| !KNOWN_KEYS.contains(k))
                 .map(String::from)
                 .collect(),
         };
-        config.validate(props)?;
+        if let Err(mut e) = config.validate(props) {
+            // A required key missing because of a typo: say which line was meant.
+            let typo = config
+                .unknown_keys
+                .iter()
+                .find(|u| did_you_mean(u) == Some(e.key.as_str()));
+            if let Some(typo) = typo {
+                e.why = format!("{}; the file sets {typo}: did you mean {}?", e.why, e.key);
+            }
+            return Err(e);
+        }
         Ok(config)
     }
 
@@ -621,6 +675,18 @@ impl ServerConfig {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_unknown_key_gets_the_known_key_it_was_probably_meant_to_be() {
+        use super::did_you_mean;
+        assert_eq!(
+            did_you_mean("controller.quorum.voter"),
+            Some("controller.quorum.voters")
+        );
+        assert_eq!(did_you_mean("metadata.logs.dir"), Some("metadata.log.dir"));
+        assert_eq!(did_you_mean("node_id"), Some("node.id"));
+        assert_eq!(did_you_mean("broker.rack"), None);
+    }
+
     use super::*;
 
     fn load(text: &str) -> Result<ServerConfig, ConfigError> {

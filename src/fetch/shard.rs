@@ -241,7 +241,8 @@ impl Serving {
                 .as_ref()
                 .map(|v| v.facts.cluster_id.clone())
                 .unwrap_or_default();
-            warn!(replica, theirs = ?theirs, ours = %ours,
+            let theirs = crate::types::OrNone(theirs.as_deref());
+            warn!(replica, theirs = %theirs, ours = %ours,
                 "{what} named another cluster; answered INCONSISTENT_CLUSTER_ID");
         }
     }

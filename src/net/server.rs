@@ -62,6 +62,8 @@ pub struct Connections<S: Service> {
     pub stop: StopSignal,
     gate: Gate,
     queues: Option<Queues>,
+    /// Requests and bytes per API (`node::metrics`), when the node keeps metrics.
+    metrics: Option<crate::node::metrics::SharedMetrics>,
 }
 
 /// The task queues connections run in: voters' ahead of observers', so that a thousand
@@ -109,6 +111,27 @@ impl<S: Service> Connections<S> {
             stop,
             gate: Gate::new(),
             queues,
+            metrics: None,
+        })
+    }
+
+    /// The same, counting requests and bytes per API into `metrics`.
+    pub fn with_metrics(
+        service: S,
+        state: ServerState,
+        limits: ConnectionLimits,
+        stop: StopSignal,
+        queues: Option<Queues>,
+        metrics: crate::node::metrics::SharedMetrics,
+    ) -> Rc<Self> {
+        Rc::new(Connections {
+            service,
+            state,
+            limits,
+            stop,
+            gate: Gate::new(),
+            queues,
+            metrics: Some(metrics),
         })
     }
 
@@ -310,9 +333,12 @@ async fn serve_connection<S: Service>(
             Some(Ok(true)) => {}
         }
         let mut moved = None;
+        let request_bytes = conn.frame.bytes().len();
+        let mut api = "ApiVersions";
         let frame = match handle_frame(conn.frame.bytes(), &connections.state) {
             Action::Respond(bytes) => LocalFrame::whole(bytes),
             Action::Raft(mut call) => {
+                api = call.key.name();
                 call.connection = conn.id;
                 moved = connections.service.class_of(&call).filter(|c| *c != class);
                 match connections.service.call(call).await {
@@ -328,6 +354,9 @@ async fn serve_connection<S: Service>(
                 return None;
             }
         };
+        if let Some(m) = &connections.metrics {
+            m.request(api, request_bytes, frame.len());
+        }
         if let Err(e) = write_frame(&mut conn.stream, &frame).await {
             debug!(error = %e, "write failed; closing connection");
             return None;

@@ -34,6 +34,7 @@ use crate::embed::{CommittedBatch, QuorumStatus, StateMachine};
 use crate::net::dispatch::{RaftCall, ServerState};
 use crate::net::frame_out::SharedFrame;
 use crate::net::raft_rpc;
+use crate::node::metrics::{RaftStats, SharedMetrics};
 use crate::protocol::ErrorCode;
 use crate::raft::message::{Records, SnapshotBytes};
 use crate::raft::{
@@ -41,6 +42,10 @@ use crate::raft::{
     Request, RequestId, Response, Time, Token,
 };
 use crate::records::control::ControlRecord;
+
+/// Requests whose round trip is being timed, at most (answers always come, as a failure at
+/// worst; this only bounds a leak if one did not).
+const SENT_TRACKED_MAX: usize = 10_000;
 
 /// How much of a snapshot is read at a time while loading it into the state machine.
 const SNAPSHOT_LOAD_CHUNK_BYTES: usize = 1 << 20;
@@ -234,6 +239,15 @@ pub struct Executor<S: Storage + 'static, T: Transport, C: Clock> {
     stopping: Option<u64>,
     probe: Rc<Probe>,
     publish: Option<Box<dyn Publish>>,
+    /// What the Kafka gauges are computed from (`node::metrics`).
+    stats: Rc<RaftStats>,
+    metrics: Option<SharedMetrics>,
+    /// When each waiting append arrived, by its last offset (commit latency).
+    commit_started: BTreeMap<i64, (u64, std::time::Instant)>,
+    /// When the flush in flight started.
+    flush_began: Option<std::time::Instant>,
+    /// Requests to peers in flight, other than long-polling Fetches (peer round trips).
+    sent: HashMap<RequestId, std::time::Instant>,
 }
 
 impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
@@ -272,6 +286,11 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
             stopping: None,
             probe,
             publish: None,
+            stats: Rc::new(RaftStats::default()),
+            metrics: None,
+            commit_started: BTreeMap::new(),
+            flush_began: None,
+            sent: HashMap::new(),
         };
         executor.publish_features();
         executor
@@ -292,6 +311,16 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
     /// until then: a single voter leads, and appends, as it is built).
     pub fn set_publisher(&mut self, publish: Box<dyn Publish>) {
         self.publish = Some(publish);
+    }
+
+    /// What the executor measures, for `/metrics` and the health checks.
+    pub fn stats(&self) -> Rc<RaftStats> {
+        self.stats.clone()
+    }
+
+    /// Histograms to feed (flush, write, commit and propagation latency).
+    pub fn set_metrics(&mut self, metrics: SharedMetrics) {
+        self.metrics = Some(metrics);
     }
 
     /// The application's state machine, from the start: the latest snapshot is loaded into
@@ -351,7 +380,9 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
             Tick,
         }
         loop {
+            let busy_from = std::time::Instant::now();
             self.drain_readys().await?;
+            self.note_turn();
             let now = self.clock.now().mono_ms;
             if let Some(since) = self.stopping {
                 let done = self.raft.borrow().shutdown_complete();
@@ -361,6 +392,8 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
             }
             let cap = if self.stopping.is_some() { 20 } else { 1000 };
             let deadline = self.raft.borrow().deadline_ms().min(now + cap);
+            let waited_from = std::time::Instant::now();
+            let busy = waited_from - busy_from;
             let (flush, snapshot, clock) = (&mut self.flush, &mut self.snapshot, &self.clock);
             // A finished flush is looked at first: until it is, the Readys waiting for it stay
             // queued and the next flush cannot start, however busy the inputs are.
@@ -388,6 +421,12 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
                 ),
             )
             .await;
+            let idle = waited_from.elapsed();
+            let turn = (idle + busy).as_secs_f64();
+            if turn > 0.0 {
+                let ratio = idle.as_secs_f64() / turn;
+                self.stats.poll_idle.borrow_mut().record(now, ratio);
+            }
             match event {
                 Event::Input(Some(input)) => {
                     self.handle(input);
@@ -400,6 +439,10 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
                 Event::Input(None) => return Ok(()),
                 Event::Flushed(result) => {
                     self.flush = None;
+                    self.stats.flush_started.set(None);
+                    if let (Some(m), Some(began)) = (&self.metrics, self.flush_began.take()) {
+                        m.flush_seconds.observe(began.elapsed().as_secs_f64());
+                    }
                     let flushed = result?;
                     self.probe.flushes.set(self.probe.flushes.get() + 1);
                     self.release(flushed).await?;
@@ -444,6 +487,17 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
                 leader_epoch,
             }),
             ExecutorInput::Peer { id, result } => match result {
+                _ if self.sent.contains_key(&id) => {
+                    let sent = self.sent.remove(&id).expect("checked");
+                    if let (Some(m), Ok(_)) = (&self.metrics, &result) {
+                        m.peer_round_trip_seconds
+                            .observe(sent.elapsed().as_secs_f64());
+                    }
+                    match result {
+                        Ok(response) => self.step(Input::Response { id, response }),
+                        Err(failure) => self.step(Input::Failure { id, failure }),
+                    }
+                }
                 Ok(response) => self.step(Input::Response { id, response }),
                 Err(failure) => self.step(Input::Failure { id, failure }),
             },
@@ -458,7 +512,16 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
                 }
                 let appended = self.raft.borrow_mut().append(batch);
                 match appended {
-                    Ok((_, last)) => self.commits.entry(last).or_default().push(reply),
+                    Ok((first, last)) => {
+                        self.commits.entry(last).or_default().push(reply);
+                        let now = (self.clock.now().mono_ms, std::time::Instant::now());
+                        self.commit_started.entry(last).or_insert(now);
+                        let records = (last - first + 1) as f64;
+                        self.stats
+                            .appended_records
+                            .borrow_mut()
+                            .record(now.0, records);
+                    }
                     Err(crate::raft::AppendError::NotLeader { epoch, leader }) => {
                         let _ = reply.send(Err(ClientError::NotLeader { epoch, leader }));
                     }
@@ -498,7 +561,7 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
             ExecutorInput::Stop => {
                 if self.stopping.is_none() {
                     info!(
-                        state = self.raft.borrow().state_name(),
+                        state = %self.raft.borrow().state_name(),
                         "raft shutting down"
                     );
                     self.stopping = Some(self.now().mono_ms);
@@ -510,6 +573,23 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
 }
 
 impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
+    /// Once per turn of the loop: liveness, and election latency (Kafka's: from the first
+    /// step of an election until a leader is known).
+    fn note_turn(&mut self) {
+        self.stats.last_turn.set(Some(std::time::Instant::now()));
+        let state = self.raft.borrow().state_name();
+        let now = self.clock.now().mono_ms;
+        match (state, self.stats.election_began.get()) {
+            ("Prospective" | "Candidate", None) => self.stats.election_began.set(Some(now)),
+            ("Leader" | "Follower", Some(began)) => {
+                self.stats.election_began.set(None);
+                let ms = now.saturating_sub(began) as f64;
+                self.stats.election_ms.borrow_mut().record(now, ms);
+            }
+            _ => {}
+        }
+    }
+
     /// `append_with`'s conditions, against the core as it is now.
     fn check_append(&self, check: AppendCheck) -> Result<(), ClientError> {
         let raft = self.raft.borrow();
@@ -654,11 +734,29 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
             self.storage.persist_election(state).await?;
         }
         let floor = self.probe.delivered.get();
+        let write_began = std::time::Instant::now();
+        let leading = self.raft.borrow().is_leader();
         for op in &log_ops {
+            if let (false, LogOp::Append(batches)) = (leading, op) {
+                let records: i64 = batches
+                    .batches()
+                    .iter()
+                    .filter(|b| !b.control)
+                    .map(|b| b.last_offset - b.base_offset + 1)
+                    .sum();
+                let now = self.clock.now().mono_ms;
+                self.stats
+                    .fetched_records
+                    .borrow_mut()
+                    .record(now, records as f64);
+            }
             if let Some(p) = &mut self.publish {
                 p.before_op(op);
             }
             self.storage.apply(op, floor).await?;
+        }
+        if let (Some(m), false) = (&self.metrics, log_ops.is_empty()) {
+            m.write_seconds.observe(write_began.elapsed().as_secs_f64());
         }
         for m in early_messages {
             self.send(m).await;
@@ -702,6 +800,9 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
         }
         let needs_flush = self.waiting.iter().any(|w| w.flush_to.is_some());
         if needs_flush && self.flush.is_none() {
+            let now = std::time::Instant::now();
+            self.flush_began = Some(now);
+            self.stats.flush_started.set(Some(now));
             self.flush = Some(self.storage.flush());
         }
         Ok(())
@@ -719,8 +820,10 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
                 let raft = self.raft.borrow();
                 (raft.local().id, raft.state_name())
             };
-            info!(epoch = leader.epoch, leader = ?leader.leader_id, state, "leader changed");
+            let shown = crate::types::OrNone(leader.leader_id);
+            info!(epoch = leader.epoch, leader = %shown, state = %state, "leader changed");
             if leader.leader_id != Some(local) {
+                self.commit_started.clear();
                 for (offset, waiters) in std::mem::take(&mut self.commits) {
                     for w in waiters {
                         let lost = ClientError::LeadershipLost {
@@ -748,6 +851,18 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
     /// Resolves the appends below `hwm` and hands the listeners every batch below it.
     async fn deliver_committed(&mut self, hwm: i64) -> Result<(), Fatal> {
         let resolved: Vec<i64> = self.commits.range(..hwm).map(|(o, _)| *o).collect();
+        let now_ms = self.clock.now().mono_ms;
+        let started: Vec<i64> = self.commit_started.range(..hwm).map(|(o, _)| *o).collect();
+        for offset in started {
+            if let Some((_, at)) = self.commit_started.remove(&offset) {
+                let latency = at.elapsed();
+                let ms = latency.as_secs_f64() * 1000.0;
+                self.stats.commit_ms.borrow_mut().record(now_ms, ms);
+                if let Some(m) = &self.metrics {
+                    m.commit_seconds.observe(latency.as_secs_f64());
+                }
+            }
+        }
         for offset in resolved {
             for w in self.commits.remove(&offset).unwrap_or_default() {
                 let _ = w.send(Ok(offset));
@@ -777,9 +892,17 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
             if committed.is_empty() {
                 break;
             }
+            let unix_ms = crate::types::unix_millis();
             for bytes in committed {
                 let batch = CommittedBatch::new(bytes)
                     .map_err(|e| Fatal(format!("an unreadable committed batch at {from}: {e}")))?;
+                if let Some(m) = self.metrics.as_ref().filter(|_| !batch.is_control()) {
+                    let stamped = batch.max_timestamp_ms();
+                    if stamped > 0 && unix_ms >= stamped {
+                        m.propagation_seconds
+                            .observe((unix_ms - stamped) as f64 / 1000.0);
+                    }
+                }
                 for l in &mut self.listeners {
                     l.apply(&batch);
                 }
@@ -794,6 +917,12 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
         match message {
             Outbound::Request { id, to, request } => {
                 let address = self.raft.borrow().address_of(to);
+                if self.metrics.is_some() && !matches!(request, Request::Fetch(_)) {
+                    if self.sent.len() > SENT_TRACKED_MAX {
+                        self.sent.clear();
+                    }
+                    self.sent.insert(id, std::time::Instant::now());
+                }
                 self.transport.send_request(id, to, address, request);
             }
             Outbound::Response {

@@ -7,9 +7,12 @@
 //! coordinator: it watches that flag and tells the other shards to stop over the mesh.
 
 pub mod admin;
+pub mod admin_http;
 pub mod executor;
 pub mod handle;
 pub mod load;
+pub mod metrics;
+pub mod notify;
 pub mod peers;
 pub mod preflight;
 pub mod publish;
@@ -80,6 +83,11 @@ struct ShardContext {
     load: Option<load::LoadSpec>,
     /// The application's state machine, taken once by the raft shard.
     machine: Arc<Mutex<Option<Box<dyn crate::embed::StateMachine>>>>,
+    metrics: metrics::SharedMetrics,
+    /// The admin HTTP listener, served by the raft shard.
+    admin: Option<Arc<std::net::TcpListener>>,
+    /// systemd's watchdog: the interval and the beat the raft shard bumps.
+    watchdog: Option<(Duration, Arc<std::sync::atomic::AtomicU64>)>,
     /// The log's rewrite counter (`crate::fetch`), shared by the raft shard and the serving
     /// shards.
     generation: crate::fetch::Generation,
@@ -88,6 +96,16 @@ struct ShardContext {
 }
 
 type RaftInputs = futures_channel::mpsc::UnboundedReceiver<handle::ExecutorInput>;
+
+/// What `start` hands every shard beyond the config: the application's parts, the metrics,
+/// the admin listener and systemd's watchdog.
+struct NodeParts {
+    load: Option<load::LoadSpec>,
+    machine: Option<Box<dyn crate::embed::StateMachine>>,
+    metrics: metrics::SharedMetrics,
+    admin: Option<Arc<std::net::TcpListener>>,
+    watchdog: Option<(Duration, Arc<std::sync::atomic::AtomicU64>)>,
+}
 type Rx<T> = futures_channel::mpsc::UnboundedReceiver<T>;
 type Tx<T> = futures_channel::mpsc::UnboundedSender<T>;
 
@@ -144,7 +162,10 @@ pub(crate) fn start(
     let span = info_span!("ringraft", node = config.node_id, shard = "main");
     let _enter = span.enter();
     for key in &config.unknown_keys {
-        warn!(key = %key, "unknown config key (ignored)");
+        match crate::config::server::did_you_mean(key) {
+            Some(known) => warn!(key = %key, "unknown config key (ignored); did you mean {known}?"),
+            None => warn!(key = %key, "unknown config key (ignored)"),
+        }
     }
     let io_memory = tuning.io_memory_kib * 1024;
     preflight::check(tuning.shards.len(), io_memory).map_err(|e| NodeError(e.to_string()))?;
@@ -162,8 +183,39 @@ pub(crate) fn start(
         let listener = server::bind(&name, addr).map_err(NodeError)?;
         bound.push((addr, Arc::new(listener)));
     }
+    let admin = match &config.admin_listener {
+        None => None,
+        Some(hp) => {
+            let addr = (hp.host.as_str(), hp.port)
+                .to_socket_addrs()
+                .ok()
+                .and_then(|mut a| a.next())
+                .ok_or_else(|| {
+                    NodeError(format!(
+                        "ringraft.admin.listener: cannot resolve {}:{}",
+                        hp.host, hp.port
+                    ))
+                })?;
+            let listener = server::bind("ringraft.admin.listener", addr).map_err(NodeError)?;
+            info!(%addr, "admin listener (/metrics, /livez, /readyz)");
+            Some(Arc::new(listener))
+        }
+    };
     let setup = raft_setup(&config, &identity.meta)?;
-    let listeners: Vec<_> = bound.iter().map(|(_, l)| l.clone()).collect();
+    let mut listeners: Vec<_> = bound.iter().map(|(_, l)| l.clone()).collect();
+    listeners.extend(admin.clone());
+    let beat = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let watchdog = notify::watchdog_interval();
+    if let Some(interval) = watchdog {
+        notify::spawn_watchdog(interval, beat.clone());
+    }
+    let parts = NodeParts {
+        load,
+        machine,
+        metrics: Arc::new(metrics::Metrics::new()),
+        admin,
+        watchdog: watchdog.map(|i| (i, beat)),
+    };
     let (raft, inputs) = RaftHandle::channel();
     let shards = spawn_shards(
         &config,
@@ -172,7 +224,7 @@ pub(crate) fn start(
         setup,
         stop_flag,
         (raft.clone(), inputs),
-        (load, machine),
+        parts,
     )?;
     let span = span.clone();
     let thread = std::thread::Builder::new()
@@ -199,15 +251,29 @@ pub(crate) fn start(
 /// Info and above unless `RUST_LOG` says otherwise.
 const DEFAULT_LOG_FILTER: &str = "info";
 
-/// The binary's subscriber: stderr, ANSI colours on a terminal, `RUST_LOG` filters.
-pub(crate) fn init_tracing() {
+/// How the binary's log lines look (`ringraft start --log-format`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One line per event, `key=value` fields (ANSI colours on a terminal).
+    #[default]
+    Text,
+    /// One JSON object per line, for log shippers.
+    Json,
+}
+
+/// The binary's subscriber: stderr, `RUST_LOG` filters (info and above by default).
+pub(crate) fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init(),
+        LogFormat::Json => builder.json().with_current_span(true).try_init(),
+    };
 }
 
 fn resolve_listeners(config: &ServerConfig) -> Result<Vec<(String, SocketAddr)>, NodeError> {
@@ -352,11 +418,15 @@ fn spawn_shards(
     raft_setup: RaftSetup,
     stop_flag: Arc<AtomicBool>,
     (raft, inputs): (RaftHandle, RaftInputs),
-    (load, machine): (
-        Option<load::LoadSpec>,
-        Option<Box<dyn crate::embed::StateMachine>>,
-    ),
+    parts: NodeParts,
 ) -> Result<Vec<ShardHandle>, NodeError> {
+    let NodeParts {
+        load,
+        machine,
+        metrics,
+        admin,
+        watchdog,
+    } = parts;
     let n = tuning.shards.len();
     let (started_tx, started_rx) = mpsc::channel();
     let base = ShardContext {
@@ -389,6 +459,9 @@ fn spawn_shards(
         raft_setup,
         load,
         machine: Arc::new(Mutex::new(machine)),
+        metrics: metrics.clone(),
+        admin,
+        watchdog,
         generation: crate::fetch::Generation::default(),
         wires: Arc::new(Mutex::new(Wires::new(tuning))),
     };
@@ -408,6 +481,7 @@ fn spawn_shards(
         if tuning.spin_before_park_us > 0 {
             builder = builder.spin_before_park(Duration::from_micros(tuning.spin_before_park_us));
         }
+
         match builder.spawn(move || shard_main(ctx)) {
             Ok(handle) => handles.push(handle),
             Err(e) => {
@@ -498,7 +572,8 @@ async fn shard_body(mut ctx: ShardContext) -> Result<(), String> {
         let follower = follow_stop(receivers, ctx.coordinator, stop.clone());
         glommio::spawn_local(follower.in_current_span()).detach();
     }
-    info!(roles = ?ctx.roles, "shard started");
+    let roles: Vec<String> = ctx.roles.iter().map(|r| r.to_string()).collect();
+    info!(roles = %roles.join(","), "shard started");
     // On a serving shard of its own, voters' connections and the publications they are
     // answered from run ahead of observers' (`net::server::Queues`). Beside the raft role (one
     // shard for everything) there are none: glommio's latency queues stalled commits there
@@ -567,6 +642,35 @@ async fn shard_body(mut ctx: ShardContext) -> Result<(), String> {
         if let Some(machine) = ctx.machine.lock().ok().and_then(|mut m| m.take()) {
             executor.set_state_machine(machine);
         }
+        executor.set_metrics(ctx.metrics.clone());
+        if let Some(admin) = &ctx.admin {
+            match server::for_shard(admin) {
+                Ok(listener) => {
+                    let state = Rc::new(admin_http::AdminState {
+                        raft: executor.raft(),
+                        stats: executor.stats(),
+                        metrics: ctx.metrics.clone(),
+                    });
+                    let serve = admin_http::serve(listener, state, stop.clone());
+                    glommio::spawn_local(serve.in_current_span()).detach();
+                }
+                Err(e) => warn!(error = %e, "cannot serve the admin listener"),
+            }
+        }
+        if let Some((interval, beat)) = ctx.watchdog.clone() {
+            let stats = executor.stats();
+            let task = async move {
+                loop {
+                    glommio::timer::sleep(interval / 2).await;
+                    // The loop goes round at least once a second when idle.
+                    let turned = stats.last_turn.get().map(|t| t.elapsed());
+                    if turned.is_some_and(|t| t < interval.max(Duration::from_secs(2))) {
+                        beat.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            };
+            glommio::spawn_local(task.in_current_span()).detach();
+        }
         // A stop of the shard becomes a graceful stop of the executor.
         let (handle, watch) = (ctx.raft.clone(), stop.clone());
         glommio::spawn_local(async move {
@@ -584,7 +688,11 @@ async fn shard_body(mut ctx: ShardContext) -> Result<(), String> {
             (result.map_err(|e| e.to_string()), log)
         };
         raft_task = Some(glommio::spawn_local(run.in_current_span()));
+        // The listeners were bound before the shards started, and the log is open.
+        notify::notify("READY=1");
     }
+    let sampler = metrics::sample_shard(ctx.metrics.clone(), ctx.index, stop.clone());
+    glommio::spawn_local(sampler.in_current_span()).detach();
     if let (true, Some(spec)) = (raft_task.is_some(), ctx.load.clone()) {
         let task = load::run(spec, ctx.raft.clone(), ctx.node_id, stop.clone());
         glommio::spawn_local(task.in_current_span()).detach();
@@ -599,12 +707,13 @@ async fn shard_body(mut ctx: ShardContext) -> Result<(), String> {
                 .filter(|_| ctx.roles.contains(&Role::Snapshot)),
             remote_snapshot: snapshot_calls,
         };
-        server::Connections::new(
+        server::Connections::with_metrics(
             service,
             ctx.state.clone(),
             ctx.limits.clone(),
             stop.clone(),
             queues,
+            ctx.metrics.clone(),
         )
     });
     let mut serving_tasks = Vec::new();
@@ -721,6 +830,11 @@ async fn open_log(
         .await
         .map_err(|e| format!("cannot open the metadata log: {e}"))?;
     if let Some(ring) = &report.ring {
+        let labels = vec![
+            ("dir".to_string(), dir.display().to_string()),
+            ("ring".to_string(), ring.ring.to_string()),
+        ];
+        ctx.metrics.data_dir_ring.get_or_create(&labels).set(1);
         let polled = ring.ring == crate::log::ring::RingKind::Polled;
         if polled && ring.io_poll != "1" {
             warn!(dir = %dir.display(), io_poll = %ring.io_poll,
@@ -815,6 +929,7 @@ async fn coordinate_stop(flag: Arc<AtomicBool>, stop: StopSignal, senders: Sende
         glommio::timer::sleep(Duration::from_millis(c::SHUTDOWN_POLL_MS)).await;
     }
     info!("stop requested");
+    notify::notify("STOPPING=1");
     stop.trigger();
     for peer in 0..senders.nr_consumers() {
         if peer != senders.peer_id() {

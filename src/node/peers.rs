@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures_channel::mpsc;
 use futures_lite::StreamExt;
-use tracing::{debug, warn, Instrument};
+use tracing::{debug, info, warn, Instrument};
 
 use super::executor::Transport;
 use super::handle::ExecutorInput;
@@ -104,6 +104,9 @@ impl Transport for PeerTransport {
     }
 }
 
+/// How long connecting to a peer may fail before it is said, once, at warning level.
+const UNREACHABLE_WARN_AFTER: Duration = Duration::from_secs(10);
+
 /// One outbound connection to one voter: requests in order, one at a time, each answered
 /// with the peer's response or a `Failure` (docs/raft.md §9: disconnects are failures).
 async fn peer_task(
@@ -116,6 +119,10 @@ async fn peer_task(
     let mut conn: Option<PeerConnection> = None;
     let mut reconnect_at = Instant::now();
     let mut reconnect_backoff = Duration::from_millis(50);
+    // Since when connecting has failed, and whether that was said (once, after a while).
+    let mut unreachable_since: Option<Instant> = None;
+    let mut warned = false;
+    let shown = format!("{}:{}", endpoint.host, endpoint.port);
     while let Some((id, request)) = requests.next().await {
         if matches!(request, Request::ApiVersions) {
             // The leader's probe of a voter being added asks afresh (docs/membership.md §4).
@@ -128,16 +135,27 @@ async fn peer_task(
                 let connected = match crate::net::resolve::resolve(&endpoint).await {
                     Some(addr) => PeerConnection::connect(addr, &client_id, timeout)
                         .await
-                        .map_err(|e| debug!(error = %e, "cannot connect"))
-                        .ok(),
-                    None => None,
+                        .map_err(|e| e.to_string()),
+                    None => Err("the name does not resolve".to_string()),
                 };
                 match connected {
-                    Some(c) => {
+                    Ok(c) => {
                         reconnect_backoff = Duration::from_millis(50);
                         conn = Some(c);
+                        if warned {
+                            info!(peer = %shown, "the peer is reachable again");
+                        }
+                        (unreachable_since, warned) = (None, false);
                     }
-                    None => {
+                    Err(e) => {
+                        debug!(error = %e, "cannot connect");
+                        let since = *unreachable_since.get_or_insert_with(Instant::now);
+                        if !warned && since.elapsed() >= UNREACHABLE_WARN_AFTER {
+                            warned = true;
+                            warn!(peer = %shown, seconds = since.elapsed().as_secs(), error = %e,
+                                "cannot reach a peer of the voter set; check controller.quorum.voters \
+                                 (or the voter set) and that the peer runs");
+                        }
                         reconnect_at = Instant::now() + reconnect_backoff;
                         reconnect_backoff = (reconnect_backoff * 2).min(Duration::from_millis(500));
                     }

@@ -113,8 +113,8 @@ impl Storage for LogStorage {
             .map_err(|e| Fatal(format!("cannot write quorum-state: {e}")))?;
         tracing::debug!(
             epoch = state.epoch,
-            leader = ?state.leader_id,
-            voted = ?state.voted_key,
+            leader = %crate::types::OrNone(state.leader_id),
+            voted = %crate::types::OrNone(state.voted_key),
             "quorum-state written"
         );
         Ok(())

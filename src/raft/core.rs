@@ -644,6 +644,11 @@ impl Raft {
         self.epoch
     }
 
+    /// The time of the last input (monotonic ms, as stepped).
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
     /// Peer claims refused since start (contradictions and out-of-range values).
     pub fn refused_claims(&self) -> u64 {
         self.refused_claims
@@ -831,8 +836,19 @@ impl Raft {
 
     // ---- Transitions (docs/raft.md §3) ---------------------------------------------------------
 
-    pub(super) fn is_voter(&self) -> bool {
+    /// Is this replica in the latest voter set?
+    pub fn is_voter(&self) -> bool {
         self.voters().contains_key(&self.config.local)
+    }
+
+    /// The id this replica voted for in its epoch, if any (Kafka's current-vote).
+    pub fn voted_id(&self) -> Option<i32> {
+        self.voted_key().map(|k| k.id)
+    }
+
+    /// A leader with a voter change appended and not yet committed.
+    pub fn voter_change_pending(&self) -> bool {
+        matches!(&self.role, Role::Leader(s) if s.pending.is_some())
     }
 
     /// Whether this replica may stand for election: a voter, or a replica whose own removal is

@@ -1,0 +1,625 @@
+//! What a node shows of itself on `/metrics` (`node::admin_http`), in Prometheus' format.
+//!
+//! Two families of series:
+//! - `kafka_server_raft_metrics_*`: every attribute of Kafka's `raft-metrics` group, under the
+//!   names the Strimzi metrics reporter gives them (what Kafka's KRaft dashboards query). The
+//!   windowed ones (`*_avg`, `*_max`, `*_rate`) are computed as Kafka's `Sensor`s are: two
+//!   samples of 30 s each, so a value covers the last 30–60 s.
+//! - `ringraft_*`: this node's own, with histogram buckets from 25 µs (our fsyncs take
+//!   140–400 µs; etcd's buckets start at 1 ms and would put them all in one).
+//!
+//! `Metrics` is shared by every shard (atomics); `RaftStats` lives on the raft shard and is fed
+//! by the executor; the Kafka gauges are set from the core when `/metrics` is read.
+
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::raft::Raft;
+
+type Labels = Vec<(String, String)>;
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// Kafka's sample window: two samples of this long.
+pub const SAMPLE_MS: u64 = 30_000;
+
+/// Latency buckets in seconds: 25 µs × 2^k, up to about 3.3 s.
+fn latency_buckets() -> impl Iterator<Item = f64> {
+    exponential_buckets(25e-6, 2.0, 18)
+}
+
+/// The Kafka `raft-metrics` gauges.
+#[derive(Default)]
+struct KafkaGauges {
+    current_leader: Gauge,
+    current_epoch: Gauge,
+    current_vote: Gauge,
+    high_watermark: Gauge,
+    log_end_offset: Gauge,
+    log_end_epoch: Gauge,
+    commit_latency_avg: FloatGauge,
+    commit_latency_max: FloatGauge,
+    election_latency_avg: FloatGauge,
+    election_latency_max: FloatGauge,
+    append_records_rate: FloatGauge,
+    fetch_records_rate: FloatGauge,
+    poll_idle_ratio_avg: FloatGauge,
+    number_of_voters: Gauge,
+    number_of_observers: Gauge,
+    uncommitted_voter_change: Gauge,
+    current_state: Family<Labels, Gauge>,
+}
+
+/// Every series of one node. Cheap to share (`Arc`); every field is atomic.
+pub struct Metrics {
+    registry: Registry,
+    kafka: KafkaGauges,
+    /// A log flush (the writes of the queued appends, then fdatasync).
+    pub flush_seconds: Histogram,
+    /// Applying one Ready's log operations (queueing appends, truncations, snapshot installs).
+    pub write_seconds: Histogram,
+    /// On the leader: an application append until it is committed.
+    pub commit_seconds: Histogram,
+    /// On every node: a batch's timestamp (its writer's clock) until this node delivered it
+    /// as committed.
+    pub propagation_seconds: Histogram,
+    /// A request to a peer until its answer (Vote, BeginQuorumEpoch, EndQuorumEpoch,
+    /// FetchSnapshot, the voter-change probes; not the long-polling Fetch).
+    pub peer_round_trip_seconds: Histogram,
+    /// Requests and bytes in and out, by API.
+    pub requests: Family<Labels, Counter>,
+    pub request_bytes: Family<Labels, Counter>,
+    pub response_bytes: Family<Labels, Counter>,
+    /// Per shard, sampled every second: busy ratio, tasks run, ring reads and writes.
+    pub shard_busy_ratio: Family<Labels, FloatGauge>,
+    pub shard_tasks: Family<Labels, Counter>,
+    pub shard_ring_reads: Family<Labels, Counter>,
+    pub shard_ring_writes: Family<Labels, Counter>,
+    pub shard_ring_read_bytes: Family<Labels, Counter>,
+    pub shard_ring_written_bytes: Family<Labels, Counter>,
+    /// The ring serving each data directory (1 per directory, labelled).
+    pub data_dir_ring: Family<Labels, Gauge>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let kafka = KafkaGauges::default();
+        let mut registry = Registry::default();
+        let k = |name: &str| format!("kafka_server_raft_metrics_{name}");
+        let gauges: [(&str, &str, &Gauge); 9] = [
+            (
+                "current_leader",
+                "The leader's id; -1 when unknown",
+                &kafka.current_leader,
+            ),
+            ("current_epoch", "The current epoch", &kafka.current_epoch),
+            (
+                "current_vote",
+                "The id voted for in this epoch; -1 when none",
+                &kafka.current_vote,
+            ),
+            (
+                "high_watermark",
+                "The high watermark; -1 when unknown",
+                &kafka.high_watermark,
+            ),
+            (
+                "log_end_offset",
+                "The log's end offset",
+                &kafka.log_end_offset,
+            ),
+            (
+                "log_end_epoch",
+                "The epoch of the log's last batch",
+                &kafka.log_end_epoch,
+            ),
+            (
+                "number_of_voters",
+                "Voters in the voter set",
+                &kafka.number_of_voters,
+            ),
+            (
+                "number_of_observers",
+                "Observers fetching from this leader",
+                &kafka.number_of_observers,
+            ),
+            (
+                "uncommitted_voter_change",
+                "1 while a voter change is not committed",
+                &kafka.uncommitted_voter_change,
+            ),
+        ];
+        for (name, help, gauge) in gauges {
+            registry.register(k(name), help, gauge.clone());
+        }
+        let floats: [(&str, &str, &FloatGauge); 7] = [
+            (
+                "commit_latency_avg",
+                "Average append-to-commit latency (ms)",
+                &kafka.commit_latency_avg,
+            ),
+            (
+                "commit_latency_max",
+                "Largest append-to-commit latency (ms)",
+                &kafka.commit_latency_max,
+            ),
+            (
+                "election_latency_avg",
+                "Average election latency (ms)",
+                &kafka.election_latency_avg,
+            ),
+            (
+                "election_latency_max",
+                "Largest election latency (ms)",
+                &kafka.election_latency_max,
+            ),
+            (
+                "append_records_rate",
+                "Records appended by this leader per second",
+                &kafka.append_records_rate,
+            ),
+            (
+                "fetch_records_rate",
+                "Records fetched from the leader per second",
+                &kafka.fetch_records_rate,
+            ),
+            (
+                "poll_idle_ratio_avg",
+                "Fraction of time the raft loop waits for input",
+                &kafka.poll_idle_ratio_avg,
+            ),
+        ];
+        for (name, help, gauge) in floats {
+            registry.register(k(name), help, gauge.clone());
+        }
+        registry.register(
+            k("current_state_info"),
+            "1 for this replica's state (the current_state label)",
+            kafka.current_state.clone(),
+        );
+        let histogram = || Histogram::new(latency_buckets());
+        let mut metrics = Metrics {
+            kafka,
+            flush_seconds: histogram(),
+            write_seconds: histogram(),
+            commit_seconds: histogram(),
+            propagation_seconds: histogram(),
+            peer_round_trip_seconds: histogram(),
+            requests: Family::default(),
+            request_bytes: Family::default(),
+            response_bytes: Family::default(),
+            shard_busy_ratio: Family::default(),
+            shard_tasks: Family::default(),
+            shard_ring_reads: Family::default(),
+            shard_ring_writes: Family::default(),
+            shard_ring_read_bytes: Family::default(),
+            shard_ring_written_bytes: Family::default(),
+            data_dir_ring: Family::default(),
+            registry: Registry::default(),
+        };
+        let r = &mut registry;
+        let m = &metrics;
+        r.register(
+            "ringraft_log_flush_seconds",
+            "A log flush: the queued appends written, then fdatasync",
+            m.flush_seconds.clone(),
+        );
+        r.register(
+            "ringraft_log_write_seconds",
+            "Applying one Ready's log operations before its flush",
+            m.write_seconds.clone(),
+        );
+        r.register(
+            "ringraft_append_commit_seconds",
+            "On the leader: an application append until committed",
+            m.commit_seconds.clone(),
+        );
+        r.register(
+            "ringraft_commit_propagation_seconds",
+            "A batch's timestamp until this node delivered it as committed",
+            m.propagation_seconds.clone(),
+        );
+        r.register(
+            "ringraft_peer_round_trip_seconds",
+            "A request to a peer until its answer (not the long-polling Fetch)",
+            m.peer_round_trip_seconds.clone(),
+        );
+        r.register(
+            "ringraft_requests",
+            "Requests received, by API",
+            m.requests.clone(),
+        );
+        r.register(
+            "ringraft_request_bytes",
+            "Request bytes received, by API",
+            m.request_bytes.clone(),
+        );
+        r.register(
+            "ringraft_response_bytes",
+            "Response bytes sent, by API",
+            m.response_bytes.clone(),
+        );
+        r.register(
+            "ringraft_shard_busy_ratio",
+            "Fraction of the last second the shard's executor ran tasks or polled I/O",
+            m.shard_busy_ratio.clone(),
+        );
+        r.register(
+            "ringraft_shard_tasks",
+            "Tasks the shard ran",
+            m.shard_tasks.clone(),
+        );
+        r.register(
+            "ringraft_shard_ring_reads",
+            "File reads the shard's rings completed",
+            m.shard_ring_reads.clone(),
+        );
+        r.register(
+            "ringraft_shard_ring_writes",
+            "File writes the shard's rings completed",
+            m.shard_ring_writes.clone(),
+        );
+        r.register(
+            "ringraft_shard_ring_read_bytes",
+            "Bytes the shard's rings read",
+            m.shard_ring_read_bytes.clone(),
+        );
+        r.register(
+            "ringraft_shard_ring_written_bytes",
+            "Bytes the shard's rings wrote",
+            m.shard_ring_written_bytes.clone(),
+        );
+        r.register(
+            "ringraft_data_dir_ring_info",
+            "The kind of ring serving each data directory",
+            m.data_dir_ring.clone(),
+        );
+        metrics.registry = registry;
+        metrics
+    }
+
+    /// Counts one request of `api` (`bytes` long) and its response (`answered` bytes).
+    pub fn request(&self, api: &str, bytes: usize, answered: usize) {
+        let labels = vec![("api".to_string(), api.to_string())];
+        self.requests.get_or_create(&labels).inc();
+        self.request_bytes
+            .get_or_create(&labels)
+            .inc_by(bytes as u64);
+        self.response_bytes
+            .get_or_create(&labels)
+            .inc_by(answered as u64);
+    }
+
+    /// The exposition: the Kafka gauges set from `raft` and `stats` first.
+    pub fn render(&self, raft: &Raft, stats: &RaftStats, now_ms: u64) -> String {
+        let k = &self.kafka;
+        k.current_leader.set(raft.leader_id().map_or(-1, i64::from));
+        k.current_epoch.set(i64::from(raft.epoch()));
+        k.current_vote.set(raft.voted_id().map_or(-1, i64::from));
+        k.high_watermark.set(raft.high_watermark().unwrap_or(-1));
+        k.log_end_offset.set(raft.log_end_offset());
+        k.log_end_epoch
+            .set(i64::from(raft.log_view().last_fetched_epoch()));
+        k.number_of_voters.set(raft.voters().len() as i64);
+        let observers = raft.describe_quorum().map_or(0, |d| d.observers.len());
+        k.number_of_observers.set(observers as i64);
+        k.uncommitted_voter_change
+            .set(i64::from(raft.voter_change_pending()));
+        let commit = stats.commit_ms.borrow();
+        k.commit_latency_avg.set(commit.avg(now_ms));
+        k.commit_latency_max.set(commit.max(now_ms));
+        let election = stats.election_ms.borrow();
+        k.election_latency_avg.set(election.avg(now_ms));
+        k.election_latency_max.set(election.max(now_ms));
+        k.append_records_rate
+            .set(stats.appended_records.borrow().rate(now_ms));
+        k.fetch_records_rate
+            .set(stats.fetched_records.borrow().rate(now_ms));
+        k.poll_idle_ratio_avg
+            .set(stats.poll_idle.borrow().avg(now_ms));
+        k.current_state.clear();
+        let state = kafka_state(raft).to_string();
+        k.current_state
+            .get_or_create(&vec![("current_state".to_string(), state)])
+            .set(1);
+        let mut out = String::new();
+        let _ = encode(&mut out, &self.registry);
+        to_text_format(&out)
+    }
+}
+
+/// The content type of `Metrics::render`'s output.
+pub const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// prometheus-client writes OpenMetrics; this is Prometheus' text format 0.0.4, which every
+/// scraper and `promtool check metrics` read: a counter's HELP and TYPE name its `_total`
+/// samples, and there is no `# EOF` or `# UNIT`.
+fn to_text_format(open_metrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = open_metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(open_metrics.len() + 64 * counters.len());
+    for line in open_metrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "]
+            .iter()
+            .find_map(|p| line.strip_prefix(p).map(|rest| (*p, rest)));
+        match meta {
+            Some((prefix, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                if counters.contains(name) {
+                    out.push_str(&format!("{prefix}{name}_total {tail}\n"));
+                } else {
+                    out.push_str(line);
+                    out.push('\n');
+                }
+            }
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+/// Kafka's names for the replica states (`QuorumState`): a voter that voted in this epoch and
+/// waits is "voted", a follower that cannot vote is an "observer".
+fn kafka_state(raft: &Raft) -> &'static str {
+    match raft.state_name() {
+        "Leader" => "leader",
+        "Candidate" => "candidate",
+        "Prospective" => "prospective",
+        "Resigned" => "resigned",
+        "Follower" if !raft.is_voter() => "observer",
+        "Follower" => "follower",
+        "Unattached" if raft.voted_id().is_some() => "voted",
+        _ => "unattached",
+    }
+}
+
+/// One of Kafka's windowed statistics: two samples of `SAMPLE_MS`.
+#[derive(Debug, Default, Clone)]
+pub struct Window {
+    samples: [Sample; 2],
+    /// The sample being filled.
+    current: usize,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Sample {
+    start_ms: u64,
+    count: u64,
+    sum: f64,
+    max: f64,
+}
+
+impl Window {
+    /// Adds `value` at `now_ms`.
+    pub fn record(&mut self, now_ms: u64, value: f64) {
+        let current = self.current(now_ms);
+        let s = &mut self.samples[current];
+        s.count += 1;
+        s.sum += value;
+        s.max = if s.count == 1 {
+            value
+        } else {
+            s.max.max(value)
+        };
+    }
+
+    /// The sample `now_ms` falls in; past the current one's span, the other one starts over.
+    fn current(&mut self, now_ms: u64) -> usize {
+        let c = &mut self.samples[self.current];
+        if c.count == 0 {
+            c.start_ms = now_ms;
+        } else if now_ms >= c.start_ms + SAMPLE_MS {
+            self.current = 1 - self.current;
+            self.samples[self.current] = Sample {
+                start_ms: now_ms,
+                ..Sample::default()
+            };
+        }
+        self.current
+    }
+
+    fn live(&self, now_ms: u64) -> impl Iterator<Item = &Sample> {
+        self.samples
+            .iter()
+            .filter(move |s| s.count > 0 && now_ms < s.start_ms + 2 * SAMPLE_MS)
+    }
+
+    /// The average of the values in the window (NaN with none, as Kafka reports).
+    pub fn avg(&self, now_ms: u64) -> f64 {
+        let (n, sum) = self
+            .live(now_ms)
+            .fold((0, 0.0), |(n, sum), s| (n + s.count, sum + s.sum));
+        if n == 0 {
+            f64::NAN
+        } else {
+            sum / n as f64
+        }
+    }
+
+    /// The largest value in the window (NaN with none).
+    pub fn max(&self, now_ms: u64) -> f64 {
+        self.live(now_ms)
+            .map(|s| s.max)
+            .reduce(f64::max)
+            .unwrap_or(f64::NAN)
+    }
+
+    /// The sum of the values per second over the window: at least one sample's span, as
+    /// Kafka's `Rate` (so a burst right after start is not magnified).
+    pub fn rate(&self, now_ms: u64) -> f64 {
+        let live: Vec<&Sample> = self.live(now_ms).collect();
+        let Some(oldest) = live.iter().map(|s| s.start_ms).min() else {
+            return 0.0;
+        };
+        let span = now_ms.saturating_sub(oldest).max(SAMPLE_MS) as f64 / 1000.0;
+        live.iter().map(|s| s.sum).sum::<f64>() / span
+    }
+}
+
+/// What the executor measures for the Kafka gauges (milliseconds, records).
+#[derive(Debug, Default)]
+pub struct RaftStats {
+    pub commit_ms: RefCell<Window>,
+    pub election_ms: RefCell<Window>,
+    pub appended_records: RefCell<Window>,
+    pub fetched_records: RefCell<Window>,
+    pub poll_idle: RefCell<Window>,
+    /// When the current election began (monotonic ms), while one runs.
+    pub election_began: Cell<Option<u64>>,
+    /// The last flush's start, while one is in flight (for `/readyz`).
+    pub flush_started: Cell<Option<std::time::Instant>>,
+    /// The last time the executor's loop went round (for `/livez`).
+    pub last_turn: Cell<Option<std::time::Instant>>,
+}
+
+/// Labels of one shard.
+pub fn shard_labels(index: usize) -> Labels {
+    vec![("shard".to_string(), index.to_string())]
+}
+
+/// A shared handle to one node's metrics.
+pub type SharedMetrics = Arc<Metrics>;
+
+/// Samples this shard's executor every second into the per-shard series, until `stop`.
+pub async fn sample_shard(
+    metrics: SharedMetrics,
+    index: usize,
+    stop: crate::net::stop::StopSignal,
+) {
+    use std::time::{Duration, Instant};
+    let labels = shard_labels(index);
+    let busy = metrics.shard_busy_ratio.get_or_create(&labels).clone();
+    let tasks = metrics.shard_tasks.get_or_create(&labels).clone();
+    let reads = metrics.shard_ring_reads.get_or_create(&labels).clone();
+    let writes = metrics.shard_ring_writes.get_or_create(&labels).clone();
+    let read_bytes = metrics.shard_ring_read_bytes.get_or_create(&labels).clone();
+    let written = metrics
+        .shard_ring_written_bytes
+        .get_or_create(&labels)
+        .clone();
+    let mut last = (
+        Instant::now(),
+        Duration::ZERO,
+        0u64,
+        (0u64, 0u64),
+        (0u64, 0u64),
+    );
+    loop {
+        let stopped = futures_lite::future::or(
+            async {
+                glommio::timer::sleep(Duration::from_secs(1)).await;
+                false
+            },
+            async {
+                stop.wait().await;
+                true
+            },
+        )
+        .await;
+        if stopped {
+            return;
+        }
+        let executor = glommio::executor();
+        let stats = executor.executor_stats();
+        let io = executor.io_stats().all_rings();
+        let now = (
+            Instant::now(),
+            stats.total_runtime(),
+            stats.tasks_executed(),
+            io.file_reads(),
+            io.file_writes(),
+        );
+        let wall = now.0.duration_since(last.0).as_secs_f64();
+        if wall > 0.0 {
+            let ran = now.1.saturating_sub(last.1).as_secs_f64();
+            busy.set((ran / wall).min(1.0));
+        }
+        tasks.inc_by(now.2.saturating_sub(last.2));
+        reads.inc_by(now.3 .0.saturating_sub(last.3 .0));
+        read_bytes.inc_by(now.3 .1.saturating_sub(last.3 .1));
+        writes.inc_by(now.4 .0.saturating_sub(last.4 .0));
+        written.inc_by(now.4 .1.saturating_sub(last.4 .1));
+        last = now;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Window, SAMPLE_MS};
+
+    #[test]
+    fn a_window_keeps_two_samples_and_forgets_older_values() {
+        let mut w = Window::default();
+        assert!(w.avg(0).is_nan());
+        w.record(0, 10.0);
+        w.record(1000, 30.0);
+        assert_eq!(w.avg(1000), 20.0);
+        assert_eq!(w.max(1000), 30.0);
+        w.record(SAMPLE_MS + 1, 50.0);
+        assert_eq!(w.max(SAMPLE_MS + 1), 50.0);
+        assert_eq!(w.avg(SAMPLE_MS + 1), 30.0);
+        // The first sample has aged out; the second remains.
+        assert_eq!(w.avg(2 * SAMPLE_MS + 5), 50.0);
+        w.record(2 * SAMPLE_MS + 5, 1.0);
+        assert_eq!(w.max(2 * SAMPLE_MS + 5), 50.0);
+        assert!(w.avg(10 * SAMPLE_MS).is_nan());
+    }
+
+    #[test]
+    fn the_exposition_is_prometheus_text_format() {
+        let m = super::Metrics::new();
+        m.request("Fetch", 100, 200);
+        let core = test_core();
+        let text = m.render(&core, &super::RaftStats::default(), 0);
+        assert!(text.contains("# TYPE ringraft_requests_total counter\n"));
+        assert!(text.contains("ringraft_requests_total{api=\"Fetch\"} 1\n"));
+        assert!(text.contains("ringraft_request_bytes_total{api=\"Fetch\"} 100\n"));
+        assert!(!text.contains("# EOF"));
+        assert!(text.contains(
+            "kafka_server_raft_metrics_current_state_info{current_state=\"unattached\"} 1"
+        ));
+    }
+
+    fn test_core() -> crate::raft::Raft {
+        use crate::membership::{Voter, VoterSet};
+        use crate::raft::{LogInfo, RaftConfig, ReplicaKey, Time};
+        let set = VoterSet::new(
+            (1..=3)
+                .map(|v| Voter::new(ReplicaKey::new(v, None), vec![]))
+                .collect(),
+        )
+        .unwrap();
+        let config = RaftConfig::new(ReplicaKey::new(1, None), "c".into(), 1);
+        crate::raft::Raft::new(config, set, None, &LogInfo::default(), Time::simulated(0))
+    }
+
+    #[test]
+    fn a_rate_spans_at_least_one_sample() {
+        let mut w = Window::default();
+        w.record(0, 300.0);
+        assert_eq!(w.rate(1000), 10.0, "300 records over the 30 s floor");
+        w.record(40_000, 300.0);
+        assert_eq!(w.rate(45_000), 600.0 / 45.0);
+    }
+}
