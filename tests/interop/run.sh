@@ -47,6 +47,9 @@ need mvn maven
 need python3 python3
 need cargo cargo
 need go golang-go
+need curl curl
+need prometheus prometheus
+need promtool prometheus
 
 if [ ! -x "$WORK/venv/bin/python" ]; then
   python3 -m venv "$WORK/venv" 2>/dev/null || { apt_install python3-venv || true; python3 -m venv "$WORK/venv"; } \
@@ -520,6 +523,7 @@ done
 QUORUM_ID=$("$RINGRAFT" storage random-uuid)
 QPORTS=("$(free_port)" "$(free_port)" "$(free_port)")
 QVOTERS="1@127.0.0.1:${QPORTS[0]},2@127.0.0.1:${QPORTS[1]},3@127.0.0.1:${QPORTS[2]}"
+APORTS=("$(free_port)" "$(free_port)" "$(free_port)")
 VOTER_ARG=""
 for i in 1 2 3; do
   dir="$RUN/q$i"; mkdir -p "$dir"
@@ -530,6 +534,7 @@ listeners=CONTROLLER://127.0.0.1:${QPORTS[$((i - 1))]}
 controller.listener.names=CONTROLLER
 controller.quorum.voters=$QVOTERS
 metadata.log.dir=$dir/data
+ringraft.admin.listener=127.0.0.1:${APORTS[$((i - 1))]}
 PROPS
   "$RINGRAFT" storage format -t "$QUORUM_ID" -c "$dir/server.properties" >/dev/null
   dirid=$(sed -n 's/^directory.id=//p' "$dir/data/meta.properties")
@@ -539,13 +544,72 @@ PROPS
 done
 quorum_elected() {
   for _ in $(seq 100); do
-    grep -q 'state="Leader"' "$RUN"/q*/node.log 2>/dev/null && return 0
+    grep -q 'state=Leader' "$RUN"/q*/node.log 2>/dev/null && return 0
     sleep 0.1
   done
   echo "no leader within 10 s"; tail -5 "$RUN"/q*/node.log; return 1
 }
 check "a 3-voter ringraft quorum elects a leader" quorum_elected
 sleep 1 # followers fetch at least once, so their rows carry times
+
+# ---- Prometheus: the exposition, the rules, and a real server scraping the quorum ------------
+promtool_metrics() {
+  for p in "${APORTS[@]}"; do
+    curl -sf "127.0.0.1:$p/metrics" > "$RUN/metrics-$p.txt" || { echo "no /metrics on $p"; return 1; }
+    promtool check metrics < "$RUN/metrics-$p.txt" || return 1
+    grep -q '^kafka_server_raft_metrics_high_watermark ' "$RUN/metrics-$p.txt" || return 1
+  done
+  echo "3 expositions accepted"
+}
+check "promtool check metrics accepts every node's /metrics" promtool_metrics
+check "promtool check rules deploy/prometheus-rules.yml" promtool check rules "$ROOT/deploy/prometheus-rules.yml"
+PROM_PORT=$(free_port)
+cat > "$RUN/prometheus.yml" <<YML
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+rule_files:
+  - $ROOT/deploy/prometheus-rules.yml
+scrape_configs:
+  - job_name: ringraft
+    static_configs:
+      - targets: ['127.0.0.1:${APORTS[0]}', '127.0.0.1:${APORTS[1]}', '127.0.0.1:${APORTS[2]}']
+YML
+prometheus --config.file="$RUN/prometheus.yml" --storage.tsdb.path="$RUN/prometheus-data" \
+  --web.listen-address="127.0.0.1:$PROM_PORT" > "$RUN/prometheus.log" 2>&1 &
+PIDS+=("$!")
+prometheus_scrape() {
+  python3 - "$PROM_PORT" <<'PY'
+import json, sys, time, urllib.parse, urllib.request
+port = sys.argv[1]
+def query(q):
+    url = f"http://127.0.0.1:{port}/api/v1/query?query=" + urllib.parse.quote(q)
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return json.load(r)["data"]["result"]
+deadline = time.time() + 60
+last = None
+while time.time() < deadline:
+    try:
+        leaders = query("kafka_server_raft_metrics_current_leader")
+        hwms = query("kafka_server_raft_metrics_high_watermark")
+        rules = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/rules", timeout=5))
+    except Exception as e:  # not up yet
+        last = e; time.sleep(0.5); continue
+    ids = {float(r["value"][1]) for r in leaders}
+    groups = rules["data"]["groups"]
+    if len(leaders) == 3 and len(ids) == 1 and min(ids) >= 1 and len(hwms) == 3 \
+            and all(float(r["value"][1]) > 0 for r in hwms) and groups:
+        print(f"leader {int(ids.pop())} on 3 targets; high watermarks",
+              sorted(int(float(r['value'][1])) for r in hwms),
+              f"; {sum(len(g['rules']) for g in groups)} rules loaded")
+        sys.exit(0)
+    last = (leaders, hwms)
+    time.sleep(0.5)
+print("Prometheus never showed one leader and three high watermarks:", last)
+sys.exit(1)
+PY
+}
+check "a real Prometheus scrapes the quorum: one leader and three high watermarks" prometheus_scrape
 
 # Through node 3's port: the tool must find the leader through DescribeCluster.
 metadata_quorum() { # metadata_quorum VERSION MODE
@@ -678,7 +742,7 @@ PROPS
     "$RINGRAFT" start -c "$base/q$i/server.properties" > "$base/q$i/node.log" 2>&1 &
     pids+=("$!"); PIDS+=("$!"); echo "$!" >> "$RUN/pids"
   done
-  for _ in $(seq 100); do grep -q 'state="Leader"' "$base"/q*/node.log && break; sleep 0.1; done
+  for _ in $(seq 100); do grep -q 'state=Leader' "$base"/q*/node.log && break; sleep 0.1; done
   kraft_upgrade "$LAST_V" "${ports[@]}" || rc=1
   for i in "${pids[@]}"; do kill -TERM "$i"; done
   for i in "${pids[@]}"; do wait "$i" || rc=1; done
@@ -748,7 +812,7 @@ dyn_remove_leader() { # dyn_remove_leader VERSION: removes the current leader; r
 }
 dyn_ready() {
   for _ in $(seq 100); do
-    grep -q 'state="Leader"' "$RUN/d1/node.log" 2>/dev/null && return 0
+    grep -q 'state=Leader' "$RUN/d1/node.log" 2>/dev/null && return 0
     sleep 0.1
   done
   tail -5 "$RUN"/d*/node.log; return 1
@@ -821,7 +885,7 @@ lincheck_summary() { # the figures of run NAME, for the log
 }
 if [ "${LINCHECK_LONG:-0}" = 1 ]; then
   check "linearizability: kv under 10 minutes of kills and pauses (>= 30 kills), Porcupine: Ok" \
-    lincheck long -duration 10m -min-kills 30
+    lincheck long -duration 10m -min-kills 30 -keys 10 -rate 60
   lincheck_summary long
 else
   check "linearizability: kv under 60 s of kills and pauses (>= 3 kills), Porcupine: Ok" \

@@ -48,6 +48,7 @@ var (
 	mutation   = flag.Bool("mutation", false, "run kv with its broken read path; expect Illegal")
 	workDir    = flag.String("work", "", "where the nodes' directories and logs go (default: a temp dir)")
 	seed       = flag.Int64("seed", 0, "random seed (0: from the clock)")
+	rate       = flag.Int("rate", 0, "operations per second per client, at most (0: as fast as answered)")
 )
 
 // ---- the nodes ----------------------------------------------------------------------------
@@ -348,7 +349,19 @@ func clientLoop(id int, stop <-chan struct{}, wg *sync.WaitGroup) {
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 	seq := 0
 	seen := map[string]string{} // the last value this client saw for each key
+	var pace *time.Ticker
+	if *rate > 0 {
+		pace = time.NewTicker(time.Second / time.Duration(*rate))
+		defer pace.Stop()
+	}
 	for {
+		if pace != nil {
+			select {
+			case <-stop:
+				return
+			case <-pace.C:
+			}
+		}
 		select {
 		case <-stop:
 			return
