@@ -873,6 +873,35 @@ for v in $KAFKA_VERSIONS; do
     ringraft_on_kafka_standalone "$v"
 done
 
+# ---- systemd: Type=notify reaches "active" only once the listener accepts -------------------
+if [ -d /run/systemd/system ]; then
+  systemd_notify() {
+    local dir="$RUN/sd" port unit="ringraft-interop-$$"
+    port=$(free_port); mkdir -p "$dir"
+    cat > "$dir/server.properties" <<PROPS
+process.roles=controller
+node.id=1
+listeners=CONTROLLER://127.0.0.1:$port
+controller.listener.names=CONTROLLER
+controller.quorum.voters=1@127.0.0.1:$port
+metadata.log.dir=$dir/data
+PROPS
+    "$RINGRAFT" storage format -t "$("$RINGRAFT" storage random-uuid)" -c "$dir/server.properties" >/dev/null
+    # With Type=notify, systemd-run returns once the unit is active (READY=1) or failed.
+    systemd-run --unit "$unit" -p Type=notify -p NotifyAccess=main -p LimitMEMLOCK=64M --collect \
+      "$RINGRAFT" start -c "$dir/server.properties" || return 1
+    local state; state=$(systemctl is-active "$unit")
+    python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$port),2)" \
+      || { echo "active ($state) but the listener refuses"; systemctl stop "$unit"; return 1; }
+    systemctl stop "$unit"
+    [ "$state" = active ] || { echo "unit state $state"; return 1; }
+    echo "active, and the listener accepted at once"
+  }
+  check "systemd-run -p Type=notify: active only once the listener accepts" systemd_notify
+else
+  say "SKIP systemd-run -p Type=notify: this machine runs no systemd (PID 1 is $(ps -p 1 -o comm=)); tests/notify.rs checks the protocol without it"
+fi
+
 # ---- linearizability: examples/kv under kills and pauses, checked by Porcupine ---------------
 lincheck() { # lincheck NAME ARGS...: a run in its own directory; its output kept beside it
   local dir="$RUN/lincheck-$1" rc=0; shift
