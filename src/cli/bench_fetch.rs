@@ -35,6 +35,8 @@ use clap::Args;
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 
+use super::bench_report::{self as report, Goal, PhasePlot};
+
 use super::bench_quorum::{Bench, Event, PhaseResult, QuorumBenchArgs, Scratch, Summary};
 use crate::cli::CliError;
 use crate::net::peer::PeerConnection;
@@ -108,9 +110,8 @@ pub struct FetchBenchArgs {
     /// Where to create the scratch directory (a real disk). Removed after.
     #[arg(long, default_value = ".")]
     pub dir: PathBuf,
-    /// Progress as raw JSON lines and the result as one JSON object.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub common: super::bench_report::BenchCommon,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -616,6 +617,8 @@ fn partition_files(node: &Path, suffixes: &[&str]) -> Vec<PathBuf> {
 struct FanOutRun {
     observers: usize,
     commit: Summary,
+    /// (seconds, p50 µs, p99 µs) of the leader's commit latency per interval.
+    intervals: Vec<(f64, f64, f64)>,
     /// Propagation p50, p99, p999 (µs) and samples; `None` without observers.
     propagation: Option<([u64; 3], u64, u64)>,
     retries: u64,
@@ -649,6 +652,25 @@ pub fn run(args: FetchBenchArgs) -> Result<(), CliError> {
             .and_then(|_| signal_hook::flag::register(signal, interrupted.clone()))
             .map_err(|e| CliError::new(format!("cannot install a signal handler: {e}")))?;
     }
+    // A mistyped --goal fails now, not after the run.
+    let mut names: Vec<Goal> = ["commit_p99", "propagation_p99", "catch_up", "snapshot"]
+        .into_iter()
+        .map(|n| Goal::at_most(n, "", None, 0.0))
+        .collect();
+    report::apply_overrides(&mut names, &args.common)?;
+    let runs = |phase: Phase| args.only.is_empty() || args.only.contains(&phase);
+    let mut expected = 0.0;
+    if runs(Phase::FanOut) {
+        expected += 3.0 * (args.warmup_ms as f64 / 1000.0 + args.seconds as f64 + 5.0);
+    }
+    if runs(Phase::CatchUp) && args.catch_up_bytes > 0 {
+        expected += 10.0 + 3.0 * args.catch_up_bytes as f64 / 200e6;
+    }
+    if runs(Phase::Snapshot) && args.snapshot_bytes > 0 {
+        expected += 10.0 + 3.0 * args.snapshot_bytes as f64 / 200e6;
+    }
+    args.common
+        .announce("bench fetch", Duration::from_secs_f64(expected));
     let exe = std::env::current_exe()
         .map_err(|e| CliError::new(format!("cannot find the ringraft binary: {e}")))?;
     let scratch = Scratch::create(&args.dir)?;
@@ -660,7 +682,7 @@ pub fn run(args: FetchBenchArgs) -> Result<(), CliError> {
         report_ms: args.report_ms,
         rounds: 1,
         dir: args.dir.clone(),
-        json: args.json,
+        common: args.common.clone(),
     };
     let bench = Bench {
         args: &quorum_args,
@@ -677,7 +699,8 @@ pub fn run(args: FetchBenchArgs) -> Result<(), CliError> {
     };
     let result = fetch.run_all();
     drop(scratch);
-    result.map_err(CliError::new)
+    let (goals, plots) = result.map_err(CliError::new)?;
+    report::finish(&goals, &plots, &args.common)
 }
 
 struct FetchBench<'a> {
@@ -701,7 +724,7 @@ impl FetchBench<'_> {
         self.bench.say(text);
     }
 
-    fn run_all(&self) -> Result<(), String> {
+    fn run_all(&self) -> Result<(Vec<Goal>, Vec<PhasePlot>), String> {
         let a = self.args;
         self.say(&format!(
             "bench fetch: load average {} at the start; nodes run this tuning:\n{}",
@@ -735,8 +758,7 @@ impl FetchBench<'_> {
         } else {
             None
         };
-        self.report(&fan_out, catch_up.as_ref(), snapshot.as_ref());
-        Ok(())
+        Ok(self.report(&fan_out, catch_up.as_ref(), snapshot.as_ref()))
     }
 
     fn addrs(ports: &[u16]) -> Vec<SocketAddr> {
@@ -812,6 +834,7 @@ impl FetchBench<'_> {
         }
         Ok(FanOutRun {
             observers,
+            intervals: result.intervals.clone(),
             commit: result.summary,
             propagation,
             retries,
@@ -894,7 +917,7 @@ impl FetchBench<'_> {
             Self::addrs(&nodes.ports),
             Some(nodes.cluster_id.clone()),
             stop.clone(),
-            (!self.args.json).then_some(Duration::from_millis(self.args.report_ms)),
+            (!self.args.common.json).then_some(Duration::from_millis(self.args.report_ms)),
         );
         let deadline = Instant::now() + PHASE_TIMEOUT;
         while !observer.is_finished() {
@@ -946,7 +969,7 @@ impl FetchBench<'_> {
             report_ms: a.report_ms,
             rounds: 1,
             dir: a.dir.clone(),
-            json: a.json,
+            common: a.common.clone(),
         };
         let (nodes, dir) = self.single_voter("catch-up", args, Vec::new(), false)?;
         self.say("  a new observer fetches it from offset 0");
@@ -1009,7 +1032,7 @@ impl FetchBench<'_> {
             report_ms: a.report_ms,
             rounds: 1,
             dir: a.dir.clone(),
-            json: a.json,
+            common: a.common.clone(),
         };
         let extra = vec![format!("--load-snapshot-bytes={}", a.snapshot_bytes)];
         let (nodes, dir) = self.single_voter("snapshot", args, extra, true)?;
@@ -1022,7 +1045,7 @@ impl FetchBench<'_> {
         fan_out: &[FanOutRun],
         catch_up: Option<&Streamed>,
         snapshot: Option<&Streamed>,
-    ) {
+    ) -> (Vec<Goal>, Vec<PhasePlot>) {
         let prop = |r: &FanOutRun| r.propagation.map_or(0.0, |(q, _, _)| q[1] as f64);
         let (commit_ratio, propagation_ratio, many) = match fan_out {
             [none, one, many] => (
@@ -1033,40 +1056,66 @@ impl FetchBench<'_> {
             _ => (None, None, self.args.observers),
         };
         let stream_ratio = |s: Option<&Streamed>| s.map(|s| s.bytes_per_s / s.floor_bytes_per_s);
-        let goals = [
-            (
-                format!("commit p99, {many} observers vs none"),
+        // A goal of a phase that did not run (`--only`) is left out, not missed.
+        let mut goals = Vec::new();
+        if !fan_out.is_empty() {
+            goals.push(Goal::at_most(
+                "commit_p99",
+                format!("commit p99, {many} observers / none"),
                 commit_ratio,
                 GOAL_COMMIT_P99,
-                true,
-            ),
-            (
-                format!("propagation p99, {many} observers vs 1"),
+            ));
+            goals.push(Goal::at_most(
+                "propagation_p99",
+                format!("propagation p99, {many} observers / 1"),
                 propagation_ratio,
                 GOAL_PROPAGATION_P99,
-                true,
-            ),
-            (
-                "catch-up vs loopback TCP".into(),
+            ));
+        }
+        if catch_up.is_some() {
+            goals.push(Goal::at_least(
+                "catch_up",
+                "catch-up bytes/s / loopback TCP",
                 stream_ratio(catch_up),
                 GOAL_CATCH_UP,
-                false,
-            ),
-            (
-                "snapshot vs loopback TCP".into(),
+            ));
+        }
+        if snapshot.is_some() {
+            goals.push(Goal::at_least(
+                "snapshot",
+                "snapshot bytes/s / loopback TCP",
                 stream_ratio(snapshot),
                 GOAL_SNAPSHOT,
-                false,
-            ),
-        ];
-        let met = |value: f64, goal: f64, at_most: bool| {
-            if at_most {
-                value <= goal
-            } else {
-                value >= goal
-            }
-        };
-        if self.args.json {
+            ));
+        }
+        if let Err(e) = report::apply_overrides(&mut goals, &self.args.common) {
+            self.say(&e.to_string());
+        }
+        let plots: Vec<PhasePlot> = fan_out
+            .iter()
+            .map(|r| PhasePlot {
+                phase: format!("fan-out, {} observers: commit latency", r.observers),
+                over_time: vec![
+                    (
+                        "p50".into(),
+                        r.intervals.iter().map(|i| (i.0, i.1)).collect(),
+                    ),
+                    (
+                        "p99".into(),
+                        r.intervals.iter().map(|i| (i.0, i.2)).collect(),
+                    ),
+                ],
+                cdf: vec![
+                    (0.0, 0.0),
+                    (0.5, r.commit.p50),
+                    (0.75, r.commit.p75),
+                    (0.99, r.commit.p99),
+                    (0.999, r.commit.p999),
+                    (1.0, r.commit.max),
+                ],
+            })
+            .collect();
+        if self.args.common.json {
             let runs: Vec<Value> = fan_out
                 .iter()
                 .map(|r| {
@@ -1096,18 +1145,6 @@ impl FetchBench<'_> {
                     })
                 })
             };
-            let goals: Vec<Value> = goals
-                .iter()
-                .map(|(what, value, goal, at_most)| {
-                    json!({
-                        "what": what,
-                        "ratio": value,
-                        "goal": goal,
-                        "at_most": at_most,
-                        "met": value.map(|v| met(v, *goal, *at_most)),
-                    })
-                })
-                .collect();
             println!(
                 "{}",
                 json!({
@@ -1115,10 +1152,11 @@ impl FetchBench<'_> {
                     "fan_out": runs,
                     "catch_up": stream(catch_up),
                     "snapshot": stream(snapshot),
-                    "goals": goals,
+                    "goals": goals.iter().map(Goal::to_json).collect::<Vec<_>>(),
+                    "met": goals.iter().all(|g| g.met() == Some(true)),
                 })
             );
-            return;
+            return (goals, plots);
         }
         println!("\nsummary (load average {} at the end)", load_average());
         println!(
@@ -1160,22 +1198,8 @@ impl FetchBench<'_> {
                 );
             }
         }
-        println!("\n  {:<44} {:>8} {:>8}  result", "ratio", "value", "goal");
-        for (what, value, goal, at_most) in &goals {
-            let Some(v) = value else {
-                println!("  {what:<44} {:>8} {:>8}  skipped", "-", "-");
-                continue;
-            };
-            let sign = if *at_most { "≤" } else { "≥" };
-            println!(
-                "  {what:<44} {v:>7.2}× {sign}{goal:>6.2}×  {}",
-                if met(*v, *goal, *at_most) {
-                    "met"
-                } else {
-                    "NOT met"
-                }
-            );
-        }
+        report::print_goals(&goals);
+        (goals, plots)
     }
 }
 

@@ -37,6 +37,8 @@ use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
 use serde_json::{json, Map, Value};
 
+use super::bench_report::{self as report, Goal, PhasePlot};
+
 use crate::cli::CliError;
 use crate::records::BatchBuilder;
 
@@ -79,9 +81,8 @@ pub struct QuorumBenchArgs {
     /// Where to create the scratch directory (must be a real disk: O_DIRECT). Removed after.
     #[arg(long, default_value = ".")]
     pub dir: PathBuf,
-    /// Progress as raw JSON lines and the result as one JSON object.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub common: super::bench_report::BenchCommon,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -356,6 +357,14 @@ pub fn run(args: QuorumBenchArgs) -> Result<(), CliError> {
             .and_then(|_| signal_hook::flag::register(signal, interrupted.clone()))
             .map_err(|e| CliError::new(format!("cannot install a signal handler: {e}")))?;
     }
+    // A mistyped --goal fails now, not after the run.
+    report::apply_overrides(&mut quorum_goal_names(), &args.common)?;
+    let phases = 2 * args.rounds.max(1) as u64 + 1;
+    let per_phase = args.warmup_ms as f64 / 1000.0 + args.seconds as f64 + 3.0;
+    args.common.announce(
+        &format!("bench quorum: {phases} phases"),
+        Duration::from_secs_f64(phases as f64 * per_phase),
+    );
     let exe = std::env::current_exe()
         .map_err(|e| CliError::new(format!("cannot find the ringraft binary: {e}")))?;
     let scratch = Scratch::create(&args.dir)?;
@@ -374,7 +383,16 @@ pub fn run(args: QuorumBenchArgs) -> Result<(), CliError> {
     };
     let result = bench.run_all();
     drop(scratch);
-    result.map_err(CliError::new)
+    let (goals, plots) = result.map_err(CliError::new)?;
+    report::finish(&goals, &plots, &args.common)
+}
+
+/// The goals by name, for checking `--goal` before a run.
+fn quorum_goal_names() -> Vec<Goal> {
+    ["p50", "p99", "cpu"]
+        .into_iter()
+        .map(|n| Goal::at_most(n, "", None, 0.0))
+        .collect()
 }
 
 /// The scratch directory; removed when dropped (after every child has stopped).
@@ -388,20 +406,28 @@ impl Scratch {
         fs::create_dir_all(&path)
             .map_err(|e| CliError::new(format!("cannot create {}: {e}", path.display())))?;
         let scratch = Scratch { path };
-        // Memory is not a disk: tmpfs even accepts O_DIRECT on recent kernels, and both sides
-        // would then measure page-cache copies.
+        refuse_memory_and_buffered(&scratch.path)?;
+        Ok(scratch)
+    }
+}
+
+/// A bench's scratch directory must be on a disk that takes O_DIRECT|O_DSYNC: memory is not a
+/// disk (tmpfs even accepts O_DIRECT on recent kernels, and both sides would then measure
+/// page-cache copies). `bench log`, `bench quorum` and `bench fetch` refuse the same way.
+pub(super) fn refuse_memory_and_buffered(path: &Path) -> Result<(), CliError> {
+    {
         let mounts = fs::read_to_string("/proc/self/mounts").unwrap_or_default();
-        let canonical = fs::canonicalize(&scratch.path).unwrap_or_else(|_| scratch.path.clone());
+        let canonical = fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
         if let Some(fstype) = filesystem_type(&mounts, &canonical)
             .filter(|t| MEMORY_FILESYSTEMS.contains(&t.as_str()))
         {
             return Err(CliError::new(format!(
                 "{} is on {fstype}, not a disk; pass --dir on a real disk",
-                scratch.path.display()
+                path.display()
             )));
         }
         // O_DIRECT is what both sides need; some filesystems refuse it.
-        let probe = scratch.path.join("o_direct-probe");
+        let probe = path.join("o_direct-probe");
         OpenOptions::new()
             .write(true)
             .create(true)
@@ -412,11 +438,11 @@ impl Scratch {
                 CliError::new(format!(
                     "{} does not support O_DIRECT|O_DSYNC ({e}); pass --dir on a real disk \
                      (not tmpfs)",
-                    scratch.path.display()
+                    path.display()
                 ))
             })?;
         let _ = fs::remove_file(&probe);
-        Ok(scratch)
+        Ok(())
     }
 }
 
@@ -495,6 +521,8 @@ pub(super) struct PhaseResult {
     pub leader: usize,
     /// Processes other than the first that generated load (leadership moved).
     pub leader_changes: usize,
+    /// (seconds, p50 µs, p99 µs) of every progress interval, for the plots.
+    pub intervals: Vec<(f64, f64, f64)>,
 }
 
 impl Bench<'_> {
@@ -503,12 +531,12 @@ impl Bench<'_> {
     }
 
     pub(super) fn say(&self, text: &str) {
-        if !self.args.json {
+        if !self.args.common.json {
             println!("{text}");
         }
     }
 
-    fn run_all(&self) -> Result<(), String> {
+    fn run_all(&self) -> Result<(Vec<Goal>, Vec<PhasePlot>), String> {
         let a = self.args;
         let placement: Vec<String> = (0..3)
             .map(|i| format!("{}→cpu {}", i + 1, self.cpu_of(i)))
@@ -556,8 +584,7 @@ impl Bench<'_> {
             let _ = fs::remove_dir_all(&phase_dir);
             done.push((name, *side, result));
         }
-        self.report(&done);
-        Ok(())
+        Ok(self.report(&done))
     }
 
     // -- ringraft ------------------------------------------------------------------------------
@@ -722,6 +749,7 @@ impl Bench<'_> {
         let mut eof = [false; 3];
         // The three processes' CPU time when the warm-up ended.
         let mut cpu_at_warmup: Option<u64> = None;
+        let mut intervals = Vec::new();
         loop {
             self.check_interrupted()?;
             match rx.recv_timeout(Duration::from_millis(100)) {
@@ -747,6 +775,7 @@ impl Bench<'_> {
                             cpu_us_per_record,
                             leader,
                             leader_changes,
+                            intervals,
                         });
                     }
                     Line::Interval(map) => {
@@ -778,10 +807,12 @@ impl Bench<'_> {
                             }
                             Some(_) => {}
                         }
-                        let t_ms = map.get("t_ms").and_then(Value::as_f64).unwrap_or(0.0);
+                        let num = |k: &str| map.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+                        let t_ms = num("t_ms");
                         if cpu_at_warmup.is_none() && t_ms >= a.warmup_ms as f64 {
                             cpu_at_warmup = procs.cpu_ticks();
                         }
+                        intervals.push((t_ms / 1000.0, num("p50_us"), num("p99_us")));
                         self.progress(name, map);
                     }
                     Line::Listening(_) | Line::Other => {}
@@ -822,7 +853,7 @@ impl Bench<'_> {
     }
 
     fn progress(&self, name: &str, map: Map<String, Value>) {
-        if self.args.json {
+        if self.args.common.json {
             let mut out = Map::new();
             out.insert("phase".into(), Value::String(name.into()));
             out.extend(map);
@@ -850,7 +881,8 @@ impl Bench<'_> {
     }
 
     /// The final table (or JSON object); `done` holds the phases in the order they ran.
-    fn report(&self, done: &[(String, Side, PhaseResult)]) {
+    /// Returns the goals and the plots of each phase.
+    fn report(&self, done: &[(String, Side, PhaseResult)]) -> (Vec<Goal>, Vec<PhasePlot>) {
         let of = |side: Side| -> Vec<(String, &PhaseResult)> {
             done.iter()
                 .filter(|(_, s, _)| *s == side)
@@ -879,13 +911,62 @@ impl Bench<'_> {
                 .iter()
                 .filter_map(|(_, r)| r.cpu_us_per_record)
                 .collect();
-            v.sort_by(f64::total_cmp);
-            (!v.is_empty()).then(|| v[v.len() / 2])
+            report::median(&mut v)
         };
         let (cpu_floor, cpu_ours) = (cpu_median(&floors), cpu_median(&ours));
         let cpu_ratio = cpu_floor.zip(cpu_ours).map(|(f, o)| o / f.max(1e-9));
-        let cpu_met = cpu_ratio.is_some_and(|r| r <= GOAL_CPU);
-        if a.json {
+        let mut goals = vec![
+            Goal::at_most(
+                "p50",
+                "commit p50, ringraft / floor",
+                Some(cmp.p50),
+                GOAL_P50,
+            ),
+            Goal::at_most(
+                "p99",
+                "commit p99, ringraft / floor",
+                Some(cmp.p99),
+                GOAL_P99,
+            ),
+            Goal::at_most(
+                "cpu",
+                "CPU per committed record, ringraft / floor",
+                cpu_ratio,
+                GOAL_CPU,
+            ),
+        ];
+        if let Err(e) = report::apply_overrides(&mut goals, &a.common) {
+            // Checked before the run began (`run`); cannot fail here.
+            self.say(&e.to_string());
+        }
+        let plots: Vec<PhasePlot> = done
+            .iter()
+            .map(|(name, _, r)| {
+                let s = &r.summary;
+                PhasePlot {
+                    phase: name.clone(),
+                    over_time: vec![
+                        (
+                            "p50".into(),
+                            r.intervals.iter().map(|i| (i.0, i.1)).collect(),
+                        ),
+                        (
+                            "p99".into(),
+                            r.intervals.iter().map(|i| (i.0, i.2)).collect(),
+                        ),
+                    ],
+                    cdf: vec![
+                        (0.0, 0.0),
+                        (0.5, s.p50),
+                        (0.75, s.p75),
+                        (0.99, s.p99),
+                        (0.999, s.p999),
+                        (1.0, s.max),
+                    ],
+                }
+            })
+            .collect();
+        if a.common.json {
             let phases: Vec<Value> = done
                 .iter()
                 .map(|(name, _, r)| {
@@ -921,15 +1002,9 @@ impl Bench<'_> {
                     "ringraft": cpu_ours.map(round3),
                     "ratio": cpu_ratio.map(round3),
                 },
-                "goals": {
-                    "p50_max": GOAL_P50,
-                    "p99_max": GOAL_P99,
-                    "cpu_max": GOAL_CPU,
-                    "p50_met": cmp.p50_met,
-                    "p99_met": cmp.p99_met,
-                    "cpu_met": cpu_met,
-                    "met": cmp.p50_met && cmp.p99_met && cpu_met,
-                },
+                "goals": goals.iter().map(Goal::to_json).collect::<Vec<_>>(),
+                "met": goals.iter().all(|g| g.met() == Some(true)),
+                "test_raft_server": test_raft_server_line(&ringraft),
                 "ratios_against_each_floor_run": each
                     .iter()
                     .map(|(name, c)| json!({
@@ -944,7 +1019,7 @@ impl Bench<'_> {
                 "leader_changes": moved,
             });
             println!("{out}");
-            return;
+            return (goals, plots);
         }
         println!();
         println!(
@@ -982,25 +1057,16 @@ impl Bench<'_> {
             );
         }
         println!();
-        let verdict = |met: bool| if met { "met" } else { "MISSED" };
-        println!(
-            "goal p50 ≤ {GOAL_P50:.2}× floor: {:.2}× — {}",
-            cmp.p50,
-            verdict(cmp.p50_met)
-        );
-        println!(
-            "goal p99 ≤ {GOAL_P99:.2}× floor: {:.2}× — {}",
-            cmp.p99,
-            verdict(cmp.p99_met)
-        );
-        match (cpu_floor, cpu_ours, cpu_ratio) {
-            (Some(f), Some(o), Some(r)) => println!(
-                "goal CPU per committed record ≤ {GOAL_CPU:.2}× floor: ringraft {o:.1} µs, floor \
-                 {f:.1} µs, {r:.2}× — {}",
-                verdict(cpu_met)
-            ),
-            _ => println!("goal CPU per committed record: not measured (/proc unreadable)"),
+        println!();
+        println!("Kafka TestRaftServer's line, for comparison by eye (ringraft, median of runs):");
+        println!("  {}", test_raft_server_line(&ringraft));
+        println!("  {} (floor)", test_raft_server_line(&floor));
+        if let (Some(f), Some(o)) = (cpu_floor, cpu_ours) {
+            println!("CPU per committed record: ringraft {o:.1} µs, floor {f:.1} µs");
+        } else {
+            println!("CPU per committed record: not measured (/proc unreadable)");
         }
+        report::print_goals(&goals);
         if !sustained {
             println!(
                 "note: ringraft committed {:.0} B/s, below the target {:.0} B/s",
@@ -1024,7 +1090,19 @@ impl Bench<'_> {
              trip to 2 followers that each append the same way; done at the leader's write + the \
              first ack)"
         );
+        (goals, plots)
     }
+}
+
+/// Kafka `TestRaftServer`'s summary line (its format: values before their labels, in ms).
+pub fn test_raft_server_line(s: &Summary) -> String {
+    format!(
+        "Throughput (bytes/second): {:.2}, Latency (ms): {:.1} p75 {:.1} p99 {:.1} p999",
+        s.bytes_per_s,
+        s.p75 / 1000.0,
+        s.p99 / 1000.0,
+        s.p999 / 1000.0
+    )
 }
 
 /// Whether the floor runs differ by more than 2× at p50 or p99 (a neighbour's stall).

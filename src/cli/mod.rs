@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod bench_fetch;
 pub mod bench_quorum;
+pub mod bench_report;
 pub mod debug;
 pub mod format;
 pub mod quorum;
