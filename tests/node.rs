@@ -761,3 +761,62 @@ fn a_failed_snapshot_fsync_stops_the_node() {
         "{stderr}"
     );
 }
+
+/// `--log-format json` gives one JSON object per line, and a voter that cannot be reached is
+/// named once, at warning level (a node with a wrong voter list used to wait without a word).
+#[test]
+fn json_logs_name_an_unreachable_voter_once() {
+    let dir = TempDir::new("unreachable");
+    let (port, dead) = (free_port(), free_port());
+    let config = write_config(dir.path(), port, "");
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        &format!("controller.quorum.voters=1@127.0.0.1:{port}"),
+        &format!("controller.quorum.voters=1@127.0.0.1:{port},2@127.0.0.1:{dead}"),
+    );
+    std::fs::write(&config, text).unwrap();
+    let config = config.to_str().unwrap();
+    let out = run(
+        &[
+            "storage",
+            "format",
+            "-t",
+            "MkU3OEVBNTcwNTJENDM2Qg",
+            "-c",
+            config,
+        ],
+        dir.path(),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let log = dir.path().join("node.log");
+    let mut child = std::process::Command::new(binary())
+        .args(["start", "-c", config, "--log-format", "json"])
+        .current_dir(dir.path())
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let warned = |text: &str| text.matches("cannot reach a peer").count();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while warned(&std::fs::read_to_string(&log).unwrap_or_default()) == 0 {
+        assert!(std::time::Instant::now() < deadline, "no warning in 30 s");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, SIGTERM) };
+    assert!(child.wait().unwrap().success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(warned(&text), 1, "named once:\n{text}");
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        if v["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("cannot reach a peer"))
+        {
+            assert_eq!(v["level"], "WARN");
+            assert_eq!(v["fields"]["peer"], format!("127.0.0.1:{dead}"));
+        }
+    }
+}
