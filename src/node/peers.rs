@@ -3,7 +3,9 @@
 //! address changes), sending requests in order, one at a time, and handing every answer or
 //! failure back to the executor's input stream (docs/raft.md §9: a disconnect is a failure).
 
-use std::collections::BTreeMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashSet};
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -24,6 +26,9 @@ pub struct PeerTransport {
     to_executor: mpsc::UnboundedSender<ExecutorInput>,
     request_timeout: Duration,
     client_id: String,
+    /// Endpoints an "unreachable" warning was given for: one per endpoint, however many tasks
+    /// (a voter's, the bootstrap lookup's) connect there.
+    unreachable: Rc<RefCell<HashSet<String>>>,
 }
 
 /// A connection task and the endpoint it was started for.
@@ -43,6 +48,7 @@ impl PeerTransport {
             to_executor,
             request_timeout,
             client_id: format!("raft-client-{local_id}"),
+            unreachable: Rc::default(),
         }
     }
 
@@ -63,7 +69,7 @@ impl PeerTransport {
                 rx,
                 self.to_executor.clone(),
                 self.request_timeout,
-                self.client_id.clone(),
+                (self.client_id.clone(), self.unreachable.clone()),
             );
             glommio::spawn_local(task.instrument(span)).detach();
             self.peers.insert(to, Peer { endpoint, tx });
@@ -114,7 +120,7 @@ async fn peer_task(
     mut requests: mpsc::UnboundedReceiver<(RequestId, Request)>,
     executor: mpsc::UnboundedSender<ExecutorInput>,
     timeout: Duration,
-    client_id: String,
+    (client_id, unreachable): (String, Rc<RefCell<HashSet<String>>>),
 ) {
     let mut conn: Option<PeerConnection> = None;
     let mut reconnect_at = Instant::now();
@@ -143,6 +149,7 @@ async fn peer_task(
                         reconnect_backoff = Duration::from_millis(50);
                         conn = Some(c);
                         if warned {
+                            unreachable.borrow_mut().remove(&shown);
                             info!(peer = %shown, "the peer is reachable again");
                         }
                         (unreachable_since, warned) = (None, false);
@@ -150,7 +157,8 @@ async fn peer_task(
                     Err(e) => {
                         debug!(error = %e, "cannot connect");
                         let since = *unreachable_since.get_or_insert_with(Instant::now);
-                        if !warned && since.elapsed() >= UNREACHABLE_WARN_AFTER {
+                        let due = !warned && since.elapsed() >= UNREACHABLE_WARN_AFTER;
+                        if due && unreachable.borrow_mut().insert(shown.clone()) {
                             warned = true;
                             warn!(peer = %shown, seconds = since.elapsed().as_secs(), error = %e,
                                 "cannot reach a peer of the voter set; check controller.quorum.voters \
