@@ -163,10 +163,7 @@ fn readyz_fails_with_its_reason_when_the_quorum_loses_its_leader() {
         let (status, body) = get(port, "/readyz")?;
         (status == 503).then_some(body)
     });
-    assert!(
-        body.contains("[-]leader failed: no leader is known"),
-        "{body}"
-    );
+    assert!(body.contains("[-]leader failed: "), "{body}");
     assert!(body.contains("readyz check failed"), "{body}");
     let (status, body) = get(port, "/readyz/leader").unwrap();
     assert_eq!(status, 503, "{body}");

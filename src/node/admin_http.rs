@@ -9,7 +9,9 @@
 //! - `/livez`: `ping` (the listener answers) and `raft-loop` (the raft shard's loop went round
 //!   in the last `LOOP_STUCK_MS`; it wakes at least once a second).
 //! - `/readyz`: `storage` (the log is open and recovered: the listener starts only after
-//!   that), `leader` (a leader is known for the current epoch), `member` (a voter, or an
+//!   that), `leader` (this node leads, or its leader of the current epoch has answered a
+//!   fetch since it began following; a leader remembered across a failed pre-vote does not
+//!   count), `member` (a voter, or an
 //!   observer that has caught up to the high watermark it knows) and `fsync` (no flush has
 //!   been in flight longer than `FSYNC_STUCK_MS`; a failed one stops the node).
 
@@ -229,9 +231,17 @@ fn livez(state: &AdminState) -> Vec<Check> {
 
 fn readyz(state: &AdminState) -> Vec<Check> {
     let raft = state.raft.borrow();
+    let epoch = raft.epoch();
     let leader = match raft.leader_id() {
-        Some(_) => None,
-        None => Some(format!("no leader is known for epoch {}", raft.epoch())),
+        _ if raft.in_contact_with_leader() => None,
+        _ if raft.state_name() == "Resigned" => {
+            Some(format!("this node resigned as leader of epoch {epoch}"))
+        }
+        Some(l) => Some(format!(
+            "{} in epoch {epoch}: leader {l} has not answered a fetch since",
+            raft.state_name().to_lowercase()
+        )),
+        None => Some(format!("no leader is known for epoch {epoch}")),
     };
     let member = if raft.is_voter() {
         None

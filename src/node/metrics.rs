@@ -533,6 +533,7 @@ pub async fn sample_shard(
         .shard_ring_written_bytes
         .get_or_create(&labels)
         .clone();
+    let stalls = metrics.stalls.get_or_create(&labels).clone();
     let mut last = (
         Instant::now(),
         Duration::ZERO,
@@ -540,10 +541,13 @@ pub async fn sample_shard(
         (0u64, 0u64),
         (0u64, 0u64),
     );
+    let probe = Duration::from_millis(STALL_PROBE_MS);
+    let mut turn = 0u64;
     loop {
+        let asleep = Instant::now();
         let stopped = futures_lite::future::or(
             async {
-                glommio::timer::sleep(Duration::from_secs(1)).await;
+                glommio::timer::sleep(probe).await;
                 false
             },
             async {
@@ -554,6 +558,13 @@ pub async fn sample_shard(
         .await;
         if stopped {
             return;
+        }
+        if asleep.elapsed() > probe + Duration::from_millis(STALL_MS) {
+            stalls.inc();
+        }
+        turn += 1;
+        if turn % (1000 / STALL_PROBE_MS) != 0 {
+            continue;
         }
         let executor = glommio::executor();
         let stats = executor.executor_stats();

@@ -846,6 +846,17 @@ impl Raft {
         self.voted_key().map(|k| k.id)
     }
 
+    /// This replica leads, or follows a leader that answered one of its fetches since it
+    /// began following (in this epoch). A follower whose leader went quiet turns Prospective
+    /// and back, remembering the leader (KIP-996), without this holding again.
+    pub fn in_contact_with_leader(&self) -> bool {
+        match &self.role {
+            Role::Leader(_) => !self.shutting_down,
+            Role::Follower(s) => s.has_fetched && !s.leader_resigned,
+            _ => false,
+        }
+    }
+
     /// A leader with a voter change appended and not yet committed.
     pub fn voter_change_pending(&self) -> bool {
         matches!(&self.role, Role::Leader(s) if s.pending.is_some())
