@@ -302,6 +302,14 @@ impl Metrics {
             "The kind of ring serving each data directory",
             m.data_dir_ring.clone(),
         );
+        // Every served API shows from the start, at zero, so a dashboard and an alert see
+        // the series before the first request.
+        for spec in crate::protocol::apis::SERVED {
+            let labels = vec![("api".to_string(), spec.key.name().to_string())];
+            let _ = metrics.requests.get_or_create(&labels);
+            let _ = metrics.request_bytes.get_or_create(&labels);
+            let _ = metrics.response_bytes.get_or_create(&labels);
+        }
         metrics.registry = registry;
         metrics
     }
