@@ -136,36 +136,25 @@ impl CommittedBatch {
     /// Its records. A batch that does not parse (it cannot: it was checked when it entered
     /// the log) yields an error item and ends.
     pub fn records(&self) -> impl Iterator<Item = Result<Record<'_>, String>> + '_ {
-        let parsed = crate::records::batch::Batch::parse(&self.bytes)
-            .map_err(|e| e.to_string())
-            .and_then(|(b, _)| b.records().map_err(|e| e.to_string()));
-        let header = crate::records::batch::Batch::parse(&self.bytes).ok();
         let base = self.base_offset;
-        let first_ts = header.map_or(0, |(b, _)| b.header().base_timestamp.get());
-        let mut failed = false;
-        let mut iter = parsed.map_err(Some);
-        std::iter::from_fn(move || {
-            if failed {
-                return None;
-            }
-            match &mut iter {
+        // (the batch's base timestamp, its records), or the one error to yield.
+        let mut state = crate::records::batch::Batch::parse(&self.bytes)
+            .and_then(|(b, _)| Ok((b.header().base_timestamp.get(), b.records()?)))
+            .map_err(|e| Some(e.to_string()));
+        std::iter::from_fn(move || match &mut state {
+            Err(e) => e.take().map(Err),
+            Ok((first_ts, records)) => match records.next()? {
+                Ok(r) => Some(Ok(Record {
+                    offset: base + i64::from(r.offset_delta),
+                    timestamp_ms: *first_ts + r.timestamp_delta,
+                    key: r.key,
+                    value: r.value,
+                })),
                 Err(e) => {
-                    failed = true;
-                    e.take().map(Err)
+                    state = Err(None);
+                    Some(Err(e.to_string()))
                 }
-                Ok(records) => match records.next()? {
-                    Ok(r) => Some(Ok(Record {
-                        offset: base + i64::from(r.offset_delta),
-                        timestamp_ms: first_ts + r.timestamp_delta,
-                        key: r.key,
-                        value: r.value,
-                    })),
-                    Err(e) => {
-                        failed = true;
-                        Some(Err(e.to_string()))
-                    }
-                },
-            }
+            },
         })
     }
 }

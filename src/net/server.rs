@@ -124,15 +124,11 @@ impl<S: Service> Connections<S> {
         queues: Option<Queues>,
         metrics: crate::node::metrics::SharedMetrics,
     ) -> Rc<Self> {
-        Rc::new(Connections {
-            service,
-            state,
-            limits,
-            stop,
-            gate: Gate::new(),
-            queues,
-            metrics: Some(metrics),
-        })
+        let mut connections = Self::new(service, state, limits, stop, queues);
+        Rc::get_mut(&mut connections)
+            .expect("just made, not shared")
+            .metrics = Some(metrics);
+        connections
     }
 
     /// Serves `stream` on this shard until it closes or the node stops.

@@ -154,12 +154,10 @@ pub fn answer(target: &str, state: &AdminState) -> Answer {
             body: state.metrics.render(&raft, &state.stats, raft.now_ms()),
         };
     }
-    let (kind, only) = match path.split_once('/').map(|_| &path[1..]) {
-        Some(p) => match p.split_once('/') {
-            Some((kind, check)) => (kind, Some(check)),
-            None => (p, None),
-        },
-        None => ("", None),
+    let rest = path.strip_prefix('/').unwrap_or_default();
+    let (kind, only) = match rest.split_once('/') {
+        Some((kind, check)) => (kind, Some(check)),
+        None => (rest, None),
     };
     let checks = match kind {
         "livez" => livez(state),

@@ -486,21 +486,17 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
                 replica,
                 leader_epoch,
             }),
-            ExecutorInput::Peer { id, result } => match result {
-                _ if self.sent.contains_key(&id) => {
-                    let sent = self.sent.remove(&id).expect("checked");
-                    if let (Some(m), Ok(_)) = (&self.metrics, &result) {
-                        m.peer_round_trip_seconds
-                            .observe(sent.elapsed().as_secs_f64());
-                    }
-                    match result {
-                        Ok(response) => self.step(Input::Response { id, response }),
-                        Err(failure) => self.step(Input::Failure { id, failure }),
-                    }
+            ExecutorInput::Peer { id, result } => {
+                let sent = self.sent.remove(&id);
+                if let (Some(m), Some(sent), Ok(_)) = (&self.metrics, sent, &result) {
+                    m.peer_round_trip_seconds
+                        .observe(sent.elapsed().as_secs_f64());
                 }
-                Ok(response) => self.step(Input::Response { id, response }),
-                Err(failure) => self.step(Input::Failure { id, failure }),
-            },
+                match result {
+                    Ok(response) => self.step(Input::Response { id, response }),
+                    Err(failure) => self.step(Input::Failure { id, failure }),
+                }
+            }
             ExecutorInput::Append {
                 batch,
                 check,

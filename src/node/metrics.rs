@@ -542,13 +542,14 @@ pub async fn sample_shard(
         .get_or_create(&labels)
         .clone();
     let stalls = metrics.stalls.get_or_create(&labels).clone();
-    let mut last = (
-        Instant::now(),
-        Duration::ZERO,
-        0u64,
-        (0u64, 0u64),
-        (0u64, 0u64),
-    );
+    // From zero: the first interval counts what the shard did before the sampler started.
+    let mut last = ShardCounters {
+        at: std::time::Instant::now(),
+        runtime: std::time::Duration::ZERO,
+        tasks: 0,
+        reads: (0, 0),
+        writes: (0, 0),
+    };
     let probe = Duration::from_millis(STALL_PROBE_MS);
     let mut turn = 0u64;
     loop {
@@ -574,27 +575,43 @@ pub async fn sample_shard(
         if turn % (1000 / STALL_PROBE_MS) != 0 {
             continue;
         }
+        let now = ShardCounters::read();
+        let wall = now.at.duration_since(last.at).as_secs_f64();
+        if wall > 0.0 {
+            let ran = now.runtime.saturating_sub(last.runtime).as_secs_f64();
+            busy.set((ran / wall).min(1.0));
+        }
+        tasks.inc_by(now.tasks.saturating_sub(last.tasks));
+        reads.inc_by(now.reads.0.saturating_sub(last.reads.0));
+        read_bytes.inc_by(now.reads.1.saturating_sub(last.reads.1));
+        writes.inc_by(now.writes.0.saturating_sub(last.writes.0));
+        written.inc_by(now.writes.1.saturating_sub(last.writes.1));
+        last = now;
+    }
+}
+
+/// glommio's cumulative counters of the current shard, and when they were read.
+struct ShardCounters {
+    at: std::time::Instant,
+    runtime: std::time::Duration,
+    tasks: u64,
+    /// (operations, bytes)
+    reads: (u64, u64),
+    writes: (u64, u64),
+}
+
+impl ShardCounters {
+    fn read() -> ShardCounters {
         let executor = glommio::executor();
         let stats = executor.executor_stats();
         let io = executor.io_stats().all_rings();
-        let now = (
-            Instant::now(),
-            stats.total_runtime(),
-            stats.tasks_executed(),
-            io.file_reads(),
-            io.file_writes(),
-        );
-        let wall = now.0.duration_since(last.0).as_secs_f64();
-        if wall > 0.0 {
-            let ran = now.1.saturating_sub(last.1).as_secs_f64();
-            busy.set((ran / wall).min(1.0));
+        ShardCounters {
+            at: std::time::Instant::now(),
+            runtime: stats.total_runtime(),
+            tasks: stats.tasks_executed(),
+            reads: io.file_reads(),
+            writes: io.file_writes(),
         }
-        tasks.inc_by(now.2.saturating_sub(last.2));
-        reads.inc_by(now.3 .0.saturating_sub(last.3 .0));
-        read_bytes.inc_by(now.3 .1.saturating_sub(last.3 .1));
-        writes.inc_by(now.4 .0.saturating_sub(last.4 .0));
-        written.inc_by(now.4 .1.saturating_sub(last.4 .1));
-        last = now;
     }
 }
 
