@@ -107,6 +107,9 @@ pub struct ServerConfig {
     /// `ringraft.admin.listener` (host:port): the HTTP listener of `/metrics`, `/livez` and
     /// `/readyz`. Unset or empty: none (the embedded default sets 127.0.0.1:9094).
     pub admin_listener: Option<HostPort>,
+    /// `ringraft.leadership`: `voter` (the default) campaigns like any voter; `witness` votes,
+    /// stores and replicates but leaves leading to the other voters (docs/raft.md §15).
+    pub witness: bool,
     /// Keys that were set but that ringraft does not know: logged as warnings at start.
     pub unknown_keys: Vec<String>,
 }
@@ -146,6 +149,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "connections.max.idle.ms",
     "unstable.api.versions.enable",
     "ringraft.admin.listener",
+    "ringraft.leadership",
 ];
 
 /// The known key an unknown `key` was probably meant to be: the closest by edit distance,
@@ -528,6 +532,17 @@ impl ServerConfig {
                     let (host, port) = parse_host_port(v)
                         .map_err(|why| invalid("ringraft.admin.listener", v, why))?;
                     Some(HostPort { host, port })
+                }
+            },
+            witness: match l.str("ringraft.leadership").unwrap_or("voter") {
+                "voter" => false,
+                "witness" => true,
+                v => {
+                    return Err(invalid(
+                        "ringraft.leadership",
+                        v,
+                        "expected voter or witness",
+                    ))
                 }
             },
             unknown_keys: props

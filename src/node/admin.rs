@@ -1,6 +1,7 @@
 //! The admin RPCs the raft shard answers itself, from the core's state: DescribeQuorum v0–2
 //! (docs/raft.md §12), DescribeCluster v0–2 (KIP-919) and UpdateFeatures v0–2 (kraft.version
-//! upgrades, docs/membership.md §10). Pure functions from a call to a response frame.
+//! upgrades, docs/membership.md §10), and NOT_CONTROLLER to the active controller's RPCs
+//! (`protocol::controller_only`). Pure functions from a call to a response frame.
 
 use crate::net::dispatch::RaftCall;
 use crate::net::raft_rpc;
@@ -16,6 +17,13 @@ pub fn answer(raft: &mut Raft, call: &RaftCall, cluster_id: &str, now: Time) -> 
         RequestBody::DescribeQuorum(r) => Some(describe_quorum(raft, call, r, now)),
         RequestBody::DescribeCluster(r) => Some(describe_cluster(raft, call, r, cluster_id)),
         RequestBody::UpdateFeatures(r) => Some(update_features(raft, call, r)),
+        RequestBody::ControllerOnly => Some(encode_response_frame(
+            call.correlation_id,
+            call.response_header_version,
+            |w| {
+                crate::protocol::controller_only::encode_not_controller(call.key, w);
+            },
+        )),
         _ => None,
     }
 }

@@ -390,6 +390,7 @@ fn raft_setup(
     raft.local_endpoints = advertised;
     raft.bootstrap = bootstrap;
     raft.auto_join = config.auto_join_enable;
+    raft.witness = config.witness;
     Ok(RaftSetup {
         config: raft,
         static_voters,

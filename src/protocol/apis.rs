@@ -15,9 +15,16 @@ impl ApiKey {
     pub const BEGIN_QUORUM_EPOCH: ApiKey = ApiKey(53);
     pub const END_QUORUM_EPOCH: ApiKey = ApiKey(54);
     pub const DESCRIBE_QUORUM: ApiKey = ApiKey(55);
+    pub const ALTER_PARTITION: ApiKey = ApiKey(56);
     pub const UPDATE_FEATURES: ApiKey = ApiKey(57);
+    pub const ENVELOPE: ApiKey = ApiKey(58);
     pub const FETCH_SNAPSHOT: ApiKey = ApiKey(59);
     pub const DESCRIBE_CLUSTER: ApiKey = ApiKey(60);
+    pub const BROKER_REGISTRATION: ApiKey = ApiKey(62);
+    pub const BROKER_HEARTBEAT: ApiKey = ApiKey(63);
+    pub const ALLOCATE_PRODUCER_IDS: ApiKey = ApiKey(67);
+    pub const CONTROLLER_REGISTRATION: ApiKey = ApiKey(70);
+    pub const ASSIGN_REPLICAS_TO_DIRS: ApiKey = ApiKey(73);
     pub const ADD_RAFT_VOTER: ApiKey = ApiKey(80);
     pub const REMOVE_RAFT_VOTER: ApiKey = ApiKey(81);
     pub const UPDATE_RAFT_VOTER: ApiKey = ApiKey(82);
@@ -34,10 +41,16 @@ impl ApiKey {
             53 => "BeginQuorumEpoch",
             54 => "EndQuorumEpoch",
             55 => "DescribeQuorum",
+            56 => "AlterPartition",
             57 => "UpdateFeatures",
             58 => "Envelope",
             59 => "FetchSnapshot",
             60 => "DescribeCluster",
+            62 => "BrokerRegistration",
+            63 => "BrokerHeartbeat",
+            67 => "AllocateProducerIds",
+            70 => "ControllerRegistration",
+            73 => "AssignReplicasToDirs",
             80 => "AddRaftVoter",
             81 => "RemoveRaftVoter",
             82 => "UpdateRaftVoter",
@@ -157,6 +170,51 @@ pub const SERVED: &[ApiSpec] = &[
     },
     ApiSpec {
         key: ApiKey::UPDATE_RAFT_VOTER,
+        min_version: 0,
+        max_version: 0,
+        flexible_from: 0,
+    },
+    // Served only to say NOT_CONTROLLER (`controller_only`): Kafka's controllers and brokers
+    // send them to the Raft leader, and a leader that does not advertise them makes them fail
+    // with UNSUPPORTED_VERSION instead of looking for the active controller.
+    ApiSpec {
+        key: ApiKey::ALTER_PARTITION,
+        min_version: 2,
+        max_version: 3,
+        flexible_from: 0,
+    },
+    ApiSpec {
+        key: ApiKey::ENVELOPE,
+        min_version: 0,
+        max_version: 0,
+        flexible_from: 0,
+    },
+    ApiSpec {
+        key: ApiKey::BROKER_REGISTRATION,
+        min_version: 0,
+        max_version: 4,
+        flexible_from: 0,
+    },
+    ApiSpec {
+        key: ApiKey::BROKER_HEARTBEAT,
+        min_version: 0,
+        max_version: 2,
+        flexible_from: 0,
+    },
+    ApiSpec {
+        key: ApiKey::ALLOCATE_PRODUCER_IDS,
+        min_version: 0,
+        max_version: 0,
+        flexible_from: 0,
+    },
+    ApiSpec {
+        key: ApiKey::CONTROLLER_REGISTRATION,
+        min_version: 0,
+        max_version: 0,
+        flexible_from: 0,
+    },
+    ApiSpec {
+        key: ApiKey::ASSIGN_REPLICAS_TO_DIRS,
         min_version: 0,
         max_version: 0,
         flexible_from: 0,

@@ -6,6 +6,7 @@ pub mod api_versions;
 pub mod apis;
 pub mod begin_quorum_epoch;
 pub mod codec;
+pub mod controller_only;
 pub mod describe_cluster;
 pub mod describe_quorum;
 pub mod end_quorum_epoch;

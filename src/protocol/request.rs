@@ -30,6 +30,9 @@ pub enum RequestBody {
     RemoveRaftVoter(super::remove_raft_voter::RemoveRaftVoterRequest),
     UpdateRaftVoter(super::update_raft_voter::UpdateRaftVoterRequest),
     UpdateFeatures(super::update_features::UpdateFeaturesRequest),
+    /// A request only Kafka's active controller serves (`controller_only`); its body is not
+    /// parsed, because the answer is NOT_CONTROLLER whatever it holds.
+    ControllerOnly,
 }
 
 /// A decoded request frame.
@@ -160,6 +163,7 @@ pub fn decode_request(frame: &[u8]) -> Result<Decoded, RequestError> {
             super::update_features::UpdateFeaturesRequest::decode(&mut r, version, &none)
                 .map_err(malformed)?,
         ),
+        key if super::controller_only::is_controller_only(key) => RequestBody::ControllerOnly,
         other => unreachable!("{} is in the served table without a decoder", other.name()),
     };
     Ok(Decoded::Request { header, spec, body })

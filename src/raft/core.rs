@@ -41,6 +41,9 @@ pub struct RaftConfig {
     pub bootstrap: Vec<Endpoint>,
     /// `controller.quorum.auto.join.enable` (docs/membership.md §8).
     pub auto_join: bool,
+    /// `ringraft.leadership=witness`: vote and replicate, but leave leading to the other
+    /// voters (`witness`).
+    pub witness: bool,
     /// Seeds the core's PRNG (election jitter).
     pub seed: u64,
     /// Deliberate bugs, for proving the simulator's checkers can fail. Never set in production.
@@ -63,6 +66,7 @@ impl RaftConfig {
             local_endpoints: Vec::new(),
             bootstrap: Vec::new(),
             auto_join: false,
+            witness: false,
             seed,
             mutations: Mutations::default(),
         }
@@ -94,6 +98,10 @@ pub struct Mutations {
     /// For the simulator's fetch shards (`crate::fetch`): answer from a stale publication
     /// without checking the log's generation, across a truncation.
     pub stale_fetch_view: bool,
+    /// A witness that never campaigns, even when no other voter can win (`witness`).
+    pub witness_never_campaigns: bool,
+    /// A witness leader that never hands over.
+    pub witness_never_hands_over: bool,
 }
 
 /// What can be fed into `step`.
@@ -372,6 +380,7 @@ pub struct Raft {
     pub(super) unpersisted: VecDeque<(u64, i64)>,
     pub(super) last_leader: LeaderAndEpoch,
     pub(super) fences: super::fence::Fences,
+    pub(super) witness: super::witness::WitnessState,
 }
 
 impl Raft {
@@ -423,6 +432,10 @@ impl Raft {
                 epoch: 0,
             },
             fences: Default::default(),
+            witness: super::witness::WitnessState {
+                leader_heard_ms: now.mono_ms,
+                ..Default::default()
+            },
         };
         raft.initialize(stored.unwrap_or(ElectionState::unattached(0)));
         raft
@@ -597,11 +610,14 @@ impl Raft {
 
     /// Appends `batches` (whole v2 batches, offsets to be assigned) as leader. Returns the
     /// first and last offsets; they are committed once `high_watermark` passes the last.
+    /// A witness leads only to hand over (`witness`): it takes no writes, so that the voter
+    /// catching up can reach its log end, and answers as if there were no leader yet.
     pub fn append(&mut self, batches: Vec<u8>) -> Result<(i64, i64), AppendError> {
-        if !matches!(self.role, Role::Leader(_)) || self.shutting_down {
+        if !matches!(self.role, Role::Leader(_)) || self.shutting_down || self.config.witness {
+            let leader = self.leader_id().filter(|_| !self.config.witness);
             return Err(AppendError::NotLeader {
                 epoch: self.epoch,
-                leader: self.leader_id(),
+                leader,
             });
         }
         let first = self.log.end_offset();
@@ -885,12 +901,16 @@ impl Raft {
                 .contains_key(&self.config.local)
     }
 
-    /// The fetch timeout plus up to 10% jitter. Kafka's timer has none; without it the
+    /// The fetch timeout, give or take 5%. Kafka's timer has none; without jitter the
     /// followers of a dead leader, answered by the same long-poll, all turn Prospective in the
-    /// same millisecond and split the vote (seen in the 3-process failover test).
+    /// same millisecond and split the vote (seen in the 3-process failover test). The jitter
+    /// is centred on the configured timeout: after a leader dies, the follower that times out
+    /// second usually wins (the first asks while the other still follows and is refused), so
+    /// a timer that only ever ran late would make ringraft win nearly every election against
+    /// Kafka voters (docs/raft.md §15).
     pub(super) fn random_fetch_deadline(&mut self, now: u64) -> u64 {
         let t = self.config.fetch_timeout_ms;
-        now + t + self.rng.below(t / 10 + 1)
+        now + t - t / 20 + self.rng.below(t / 10 + 1)
     }
 
     pub(super) fn random_election_deadline(&mut self, now: u64) -> u64 {
@@ -1002,6 +1022,7 @@ impl Raft {
             None
         };
         self.epoch = epoch;
+        self.note_leader_heard();
         let fetch_deadline = self.random_fetch_deadline(self.now_ms);
         self.set_role(Role::Follower(FollowerState {
             leader_id,
@@ -1318,12 +1339,19 @@ impl Raft {
             self.backoff(to);
         }
         self.backoff_until.retain(|_, until| *until > now);
+        if matches!(self.role, Role::Leader(_)) {
+            self.note_leader_heard();
+        }
         match &self.role {
             Role::Unattached(s) if s.election_deadline <= now => {
-                if self.may_campaign() && !self.shutting_down {
+                if self.may_campaign() && !self.shutting_down && self.campaign_allowed() {
                     self.become_prospective();
                 } else {
-                    let deadline = self.random_election_deadline(now);
+                    let deadline = if self.may_campaign() {
+                        self.witness_recheck_deadline()
+                    } else {
+                        self.random_election_deadline(now)
+                    };
                     if let Role::Unattached(s) = &mut self.role {
                         s.election_deadline = deadline;
                     }
@@ -1332,19 +1360,32 @@ impl Raft {
             Role::Prospective(s) if s.election_deadline <= now => self.election_lost(),
             Role::Candidate(s) if s.election_deadline <= now => self.become_prospective(),
             Role::Follower(s) if s.fetch_deadline <= now => {
-                if self.may_campaign() && !self.shutting_down {
-                    self.become_prospective();
-                } else {
+                if !self.may_campaign() || self.shutting_down {
                     // An observer lost its leader: look for it through the bootstrap servers.
                     let epoch = self.epoch;
                     self.become_unattached(epoch, None);
+                } else if self.campaign_allowed() {
+                    self.become_prospective();
+                } else {
+                    // A witness keeps fetching from the leader it lost, and now grants
+                    // pre-votes: the others may elect whom they like.
+                    let deadline = self.witness_recheck_deadline();
+                    if let Role::Follower(s) = &mut self.role {
+                        s.has_fetched = false;
+                        s.fetch_deadline = deadline;
+                    }
                 }
             }
             Role::Resigned(s) if s.election_deadline <= now => {
                 let epoch = self.epoch.saturating_add(1).min(EPOCH_MAX);
                 self.become_unattached(epoch, None);
-                if self.may_campaign() && !self.shutting_down {
+                if self.may_campaign() && !self.shutting_down && self.campaign_allowed() {
                     self.become_prospective();
+                } else if self.may_campaign() {
+                    let deadline = self.witness_recheck_deadline();
+                    if let Role::Unattached(s) = &mut self.role {
+                        s.election_deadline = deadline;
+                    }
                 }
             }
             _ => {}

@@ -147,6 +147,9 @@ impl Raft {
         let theirs = OffsetAndEpoch::new(r.last_offset, r.last_offset_epoch);
         let ours = self.log.last_offset_and_epoch();
         let up_to_date = (theirs.epoch, theirs.offset) >= (ours.epoch, ours.offset);
+        if !up_to_date {
+            self.note_stale_candidate(r.candidate.id);
+        }
         let granted = self.may_grant(&r, up_to_date);
         if granted && !r.pre_vote && self.voted_key().is_none() {
             self.record_vote(r.candidate);

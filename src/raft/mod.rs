@@ -41,6 +41,7 @@ pub mod message;
 pub mod replication;
 pub mod serve;
 pub mod types;
+pub mod witness;
 
 pub use self::core::{
     AppendError, Input, LogOp, Mutations, QuorumDescription, Raft, RaftConfig, Ready,

@@ -284,6 +284,7 @@ impl Raft {
                 s.begin_deadline = now + period.max(1);
             }
         }
+        self.maybe_hand_over();
     }
 
     // ---- Follower side --------------------------------------------------------------------
@@ -350,6 +351,7 @@ impl Raft {
             if !s.leader_resigned {
                 s.fetch_deadline = deadline;
                 s.has_fetched = true;
+                self.witness.leader_heard_ms = self.now_ms;
             }
         }
         if let Some(diverging) = r.diverging_epoch.filter(|d| d.epoch >= 0) {

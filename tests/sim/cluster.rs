@@ -481,6 +481,8 @@ pub struct Cluster {
     /// Fetch shards: every node answers Fetch on one, whose publications arrive up to this
     /// much after the raft shard made them (`None`: the core answers Fetch).
     pub fetch_lag_ms: Option<u64>,
+    /// Nodes that run as witnesses (`ringraft.leadership=witness`).
+    pub witnesses: std::collections::BTreeSet<i32>,
     /// A node whose fetch shard lags by its own amount instead.
     pub fetch_lag_of: BTreeMap<i32, u64>,
     /// Per node, when its latest publication is due (publications arrive in order).
@@ -552,6 +554,7 @@ impl Cluster {
             wipes: 0,
             fetch_lag_ms: None,
             fetch_lag_of: BTreeMap::new(),
+            witnesses: Default::default(),
             publication_due: vec![0; size],
             fetch_shard_answers: 0,
             fetch_shard_retries: 0,
@@ -641,6 +644,7 @@ impl Cluster {
         assert!(node.exec.is_none());
         node.incarnation += 1;
         config.mutations = node.mutations;
+        config.witness = self.witnesses.contains(&id);
         let (election, info) = {
             let disk = node.disk.borrow();
             (disk.election.clone(), disk.log.info())

@@ -70,6 +70,44 @@ fn with_fetch_shards(c: &mut Cluster, seed: u64) {
     c.fetch_lag_ms = Some(rng.below(max + 1));
 }
 
+/// Mixed into a seed to pick the third of the runs with a witness, and which node it is.
+const WITNESS_SALT: u64 = 0x3717_4e55;
+
+/// A third of the seeds run one node as a witness (`ringraft.leadership=witness`), so the
+/// invariants are checked over witness campaigns and handovers too.
+fn with_witness(c: &mut Cluster, seed: u64) {
+    let mut rng = Prng::new(seed ^ WITNESS_SALT);
+    if rng.below(3) == 0 {
+        let node = rng.below(c.nodes.len() as u64) as i32;
+        c.witnesses.insert(node);
+    }
+}
+
+/// After healing, a witness never stays leader: a voter that is not a witness leads within
+/// this much of liveness being shown (the witness hands over once a voter caught up; that
+/// voter stands at once, and elections under 5 % loss may need a few rounds).
+pub const WITNESS_HANDOVER_BOUND_MS: u64 = 15_000;
+
+/// Witness liveness: with every node up and connected, a non-witness leads within the bound.
+pub fn check_witness_hands_over(c: &mut Cluster) -> Result<(), String> {
+    if c.witnesses.is_empty() {
+        return Ok(());
+    }
+    let from = c.now;
+    let done = c.run_while(WITNESS_HANDOVER_BOUND_MS, |c| {
+        c.leader().is_none_or(|(id, _)| c.witnesses.contains(&id))
+    })?;
+    if !done {
+        return Err(format!(
+            "Witness liveness: no voter but the witness {:?} led within {WITNESS_HANDOVER_BOUND_MS} ms of {from} ms (leader now {:?}): {}",
+            c.witnesses,
+            c.leader(),
+            describe(c)
+        ));
+    }
+    Ok(())
+}
+
 /// One seeded run on a `size`-voter cluster; `mutations` break every node's core on purpose.
 pub fn random_run(seed: u64, size: usize, mutations: Mutations) -> Result<RunStats, String> {
     let mut rng = Prng::new(seed);
@@ -84,12 +122,14 @@ pub fn random_run(seed: u64, size: usize, mutations: Mutations) -> Result<RunSta
     for node in &mut c.nodes {
         node.mutations = mutations;
     }
+    with_witness(&mut c, seed);
     c.start_all()?;
     schedule_random_faults(&mut c, &mut rng, size);
     let end = 300 + FAULT_WINDOW_MS + 3_200;
     c.run_until(end)?;
     heal(&mut c)?;
     check_liveness(&mut c)?;
+    check_witness_hands_over(&mut c)?;
     Ok(RunStats {
         events: c.events_run,
         fetch_answers: c.fetch_shard_answers,

@@ -748,3 +748,105 @@ fn kafka_14618_snapshot_ids_end_exclusively() {
     };
     assert_eq!(r.snapshot_id, Some(id));
 }
+
+/// Witness mode (docs/raft.md §15): with the leader gone, a lagging voter cannot win the
+/// witness's vote (the witness has the longer log), so the witness campaigns, leads until that
+/// voter has caught up, and hands over to it. Bound: 10 s from the leader's crash (fetch
+/// timeout 2 s, one election timeout after the refused vote, catch-up, an immediate election).
+pub fn witness_stall_scenario(seed: u64, mutations: Mutations) -> Result<(), String> {
+    let mut c = Cluster::new(seed, 3, quiet_net());
+    c.witnesses.insert(0);
+    for node in &mut c.nodes {
+        node.mutations = mutations;
+    }
+    c.start_all()?;
+    let (leader, _) = wait_for_leader(&mut c, 10_000);
+    if leader == 0 {
+        return Err("the witness campaigned while others could win".into());
+    }
+    let lagging = 3 - leader;
+    c.fault(Fault::Isolate(lagging))?;
+    c.run_until(c.now + 2_000)?;
+    let end = |c: &Cluster, id: i32| c.nodes[id as usize].disk.borrow().log.end();
+    assert!(
+        end(&c, 0) > end(&c, lagging),
+        "the witness's log must be the longer one"
+    );
+    c.crash(leader);
+    c.fault(Fault::HealAll)?;
+    let crashed_at = c.now;
+    let led = c.run_while(10_000, |c| c.leader().is_none_or(|(id, _)| id != lagging))?;
+    if !led {
+        return Err(format!(
+            "Witness liveness: voter {lagging} did not lead within 10 s of {crashed_at} ms: {}",
+            super::describe(&c)
+        ));
+    }
+    let (campaigns, handovers) = c.nodes[0].raft().unwrap().witness_counts();
+    if campaigns == 0 || handovers == 0 {
+        return Err(format!(
+            "the witness campaigned {campaigns} times and handed over {handovers}"
+        ));
+    }
+    Ok(())
+}
+
+#[test]
+fn witness_with_the_longest_log_leads_only_until_a_lagging_voter_caught_up() {
+    for seed in 0..20 {
+        if let Err(why) = witness_stall_scenario(seed, Mutations::default()) {
+            panic!("seed {seed}: {why}");
+        }
+    }
+}
+
+#[test]
+fn broken_witness_that_never_campaigns_is_caught() {
+    let broken = Mutations {
+        witness_never_campaigns: true,
+        ..Mutations::default()
+    };
+    let why = witness_stall_scenario(1, broken).expect_err("the stall must be caught");
+    assert!(why.contains("Witness liveness"), "{why}");
+}
+
+#[test]
+fn broken_witness_that_never_hands_over_is_caught() {
+    let broken = Mutations {
+        witness_never_hands_over: true,
+        ..Mutations::default()
+    };
+    let why = witness_stall_scenario(1, broken).expect_err("a witness kept leading");
+    assert!(why.contains("Witness liveness"), "{why}");
+    // The random runs catch it too: a witness leader takes no writes, so the liveness check
+    // (commit past every log end) or the witness check (a non-witness leads) fails.
+    let caught = (0..200).find_map(|seed| {
+        super::random_run(seed, 3, broken)
+            .err()
+            .filter(|e| e.starts_with("Liveness") || e.starts_with("Witness liveness"))
+    });
+    assert!(
+        caught.is_some(),
+        "no random run caught a witness that never hands over"
+    );
+}
+
+/// The counterpart: a witness with a live, up-to-date peer never campaigns at all.
+#[test]
+fn witness_does_not_campaign_while_another_voter_can_win() {
+    for seed in 0..20 {
+        let mut c = Cluster::new(seed, 3, quiet_net());
+        c.witnesses.insert(0);
+        c.start_all().unwrap();
+        let (leader, _) = wait_for_leader(&mut c, 10_000);
+        assert_ne!(leader, 0);
+        c.crash(leader);
+        let other = 3 - leader;
+        let led = c
+            .run_while(10_000, |c| c.leader().is_none_or(|(id, _)| id != other))
+            .unwrap();
+        assert!(led, "seed {seed}: voter {other} did not lead");
+        let (campaigns, _) = c.nodes[0].raft().unwrap().witness_counts();
+        assert_eq!(campaigns, 0, "seed {seed}: the witness campaigned");
+    }
+}
