@@ -10,6 +10,7 @@
 #   RINGRAFT_UPGRADE_RUNS=20 tests/interop/run.sh   # also upgrade 20 fresh static quorums
 #   CARGO_TARGET_DIR=/elsewhere tests/interop/run.sh # the ringraft binary is built (and taken) there
 #   LINCHECK_LONG=1 tests/interop/run.sh        # the linearizability run for 10 minutes, >= 30 kills
+#   MIXED_LONG=1 tests/interop/run.sh           # every mixed-quorum layout, 20 leader kills each
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -71,7 +72,7 @@ for v in $KAFKA_VERSIONS; do
     touch "$jars/.complete"
   fi
   mkdir -p "$WORK/classes-$v"
-  javac -d "$WORK/classes-$v" -cp "$jars/*" "$HERE/java/AdminHandshake.java" \
+  javac -d "$WORK/classes-$v" -cp "$jars/*" "$HERE/java/AdminHandshake.java" "$HERE/java/QuorumTool.java" \
     || die "cannot compile the Java probe against Kafka $v"
 done
 
@@ -924,6 +925,40 @@ fi
 check "linearizability: kv's broken read path (no read fence) is flagged Illegal" \
   lincheck mutation -duration 20s -mutation
 lincheck_summary mutation
+
+# ---- a mixed quorum: ringraft voters beside real Kafka controllers ----------------------------
+# mixed_quorum.py says what each run checks. Kafka's controllers log through slf4j-simple here
+# (Kafka's jars bring no binding), so that their ERROR lines can be checked.
+LOGGING_JAR="$WORK/logging/slf4j-simple-1.7.36.jar"
+if [ ! -f "$LOGGING_JAR" ]; then
+  mvn -q -B -Dstyle.color=never dependency:copy -Dartifact=org.slf4j:slf4j-simple:1.7.36 \
+    -DoutputDirectory="$WORK/logging" || die "mvn could not resolve org.slf4j:slf4j-simple:1.7.36"
+fi
+mixed() { # mixed VERSION static|dynamic ARGS...
+  local v=$1 mode=$2; shift 2
+  local dir="$RUN/mixed-$v-$mode-$(date +%s%N)"
+  python3 "$HERE/mixed_quorum.py" "$mode" "$@" --kafka-jars "$WORK/kafka-$v" \
+    --tool-classes "$WORK/classes-$v" --logging-jar "$LOGGING_JAR" --ringraft "$RINGRAFT" \
+    --work "$dir" --pids "$RUN/pids" 2>&1 | tee "$dir.out"
+}
+MIXED_NEWEST=${KAFKA_VERSIONS##* }
+if [ "${MIXED_LONG:-0}" = 1 ]; then
+  seed=0
+  for v in $KAFKA_VERSIONS; do
+    for layout in KRR KKR KKW; do
+      seed=$((seed + 1))
+      check "mixed quorum $layout on Kafka $v: 20 leader kills (SIGKILL and SIGTERM), restarts" \
+        mixed "$v" static --layout "$layout" --kills 20 --seed "$seed"
+    done
+  done
+else
+  check "mixed quorum KKW (2 Kafka $MIXED_NEWEST controllers + 1 ringraft witness): 3 leader kills" \
+    mixed "$MIXED_NEWEST" static --layout KKW --kills 3 --seed 1
+fi
+for v in $KAFKA_VERSIONS; do
+  check "mixed quorum: Kafka $v's add-controller / remove-controller of a ringraft node (--standalone)" \
+    mixed "$v" dynamic
+done
 
 # ---- the node stops cleanly ------------------------------------------------------------------
 kill -TERM "$NODE_PID"

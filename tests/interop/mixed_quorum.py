@@ -1,0 +1,591 @@
+#!/usr/bin/env python3
+"""ringraft voters in a quorum of real Apache Kafka controllers, through faults.
+
+usage: mixed_quorum.py static --layout KKW --kills N --seed S
+       mixed_quorum.py dynamic
+       mixed_quorum.py latency [--layouts KKK,KKW] [--seconds 60]
+  common: --kafka-jars DIR --tool-classes DIR --logging-jar JAR --ringraft BIN --work DIR
+          --pids FILE (the PIDs of the processes started, for the caller's cleanup)
+
+A layout names nodes 1..3 in order: K is a Kafka controller, R a ringraft voter, W a ringraft
+witness (ringraft.leadership=witness). Static runs format a kraft.version 0 quorum
+(controller.quorum.voters) and then, N times, kill the leader (SIGKILL or SIGTERM, alternating
+per seed), wait, and restart it. After every step:
+
+- a leader within LEADER_BOUND_S of the fault;
+- in witness layouts, a Kafka controller leads, and is the *active* controller (its own
+  DescribeCluster names it), within ACTIVE_BOUND_S;
+- every voter's log end reaches the leader's high watermark within CONVERGE_BOUND_S (the
+  logs converge);
+- kafka-metadata-quorum describe --status and --replication succeed through every live node's
+  port: Kafka's too, except while a ringraft node leads outside witness mode (a Kafka
+  controller then names no controller in DescribeCluster, because the leader never registered
+  as one; see docs/raft.md §15).
+
+At the end every node is stopped, the logs of all three must be byte-identical prefixes of the
+longest under Kafka's DumpLogSegments, and the Kafka controllers' logs must hold no ERROR line.
+The last line is a summary: leader changes, who won each election, the longest times.
+
+The dynamic run starts one Kafka controller formatted --standalone, adds a ringraft node with
+kafka-metadata-quorum add-controller, and removes it again with remove-controller.
+"""
+import argparse
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+
+LEADER_BOUND_S = 20
+ACTIVE_BOUND_S = 30
+CONVERGE_BOUND_S = 20
+
+
+def free_port():
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Tool:
+    """kafka-metadata-quorum, many calls in one JVM (java/QuorumTool.java)."""
+
+    def __init__(self, args, work):
+        cfg = os.path.join(work, "tool.properties")
+        with open(cfg, "w") as f:
+            # Without these a call through a controller that names no leader waits 60 s.
+            f.write("default.api.timeout.ms=8000\nrequest.timeout.ms=4000\n")
+        self.cfg = cfg
+        # For polling for a new leader: a node that knows none yet must not hold the poll up.
+        self.quick = os.path.join(work, "tool-quick.properties")
+        with open(self.quick, "w") as f:
+            f.write("default.api.timeout.ms=1000\nrequest.timeout.ms=800\n")
+        cp = f"{args.tool_classes}:{args.kafka_jars}/*"
+        self.proc = subprocess.Popen(
+            ["java", "-Xmx256m", "-cp", cp, "QuorumTool"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def run(self, port, *words, config=None):
+        line = "\t".join(["--bootstrap-controller", f"127.0.0.1:{port}",
+                          "--command-config", config or self.cfg, *words])
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        out = []
+        for row in self.proc.stdout:
+            m = re.match(r"^=== rc=(-?\d+)$", row.rstrip("\n"))
+            if m:
+                return int(m.group(1)), "".join(out)
+            out.append(row)
+        raise RuntimeError("the kafka-metadata-quorum JVM exited")
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+def status_fields(text):
+    fields = {}
+    for line in text.splitlines():
+        if ":" in line:
+            k, v = line.split(":", 1)
+            fields[k.strip()] = v.strip()
+    return fields
+
+
+def replication_rows(text):
+    """NodeId → LogEndOffset from `describe --replication`."""
+    rows = {}
+    for line in text.splitlines()[1:]:
+        parts = line.split()
+        if len(parts) >= 3 and parts[0].isdigit():
+            rows[int(parts[0])] = (int(parts[2]), line)
+    return rows
+
+
+class Node:
+    def __init__(self, nid, kind, args, work, ports, cluster_id, voters, extra=()):
+        self.id, self.kind, self.args = nid, kind, args
+        self.jmx_port = None
+        self.port = ports[nid]
+        self.dir = os.path.join(work, f"n{nid}")
+        self.data = os.path.join(self.dir, "data")
+        self.props = os.path.join(self.dir, "server.properties")
+        self.out = os.path.join(self.dir, "node.log")
+        self.proc = None
+        os.makedirs(self.dir, exist_ok=True)
+        lines = [
+            "process.roles=controller",
+            f"node.id={nid}",
+            f"listeners=CONTROLLER://127.0.0.1:{self.port}",
+            "controller.listener.names=CONTROLLER",
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT",
+            voters,
+            f"{'metadata.log.dir' if kind != 'K' else 'log.dirs'}={self.data}",
+        ]
+        if kind == "W":
+            lines.append("ringraft.leadership=witness")
+        lines.extend(extra)
+        with open(self.props, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        self.cluster_id = cluster_id
+
+    @property
+    def is_kafka(self):
+        return self.kind == "K"
+
+    def format(self, *extra):
+        if self.is_kafka:
+            cmd = ["java", "-cp", f"{self.args.kafka_jars}/*", "kafka.tools.StorageTool",
+                   "format", "-t", self.cluster_id, "-c", self.props, *extra]
+        else:
+            cmd = [self.args.ringraft, "storage", "format", "-t", self.cluster_id,
+                   "-c", self.props, *extra]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(f"node {self.id}: format failed: {r.stdout}{r.stderr}")
+
+    def start(self):
+        log = open(self.out, "a")
+        if self.is_kafka:
+            cp = f"{self.args.kafka_jars}/*:{self.args.logging_jar}"
+            jmx = []
+            if self.jmx_port:
+                jmx = [f"-Dcom.sun.management.jmxremote.port={self.jmx_port}",
+                       "-Dcom.sun.management.jmxremote.authenticate=false",
+                       "-Dcom.sun.management.jmxremote.ssl=false"]
+            cmd = ["java", "-Xmx512m", *jmx, "-cp", cp, "kafka.Kafka", self.props]
+        else:
+            cmd = [self.args.ringraft, "start", "-c", self.props]
+        env = dict(os.environ, RUST_LOG="info")
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        with open(self.args.pids, "a") as f:
+            f.write(f"{self.proc.pid}\n")
+
+    def stop(self, sig):
+        if self.proc is None:
+            return
+        self.proc.send_signal(sig)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def name(self):
+        return {"K": "Kafka", "R": "ringraft", "W": "ringraft witness"}[self.kind] + f" {self.id}"
+
+
+class Suite:
+    def __init__(self, args):
+        self.args = args
+        self.work = args.work
+        os.makedirs(self.work, exist_ok=True)
+        self.tool = Tool(args, self.work)
+        self.failures = []
+        self.wins = {"K": 0, "R": 0, "W": 0}
+        self.changes = 0
+        self.worst = {"leader": 0.0, "active": 0.0, "converge": 0.0}
+        self.kafka_self_registration_races = 0
+
+    def fail(self, what):
+        print(f"FAIL: {what}", flush=True)
+        self.failures.append(what)
+
+    def describe(self, node, quick=False):
+        config = self.tool.quick if quick else None
+        rc, out = self.tool.run(node.port, "describe", "--status", config=config)
+        return (status_fields(out) if rc == 0 else None), out
+
+    def leader(self, nodes):
+        """(leader id, epoch, high watermark) as some live node reports it."""
+        for n in sorted(nodes.values(), key=lambda n: n.is_kafka):
+            if not n.running():
+                continue
+            fields, _ = self.describe(n, quick=True)
+            if fields and fields.get("LeaderId", "-1") not in ("-1", ""):
+                return int(fields["LeaderId"]), int(fields["LeaderEpoch"]), int(fields["HighWatermark"])
+        return None
+
+    def wait_leader(self, nodes, since, prior_epoch):
+        while time.time() - since < LEADER_BOUND_S:
+            found = self.leader(nodes)
+            if found and found[1] > prior_epoch and nodes[found[0]].running():
+                return found
+            time.sleep(0.3)
+        return None
+
+    def active_controller(self, nodes, kafka_leader):
+        """Whether the Kafka leader's own DescribeCluster names it: it is active."""
+        rc, out = self.tool.run(nodes[kafka_leader].port, "describe", "--status")
+        return rc == 0 and status_fields(out).get("LeaderId") == str(kafka_leader)
+
+    def check_ports(self, nodes, leader_id, witness_layout):
+        for n in nodes.values():
+            if not n.running():
+                continue
+            if n.is_kafka and not nodes[leader_id].is_kafka and not witness_layout:
+                continue  # documented: Kafka names no controller while ringraft leads
+            for mode in ("--status", "--replication"):
+                rc, out = self.tool.run(n.port, "describe", mode)
+                if rc != 0:
+                    self.fail(f"kafka-metadata-quorum describe {mode} through {n.name()} "
+                              f"(leader {leader_id}): rc={rc}: {out.strip()[-400:]}")
+
+    def converge(self, nodes, leader_id, since):
+        port = nodes[leader_id].port
+        while time.time() - since < CONVERGE_BOUND_S:
+            rc, out = self.tool.run(port, "describe", "--replication")
+            if rc == 0:
+                rows = replication_rows(out)
+                fields, _ = self.describe(nodes[leader_id])
+                hw = int(fields["HighWatermark"]) if fields else None
+                live = [n.id for n in nodes.values() if n.running()]
+                if hw is not None and all(i in rows and rows[i][0] >= hw for i in live):
+                    return time.time() - since
+            time.sleep(0.3)
+        return None
+
+    def dumps(self, nodes):
+        """Every node's log under Kafka's DumpLogSegments: batches (offsets, epoch, crc)."""
+        batch = re.compile(r"baseOffset: (\d+) lastOffset: (\d+) .*partitionLeaderEpoch: (-?\d+) "
+                           r".* crc: (\d+) isvalid: (\w+)")
+        logs = {}
+        for n in nodes.values():
+            seg = os.path.join(n.data, "__cluster_metadata-0")
+            files = sorted(f for f in os.listdir(seg) if f.endswith(".log"))
+            cmd = ["java", "-cp", f"{self.args.kafka_jars}/*", dump_class(self.args.kafka_jars),
+                   "--deep-iteration", "--files", ",".join(os.path.join(seg, f) for f in files)]
+            out = subprocess.run(cmd, capture_output=True, text=True).stdout
+            if "baseOffset:" not in out:
+                self.fail(f"{n.name()}: DumpLogSegments shows no batch: {out[-300:]}")
+            rows = []
+            for m in batch.finditer(out):
+                if m.group(5) != "true":
+                    self.fail(f"{n.name()}: DumpLogSegments calls a batch invalid: {m.group(0)}")
+                rows.append(tuple(int(x) for x in m.groups()[:4]))
+            logs[n.id] = rows
+        longest = max(logs.values(), key=len)
+        for nid, rows in logs.items():
+            start = next((i for i, r in enumerate(longest) if rows and r[0] == rows[0][0]), None)
+            if rows and (start is None or longest[start:start + len(rows)] != rows):
+                self.fail(f"node {nid}'s log is not a prefix of the longest one")
+        return {nid: len(rows) for nid, rows in logs.items()}
+
+    def kafka_errors(self, nodes):
+        """ERROR lines in the Kafka controllers' logs, except Kafka's own activation race."""
+        for n in nodes.values():
+            if not n.is_kafka:
+                continue
+            with open(n.out, errors="replace") as f:
+                lines = f.read().splitlines()
+            errors = []
+            for i, line in enumerate(lines):
+                if " ERROR " not in line:
+                    continue
+                after = "\n".join(lines[i + 1:i + 3])
+                # A Kafka controller that has just become Raft leader sends its pending
+                # ControllerRegistration to itself before it is active, and logs its own
+                # NOT_CONTROLLER answer at ERROR ("The active controller appears to be node
+                # <itself>"); it retries and registers a moment later. The registration is
+                # pending because a ringraft node led before (it answered NOT_CONTROLLER, as an
+                # inactive Kafka controller does), so these are counted and reported, not failed.
+                if ("apiKey=CONTROLLER_REGISTRATION" in line
+                        and f"The active controller appears to be node {n.id}." in after):
+                    self.kafka_self_registration_races += 1
+                    continue
+                # This suite's own polling, before the first leader has written the bootstrap
+                # metadata.version: Kafka refuses DescribeCluster then, with or without ringraft.
+                if ("apiKey=DESCRIBE_CLUSTER" in line
+                        and "There is no finalized MetadataVersion" in after):
+                    continue
+                errors.append(line)
+            for line in errors[:5]:
+                self.fail(f"{n.name()} logged: {line[:300]}")
+
+    def run_static(self):
+        a = self.args
+        layout = a.layout
+        ports = {i: free_port() for i in (1, 2, 3)}
+        cluster_id = subprocess.run([a.ringraft, "storage", "random-uuid"], capture_output=True,
+                                    text=True).stdout.strip()
+        voters = "controller.quorum.voters=" + ",".join(f"{i}@127.0.0.1:{ports[i]}" for i in (1, 2, 3))
+        nodes = {i: Node(i, layout[i - 1], a, self.work, ports, cluster_id, voters) for i in (1, 2, 3)}
+        witness = "W" in layout
+        for n in nodes.values():
+            n.format()
+            n.start()
+        rng = random.Random(a.seed)
+        start = time.time()
+        found = self.wait_leader(nodes, start, 0)
+        if not found:
+            self.fail("no first leader")
+            return self.finish(nodes)
+        epoch = found[1]
+        print(f"{layout}: first leader {nodes[found[0]].name()} in epoch {epoch} after "
+              f"{time.time() - start:.1f} s", flush=True)
+        for step in range(a.kills + 1):
+            leader_id = self.settle(nodes, found, witness, step)
+            if leader_id is None or step == a.kills:
+                break
+            sig = signal.SIGKILL if (step + a.seed) % 2 == 0 else signal.SIGTERM
+            victim = nodes[leader_id]
+            since = time.time()
+            victim.stop(sig)
+            found = self.wait_leader(nodes, since, epoch)
+            elapsed = time.time() - since
+            if not found:
+                self.fail(f"step {step}: no new leader within {LEADER_BOUND_S} s of "
+                          f"{sig.name} of {victim.name()}")
+                break
+            self.worst["leader"] = max(self.worst["leader"], elapsed)
+            self.changes += 1
+            epoch = found[1]
+            winner = nodes[found[0]]
+            self.wins[winner.kind] += 1
+            print(f"step {step}: {sig.name} {victim.name()} -> {winner.name()} leads epoch "
+                  f"{epoch} after {elapsed:.1f} s", flush=True)
+            time.sleep(rng.uniform(0.5, 2.0))
+            victim.start()
+        return self.finish(nodes)
+
+    def settle(self, nodes, found, witness, step):
+        """The checks after a step; returns the leader they ended with."""
+        leader_id, epoch = found[0], found[1]
+        since = time.time()
+        if witness:
+            while True:
+                found = self.leader(nodes)
+                if found and nodes[found[0]].is_kafka and self.active_controller(nodes, found[0]):
+                    break
+                if time.time() - since > ACTIVE_BOUND_S:
+                    self.fail(f"step {step}: no active Kafka controller within {ACTIVE_BOUND_S} s "
+                              f"(leader {found})")
+                    return None
+                time.sleep(0.3)
+            leader_id = found[0]
+            self.worst["active"] = max(self.worst["active"], time.time() - since)
+        took = self.converge(nodes, leader_id, time.time())
+        if took is None:
+            self.fail(f"step {step}: the logs did not converge within {CONVERGE_BOUND_S} s")
+        else:
+            self.worst["converge"] = max(self.worst["converge"], took)
+        self.check_ports(nodes, leader_id, witness)
+        return leader_id
+
+    def finish(self, nodes):
+        for n in nodes.values():
+            n.stop(signal.SIGTERM)
+        counts = self.dumps(nodes)
+        self.kafka_errors(nodes)
+        self.tool.close()
+        ringraft_wins = self.wins["R"] + self.wins["W"]
+        print(f"summary {self.args.layout}: {self.changes} leader changes; elections won: Kafka "
+              f"{self.wins['K']}, ringraft {ringraft_wins} (witness {self.wins['W']}); longest "
+              f"election {self.worst['leader']:.1f} s, longest until a Kafka controller was active "
+              f"{self.worst['active']:.1f} s, longest convergence {self.worst['converge']:.1f} s; "
+              f"batches per node {counts}; Kafka's own registration race logged "
+              f"{self.kafka_self_registration_races} times; {len(self.failures)} failures",
+              flush=True)
+        return 0 if not self.failures else 1
+
+    def run_dynamic(self):
+        """add-controller / remove-controller of a ringraft node in a Kafka --standalone quorum."""
+        a = self.args
+        ports = {1: free_port(), 2: free_port()}
+        cluster_id = subprocess.run([a.ringraft, "storage", "random-uuid"], capture_output=True,
+                                    text=True).stdout.strip()
+        boot = f"controller.quorum.bootstrap.servers=127.0.0.1:{ports[1]}"
+        k = Node(1, "K", a, self.work, ports, cluster_id, boot)
+        r = Node(2, "R", a, self.work, ports, cluster_id, boot)
+        k.format("--standalone")
+        r.format("--no-initial-controllers")
+        k.start()
+        r.start()
+        nodes = {1: k, 2: r}
+        try:
+            if not self.wait_leader({1: k}, time.time(), 0):
+                self.fail("the --standalone Kafka controller did not lead")
+                return 1
+            # add-controller reads the new controller's own config (node id, directory id,
+            # advertised listener), as an operator runs it on that host.
+            deadline = time.time() + 60
+            while True:
+                rc, out = self.tool.run(ports[1], "add-controller", config=r.props)
+                if rc == 0 or time.time() > deadline:
+                    break
+                time.sleep(1)
+            if rc != 0:
+                self.fail(f"add-controller: {out.strip()[-600:]}")
+                return 1
+            print("add-controller:", out.strip().splitlines()[-1], flush=True)
+            voters = self.voter_ids(ports[1], deadline=time.time() + 30, want={1, 2})
+            if voters != {1, 2}:
+                self.fail(f"after add-controller the voters are {voters}")
+            rc, out = self.tool.run(ports[1], "remove-controller", "--controller-id", "2",
+                                    "--controller-directory-id", meta_dir_id(r.data))
+            if rc != 0:
+                self.fail(f"remove-controller: {out.strip()[-600:]}")
+                return 1
+            print("remove-controller:", out.strip().splitlines()[-1], flush=True)
+            voters = self.voter_ids(ports[1], deadline=time.time() + 30, want={1})
+            if voters != {1}:
+                self.fail(f"after remove-controller the voters are {voters}")
+        finally:
+            for n in nodes.values():
+                n.stop(signal.SIGTERM)
+            self.kafka_errors(nodes)
+            self.tool.close()
+        print(f"summary dynamic: {len(self.failures)} failures", flush=True)
+        return 0 if not self.failures else 1
+
+    def run_latency(self):
+        """The Kafka leader's commit latency, 3 Kafka voters against 2 Kafka + 1 witness.
+
+        No brokers: the leader's only writes are the NoOp records it appends every
+        metadata.max.idle.interval.ms, here 10 ms (100 batches/s), the same in both quorums.
+        After a warm-up, the leader's raft metrics (commit-latency-avg and -max, Kafka's own,
+        read over JMX with Kafka's JmxTool) are sampled once a second for --seconds.
+        """
+        a = self.args
+        results = {}
+        for layout in a.layouts.split(","):
+            ports = {i: free_port() for i in (1, 2, 3)}
+            cluster_id = subprocess.run([a.ringraft, "storage", "random-uuid"],
+                                        capture_output=True, text=True).stdout.strip()
+            voters = "controller.quorum.voters=" + ",".join(
+                f"{i}@127.0.0.1:{ports[i]}" for i in (1, 2, 3))
+            work = os.path.join(self.work, layout)
+            os.makedirs(work, exist_ok=True)
+            nodes = {i: Node(i, layout[i - 1], a, work, ports, cluster_id, voters,
+                             extra=["metadata.max.idle.interval.ms=10"]) for i in (1, 2, 3)}
+            for n in nodes.values():
+                if n.is_kafka:
+                    n.jmx_port = free_port()
+                n.format()
+                n.start()
+            found = None
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                found = self.leader(nodes)
+                if found and nodes[found[0]].is_kafka:
+                    break
+                time.sleep(0.5)
+            if not found or not nodes[found[0]].is_kafka:
+                self.fail(f"{layout}: no Kafka leader")
+                continue
+            leader = nodes[found[0]]
+            time.sleep(a.warmup)
+            load_before = os.getloadavg()[0]
+            avg, worst = [], []
+            for _ in range(a.seconds):
+                m = jmx_raft_metrics(a.kafka_jars, leader.jmx_port)
+                if "commit-latency-avg" in m:
+                    avg.append(m["commit-latency-avg"])
+                    worst.append(m["commit-latency-max"])
+                time.sleep(1)
+            load_after = os.getloadavg()[0]
+            for n in nodes.values():
+                n.stop(signal.SIGTERM)
+            races = self.kafka_self_registration_races
+            self.kafka_errors(nodes)
+            print(f"latency {layout}: Kafka's self-registration race logged "
+                  f"{self.kafka_self_registration_races - races} times", flush=True)
+            if not avg:
+                self.fail(f"{layout}: no commit-latency metrics from {leader.name()}")
+                continue
+            avg.sort()
+            results[layout] = (avg[len(avg) // 2], max(worst), load_before, load_after)
+            print(f"latency {layout}: leader {leader.name()}: commit-latency-avg median "
+                  f"{results[layout][0]:.2f} ms, commit-latency-max {results[layout][1]:.1f} ms "
+                  f"over {len(avg)} samples (load {load_before:.2f} -> {load_after:.2f})",
+                  flush=True)
+        self.tool.close()
+        if len(results) == 2:
+            (l1, r1), (l2, r2) = results.items()
+            print(f"latency: {l2} / {l1} commit-latency-avg ratio {r2[0] / r1[0]:.2f}", flush=True)
+        return 0 if not self.failures else 1
+
+    def voter_ids(self, port, deadline, want):
+        voters = set()
+        while time.time() < deadline:
+            rc, out = self.tool.run(port, "describe", "--status")
+            if rc == 0:
+                m = re.search(r"CurrentVoters:\s*\[(.*)\]", out)
+                voters = {int(x) for x in re.findall(r'"id":\s*(\d+)', m.group(1))} if m else set()
+                if voters == want:
+                    return voters
+            time.sleep(0.5)
+        return voters
+
+
+def jmx_raft_metrics(jars, port):
+    """kafka.server:type=raft-metrics attributes of a Kafka node, through Kafka's JmxTool."""
+    cmd = ["java", "-cp", f"{jars}/*", "org.apache.kafka.tools.JmxTool", "--one-time", "true",
+           "--jmx-url", f"service:jmx:rmi:///jndi/rmi://127.0.0.1:{port}/jmxrmi",
+           "--object-name", "kafka.server:type=raft-metrics", "--report-format", "properties"]
+    out = subprocess.run(cmd, capture_output=True, text=True).stdout
+    metrics = {}
+    for line in out.splitlines():
+        m = re.match(r"^kafka\.server:type=raft-metrics:(.+?)=(.+)$", line.strip())
+        if m:
+            try:
+                metrics[m.group(1)] = float(m.group(2))
+            except ValueError:
+                pass
+    return metrics
+
+
+def meta_dir_id(data):
+    with open(os.path.join(data, "meta.properties")) as f:
+        for line in f:
+            if line.startswith("directory.id="):
+                return line.split("=", 1)[1].strip()
+    sys.exit(f"no directory.id in {data}/meta.properties")
+
+
+def dump_class(jars):
+    import zipfile
+
+    tools = [f for f in os.listdir(jars) if re.match(r"kafka-tools-\d.*\.jar$", f)]
+    if tools:
+        with zipfile.ZipFile(os.path.join(jars, tools[0])) as z:
+            if "org/apache/kafka/tools/DumpLogSegments.class" in z.namelist():
+                return "org.apache.kafka.tools.DumpLogSegments"
+    return "kafka.tools.DumpLogSegments"
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("mode", choices=["static", "dynamic", "latency"])
+    p.add_argument("--layouts", default="KKK,KKW", help="latency: the two layouts to compare")
+    p.add_argument("--seconds", type=int, default=60, help="latency: samples, one a second")
+    p.add_argument("--warmup", type=int, default=10, help="latency: seconds before sampling")
+    p.add_argument("--layout", default="KKW")
+    p.add_argument("--kills", type=int, default=3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--kafka-jars", required=True)
+    p.add_argument("--tool-classes", required=True)
+    p.add_argument("--logging-jar", required=True)
+    p.add_argument("--ringraft", required=True)
+    p.add_argument("--work", required=True)
+    p.add_argument("--pids", required=True, help="file the started processes' PIDs go to")
+    args = p.parse_args()
+    if args.mode == "static" and (len(args.layout) != 3 or set(args.layout) - set("KRW")):
+        sys.exit("--layout: three of K, R, W")
+    suite = Suite(args)
+    run = {"static": suite.run_static, "dynamic": suite.run_dynamic, "latency": suite.run_latency}
+    sys.exit(run[args.mode]())
+
+
+if __name__ == "__main__":
+    main()
