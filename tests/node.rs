@@ -820,3 +820,117 @@ fn json_logs_name_an_unreachable_voter_once() {
         }
     }
 }
+
+/// The active controller's RPCs, sent as Kafka's controllers and brokers send them (encoded by
+/// the kafka-protocol crate, at every version Kafka 4.1 and 4.4 use), are advertised in
+/// ApiVersions and answered NOT_CONTROLLER, as a Kafka controller that is not active answers
+/// them; the answers decode in kafka-protocol. Before, they were not advertised, and Kafka's
+/// controllers got UNSUPPORTED_VERSION and never retried elsewhere.
+#[test]
+fn controller_only_requests_are_answered_not_controller() {
+    use bytes::BytesMut;
+    use kafka_protocol::messages as kp;
+    use kafka_protocol::protocol::{Decodable, Encodable};
+    use ringraft::protocol::ApiKey;
+    let (_dir, node) = formatted_node("not-controller");
+    let mut stream = TcpStream::connect(("127.0.0.1", node.port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    send_frame(&mut stream, &api_versions_frame(3, 1));
+    let (_, versions) = parse(&read_frame(&mut stream).unwrap(), 3);
+    let mut correlation = 10;
+    fn enc<T: Encodable>(msg: &T, version: i16) -> BytesMut {
+        let mut buf = BytesMut::new();
+        msg.encode(&mut buf, version).unwrap();
+        buf
+    }
+    let mut ask = |key: ApiKey, version: i16, buf: BytesMut| -> bytes::Bytes {
+        let advertised = versions
+            .api_keys
+            .iter()
+            .find(|r| r.api_key == key.0)
+            .unwrap_or_else(|| panic!("{} is not advertised", key.name()));
+        assert!(
+            (advertised.min_version..=advertised.max_version).contains(&version),
+            "{} v{version} is outside the advertised {advertised:?}",
+            key.name()
+        );
+        correlation += 1;
+        let header = RequestHeader {
+            api_key: key.0,
+            api_version: version,
+            correlation_id: correlation,
+            client_id: Some("2".into()),
+        };
+        let spec = apis::served(key).unwrap();
+        let frame = encode_request_frame(&header, spec, |w| w.bytes(&buf));
+        send_frame(&mut stream, &frame[4..]);
+        let answer = read_frame(&mut stream).expect("answered, not closed");
+        let mut r = Reader::new(&answer);
+        assert_eq!(decode_response_header(&mut r, 1).unwrap(), correlation);
+        bytes::Bytes::from(answer[r.position()..].to_vec())
+    };
+    fn decoded<T: Decodable>(mut b: bytes::Bytes, version: i16) -> T {
+        let out = T::decode(&mut b, version).expect("kafka-protocol reads the answer");
+        assert!(b.is_empty(), "{} bytes left over", b.len());
+        out
+    }
+    let not_controller = ErrorCode::NOT_CONTROLLER.0;
+    let b = ask(
+        ApiKey::CONTROLLER_REGISTRATION,
+        0,
+        enc(&kp::ControllerRegistrationRequest::default(), 0),
+    );
+    let r: kp::ControllerRegistrationResponse = decoded(b, 0);
+    assert_eq!(r.error_code, not_controller);
+    assert!(r.error_message.is_some());
+    for v in 0..=4 {
+        let b = ask(
+            ApiKey::BROKER_REGISTRATION,
+            v,
+            enc(&kp::BrokerRegistrationRequest::default(), v),
+        );
+        let r: kp::BrokerRegistrationResponse = decoded(b, v);
+        assert_eq!((r.error_code, r.broker_epoch), (not_controller, -1));
+    }
+    for v in 0..=1 {
+        let b = ask(
+            ApiKey::BROKER_HEARTBEAT,
+            v,
+            enc(&kp::BrokerHeartbeatRequest::default(), v),
+        );
+        let r: kp::BrokerHeartbeatResponse = decoded(b, v);
+        assert_eq!((r.error_code, r.is_fenced), (not_controller, true));
+    }
+    for v in 2..=3 {
+        let b = ask(
+            ApiKey::ALTER_PARTITION,
+            v,
+            enc(&kp::AlterPartitionRequest::default(), v),
+        );
+        let r: kp::AlterPartitionResponse = decoded(b, v);
+        assert_eq!(r.error_code, not_controller);
+    }
+    let b = ask(
+        ApiKey::ALLOCATE_PRODUCER_IDS,
+        0,
+        enc(&kp::AllocateProducerIdsRequest::default(), 0),
+    );
+    let r: kp::AllocateProducerIdsResponse = decoded(b, 0);
+    assert_eq!(r.error_code, not_controller);
+    let b = ask(
+        ApiKey::ASSIGN_REPLICAS_TO_DIRS,
+        0,
+        enc(&kp::AssignReplicasToDirsRequest::default(), 0),
+    );
+    let r: kp::AssignReplicasToDirsResponse = decoded(b, 0);
+    assert_eq!(r.error_code, not_controller);
+    let b = ask(ApiKey::ENVELOPE, 0, enc(&kp::EnvelopeRequest::default(), 0));
+    let r: kp::EnvelopeResponse = decoded(b, 0);
+    assert_eq!((r.error_code, r.response_data), (not_controller, None));
+    // The connection is still good for the node's own APIs.
+    send_frame(&mut stream, &api_versions_frame(3, 99));
+    assert_eq!(parse(&read_frame(&mut stream).unwrap(), 3).0, 99);
+    drop(node);
+}

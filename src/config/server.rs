@@ -727,6 +727,21 @@ mod tests {
     }
 
     #[test]
+    fn leadership_is_voter_or_witness() {
+        let base = embedded_default_properties();
+        assert!(!load(&base).unwrap().witness);
+        let witness = format!("{base}ringraft.leadership=witness\n");
+        assert!(load(&witness).unwrap().witness);
+        let bad = format!("{base}ringraft.leadership=leader\n");
+        let e = load(&bad).unwrap_err();
+        assert_eq!(
+            (e.key.as_str(), e.value.as_str()),
+            ("ringraft.leadership", "leader")
+        );
+        assert!(e.why.contains("voter or witness"), "{}", e.why);
+    }
+
+    #[test]
     fn errors_name_key_value_and_reason() {
         let base = embedded_default_properties();
         let err = load(&format!(

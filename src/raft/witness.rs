@@ -155,3 +155,70 @@ impl Raft {
         self.send_end_quorum_epochs();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::core::RaftConfig;
+    use super::super::log_view::LogInfo;
+    use super::super::types::{ReplicaKey, Time};
+    use super::*;
+    use crate::membership::{Voter, VoterSet};
+
+    fn core(witness: bool) -> Raft {
+        let set = VoterSet::new(
+            (1..=3)
+                .map(|v| Voter::new(ReplicaKey::new(v, None), vec![]))
+                .collect(),
+        )
+        .unwrap();
+        let mut config = RaftConfig::new(ReplicaKey::new(1, None), "c".into(), 7);
+        config.witness = witness;
+        Raft::new(config, set, None, &LogInfo::default(), Time::simulated(0))
+    }
+
+    /// Fairness against Kafka voters, whose fetch timer is exact: ours falls on both sides
+    /// of the configured timeout, within 5 %.
+    #[test]
+    fn the_fetch_timeout_jitter_is_centred_on_the_configured_timeout() {
+        let mut raft = core(false);
+        let t = raft.config.fetch_timeout_ms;
+        let deadlines: Vec<u64> = (0..500).map(|_| raft.random_fetch_deadline(0)).collect();
+        let (lo, hi) = (
+            deadlines.iter().min().unwrap(),
+            deadlines.iter().max().unwrap(),
+        );
+        assert!(*lo >= t - t / 20 && *hi <= t + t / 20, "{lo}..{hi}");
+        assert!(*lo < t && *hi > t, "{lo}..{hi} must straddle {t}");
+    }
+
+    #[test]
+    fn a_witness_waits_for_evidence_or_patience() {
+        let mut raft = core(true);
+        raft.now_ms = 100;
+        assert!(!raft.campaign_allowed(), "no evidence yet");
+        raft.note_stale_candidate(2);
+        raft.now_ms += raft.config.election_timeout_ms - 1;
+        assert!(
+            !raft.campaign_allowed(),
+            "one election timeout after the refusal"
+        );
+        raft.now_ms += 1;
+        assert!(raft.campaign_allowed());
+        // A leader heard from since makes the refusal moot.
+        raft.note_leader_heard();
+        raft.now_ms += 10;
+        assert!(!raft.campaign_allowed());
+        // Patience: a fetch timeout and two election timeouts without a leader.
+        raft.now_ms += raft.config.fetch_timeout_ms + 2 * raft.config.election_timeout_ms;
+        assert!(raft.campaign_allowed());
+        // A replica outside the voter set is no evidence.
+        let mut raft = core(true);
+        raft.note_stale_candidate(9);
+        raft.now_ms += raft.config.election_timeout_ms * 2;
+        assert!(!raft.campaign_allowed());
+        assert!(
+            core(false).campaign_allowed(),
+            "a voter that is not a witness always may"
+        );
+    }
+}
