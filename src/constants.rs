@@ -61,13 +61,20 @@ pub const SHUTDOWN_DRAIN_MS: u64 = 2_000;
 /// Capacity of each shard-to-shard channel in the mesh.
 pub const SHARD_CHANNEL_CAPACITY: usize = 1024;
 
-/// The highest leader epoch a replica accepts: from a peer, from `quorum-state`, or by its own
-/// elections. Epochs never go down, so a forged frame with the cluster id could otherwise push
-/// every replica to `i32::MAX`, where no election can follow (`epoch + 1` overflows). Everything
-/// above this bound is refused where it enters; what lies between it and `i32::MAX` is headroom
-/// that no Kafka cluster reaches (2^24 elections). A peer can still raise the epoch to this
-/// bound; authenticating peers (mTLS) is the defence against forged frames.
+/// The highest leader epoch a peer can raise a replica to in one step from below. Epochs never
+/// go down, so a forged frame with the cluster id could otherwise push every replica to
+/// `i32::MAX`, where no election can follow (`epoch + 1` overflows). A peer's epoch above
+/// this bound is refused where it enters, unless it is within `EPOCH_STEP_MAX` of the
+/// replica's own. The replica's own elections go on above it, into the 2^24 epochs of
+/// headroom up to `i32::MAX`: a forged frame at the bound leaves the quorum 16 million
+/// elections, and to use them up a forger must raise every replica `EPOCH_STEP_MAX` at a
+/// time. No Kafka cluster gets near either. Authenticating peers (mTLS) is the defence
+/// against forged frames.
 pub const EPOCH_MAX: i32 = i32::MAX - (1 << 24);
+
+/// Above `EPOCH_MAX`, how far beyond its own epoch a replica still follows a peer: far more
+/// elections than a partitioned replica misses.
+pub const EPOCH_STEP_MAX: i32 = 1 << 10;
 
 /// A peer's claim that contradicts this replica's state is logged at most once per this
 /// interval per kind of claim (a flood of forged frames must not flood the log).

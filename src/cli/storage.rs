@@ -66,10 +66,9 @@ fn repair_quorum_state(config_path: &Path, epoch: Option<i32>) -> Result<(), Cli
         .max()
         .unwrap_or(0)
         .max(0);
-    if target > crate::constants::EPOCH_MAX {
+    if target == i32::MAX {
         return Err(CliError::new(format!(
-            "epoch {target} is above the highest epoch ringraft accepts ({})",
-            crate::constants::EPOCH_MAX
+            "epoch {target} is the highest epoch there is: this node could never campaign again"
         )));
     }
     let state = QuorumStateData {

@@ -128,8 +128,9 @@ impl QuorumStateData {
         Ok(Self::read_if_present(partition_dir)?.unwrap_or_default())
     }
 
-    /// Reads `<partition dir>/quorum-state`; `None` when the file does not exist. An epoch
-    /// above `EPOCH_MAX` is refused like a malformed file.
+    /// Reads `<partition dir>/quorum-state`; `None` when the file does not exist. A negative
+    /// epoch is refused like a malformed file. (Any other is one this node may reach: its own
+    /// elections go on above `EPOCH_MAX`, up to `i32::MAX`, where it stops campaigning.)
     pub fn read_if_present(partition_dir: &Path) -> Result<Option<Self>, QuorumStateError> {
         let path = partition_dir.join(super::layout::QUORUM_STATE_FILE);
         let state = match fs::read_to_string(&path) {
@@ -139,12 +140,8 @@ impl QuorumStateData {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(QuorumStateError::Io(path, e)),
         };
-        if state.leader_epoch > crate::constants::EPOCH_MAX || state.leader_epoch < 0 {
-            let why = format!(
-                "leaderEpoch {} is outside 0..={}",
-                state.leader_epoch,
-                crate::constants::EPOCH_MAX
-            );
+        if state.leader_epoch < 0 {
+            let why = format!("leaderEpoch {} is negative", state.leader_epoch);
             let path = partition_dir.join(super::layout::QUORUM_STATE_FILE);
             return Err(QuorumStateError::Invalid(path, why));
         }

@@ -391,6 +391,7 @@ fn raft_setup(
     raft.bootstrap = bootstrap;
     raft.auto_join = config.auto_join_enable;
     raft.witness = config.witness;
+    raft.static_voters = !config.controller_quorum_voters.is_empty();
     Ok(RaftSetup {
         config: raft,
         static_voters,

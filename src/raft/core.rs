@@ -11,7 +11,7 @@ use super::log_view::{LogInfo, LogView};
 use super::message::{Outbound, Request, RequestId, Response, Token};
 use super::types::Endpoint;
 use super::types::{ElectionState, LeaderAndEpoch, OffsetAndEpoch, Prng, ReplicaKey, Time};
-use crate::constants::{COMPLAINT_INTERVAL_MS, EPOCH_MAX};
+use crate::constants::{COMPLAINT_INTERVAL_MS, EPOCH_MAX, EPOCH_STEP_MAX};
 use crate::membership::{VoterHistory, VoterSet};
 use crate::records::control::{ControlRecord, LeaderChangeMessage};
 
@@ -44,6 +44,9 @@ pub struct RaftConfig {
     /// `ringraft.leadership=witness`: vote and replicate, but leave leading to the other
     /// voters (`witness`).
     pub witness: bool,
+    /// The voters come from `controller.quorum.voters` (a static quorum): until kraft.version
+    /// 1, no replica outside them can lead.
+    pub static_voters: bool,
     /// Seeds the core's PRNG (election jitter).
     pub seed: u64,
     /// Deliberate bugs, for proving the simulator's checkers can fail. Never set in production.
@@ -67,6 +70,7 @@ impl RaftConfig {
             bootstrap: Vec::new(),
             auto_join: false,
             witness: false,
+            static_voters: false,
             seed,
             mutations: Mutations::default(),
         }
@@ -711,13 +715,27 @@ impl Raft {
 
     /// Whether `epoch`, taken from a peer, is one this replica may adopt (`EPOCH_MAX`).
     pub(super) fn epoch_acceptable(&mut self, epoch: i32, what: &'static str) -> bool {
-        if epoch <= EPOCH_MAX {
+        if self.epoch_in_reach(epoch) {
             return true;
         }
+        let own = self.epoch;
         self.refuse_claim(what, || {
-            format!("epoch {epoch} is above the highest epoch accepted ({EPOCH_MAX})")
+            format!(
+                "epoch {epoch} is above the highest epoch accepted ({EPOCH_MAX}, or \
+                 {EPOCH_STEP_MAX} above our {own})"
+            )
         });
         false
+    }
+
+    /// Whether the voter set can never change: `controller.quorum.voters` at kraft.version 0.
+    pub(super) fn fixed_voter_set(&self) -> bool {
+        self.config.static_voters && self.kraft_version() == 0
+    }
+
+    /// `epoch_acceptable` without the complaint.
+    pub(super) fn epoch_in_reach(&self, epoch: i32) -> bool {
+        epoch <= EPOCH_MAX || epoch <= self.epoch.saturating_add(EPOCH_STEP_MAX)
     }
 
     /// DescribeQuorum's content (docs/raft.md §12); `None` unless this replica leads.
@@ -1057,8 +1075,9 @@ impl Raft {
 
     pub(super) fn become_candidate(&mut self) {
         debug_assert!(self.may_campaign());
-        if self.epoch >= EPOCH_MAX {
-            // Only forged frames get a quorum here (`EPOCH_MAX`); never overflow.
+        if self.epoch == i32::MAX {
+            // Only forged frames and 2^24 elections after them get a quorum here
+            // (`EPOCH_MAX`); never overflow.
             let epoch = self.epoch;
             self.refuse_claim("epoch exhausted", || {
                 format!("cannot campaign: epoch {epoch} is the highest allowed")
@@ -1193,7 +1212,19 @@ impl Raft {
             } else if leader == local {
                 self.resign_as_earlier_replica(epoch);
             } else {
-                self.become_unattached(epoch, (leader >= 0).then_some(leader));
+                // A fixed voter set is known in full: a leader outside it is a forgery, and
+                // only the epoch is taken from it. (A dynamic set may be stale here, so a
+                // leader it lacks may be real.)
+                let outside = leader >= 0 && self.fixed_voter_set();
+                if outside {
+                    self.refuse_claim("leader outside the voter set", || {
+                        format!(
+                            "a peer names {leader} leader of epoch {epoch}, which is not in the \
+                             static voter set; taking the epoch only"
+                        )
+                    });
+                }
+                self.become_unattached(epoch, (leader >= 0 && !outside).then_some(leader));
             }
             return true;
         }
@@ -1377,7 +1408,7 @@ impl Raft {
                 }
             }
             Role::Resigned(s) if s.election_deadline <= now => {
-                let epoch = self.epoch.saturating_add(1).min(EPOCH_MAX);
+                let epoch = self.epoch.saturating_add(1);
                 self.become_unattached(epoch, None);
                 if self.may_campaign() && !self.shutting_down && self.campaign_allowed() {
                     self.become_prospective();

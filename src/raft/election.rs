@@ -260,7 +260,7 @@ impl Raft {
         if leader_epoch < self.epoch {
             return Some((ErrorCode::NONE, ErrorCode::FENCED_LEADER_EPOCH));
         }
-        if leader_id < 0 || leader_epoch > crate::constants::EPOCH_MAX {
+        if leader_id < 0 || !self.epoch_in_reach(leader_epoch) {
             return Some((ErrorCode::NONE, ErrorCode::INVALID_REQUEST));
         }
         None

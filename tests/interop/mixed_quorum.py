@@ -9,13 +9,15 @@ usage: mixed_quorum.py static --layout KKW --kills N --seed S
 
 A layout names nodes 1..3 in order: K is a Kafka controller, R a ringraft voter, W a ringraft
 witness (ringraft.leadership=witness). Static runs format a kraft.version 0 quorum
-(controller.quorum.voters) and then, N times, kill the leader (SIGKILL or SIGTERM, alternating
-per seed), wait, and restart it. After every step:
+(controller.quorum.voters) and then, N times, kill the leader (SIGKILL or SIGTERM, drawn from
+the seed), wait, and restart it. After every step:
 
 - a leader within LEADER_BOUND_S of the fault;
 - in witness layouts, a Kafka controller leads, and is the *active* controller (its own
   DescribeCluster names it, and lists every running Kafka controller as registered), within
   ACTIVE_BOUND_S; in the other layouts the same whenever a Kafka controller leads;
+- in witness layouts, every fourth kill first pauses the other Kafka controller for 3 s, so
+  that the witness holds the longest log; the witness must then lead and hand over;
 - every voter's log end reaches the leader's high watermark within CONVERGE_BOUND_S (the
   logs converge);
 - kafka-metadata-quorum describe --status and --replication succeed through every live node's
@@ -209,6 +211,7 @@ class Suite:
         self.changes = 0
         self.worst = {"leader": 0.0, "active": 0.0, "converge": 0.0}
         self.kafka_self_registration_races = 0
+        self.stalls = 0
         self.registration_timeouts = 0
         self.witness_layout = "W" in args.layout
         # Elections after a leader was killed with a Kafka and a ringraft (not witness) voter
@@ -317,14 +320,15 @@ class Suite:
                 if " ERROR " not in line:
                     continue
                 after = "\n".join(lines[i + 1:i + 3])
-                # A Kafka controller that has just become Raft leader sends its pending
-                # ControllerRegistration to itself before it is active, and logs its own
-                # NOT_CONTROLLER answer at ERROR ("The active controller appears to be node
-                # <itself>"); it retries and registers a moment later. The registration is
-                # pending because a ringraft node led before (it answered NOT_CONTROLLER, as an
-                # inactive Kafka controller does), so these are counted and reported, not failed.
-                if ("apiKey=CONTROLLER_REGISTRATION" in line
-                        and f"The active controller appears to be node {n.id}." in after):
+                # A Kafka controller that believes it has just become Raft leader sends its
+                # pending ControllerRegistration to itself, and logs its own NOT_CONTROLLER
+                # answer at ERROR when it is not active yet, or when leadership has already
+                # moved on ("The active controller appears to be node N"). It retries and
+                # registers a moment later (`active_controller` checks that). The registration
+                # is pending because a ringraft node led before (and answered NOT_CONTROLLER, as
+                # an inactive Kafka controller does), so these are counted and reported.
+                if ("apiKey=CONTROLLER_REGISTRATION" in line and f"clientId={n.id}," in line
+                        and "NotControllerException: The active controller appears" in after):
                     self.kafka_self_registration_races += 1
                     continue
                 # Outside witness mode a ringraft leader leaves the cluster without an active
@@ -373,10 +377,23 @@ class Suite:
             leader_id = self.settle(nodes, found, witness, step)
             if leader_id is None or step == a.kills:
                 break
-            sig = signal.SIGKILL if (step + a.seed) % 2 == 0 else signal.SIGTERM
+            sig = rng.choice([signal.SIGKILL, signal.SIGTERM])
             victim = nodes[leader_id]
+            # The witness's hard case, every fourth step: the other Kafka controller is paused
+            # while the leader writes on, so that the witness holds the longer log when the
+            # leader dies. The paused one cannot win the witness's vote then; the witness must
+            # lead until it has caught up, and hand over.
+            lagging = None
+            if witness and victim.is_kafka and step % 4 == 0:
+                lagging = next(n for n in nodes.values() if n.is_kafka and n is not victim)
+                lagging.proc.send_signal(signal.SIGSTOP)
+                time.sleep(3)
+                sig = signal.SIGKILL
             since = time.time()
             victim.stop(sig)
+            if lagging:
+                lagging.proc.send_signal(signal.SIGCONT)
+                self.stalls += 1
             found = self.wait_leader(nodes, since, epoch)
             elapsed = time.time() - since
             if not found:
@@ -431,11 +448,21 @@ class Suite:
     def finish(self, nodes):
         for n in nodes.values():
             n.stop(signal.SIGTERM)
+        handovers = 0
+        for n in nodes.values():
+            if n.kind == "W":
+                with open(n.out, errors="replace") as f:
+                    handovers += sum("witness hands leadership over" in line for line in f)
+        if self.stalls and handovers < self.stalls:
+            self.fail(f"{self.stalls} times the witness held the longest log, but it handed "
+                      f"leadership over only {handovers} times")
         counts = self.dumps(nodes)
         self.kafka_errors(nodes)
         self.tool.close()
         ringraft_wins = self.wins["R"] + self.wins["W"]
-        print(f"summary {self.args.layout}: {self.changes} leader changes; elections won: Kafka "
+        print(f"summary {self.args.layout}: {self.changes} leader changes, {self.stalls} with "
+              f"the witness holding the longest log ({handovers} witness handovers); "
+              f"elections won: Kafka "
               f"{self.wins['K']}, ringraft {ringraft_wins} (witness {self.wins['W']}); longest "
               f"election {self.worst['leader']:.1f} s, longest until a Kafka controller was active "
               f"{self.worst['active']:.1f} s, longest convergence {self.worst['converge']:.1f} s; "

@@ -645,6 +645,7 @@ impl Cluster {
         node.incarnation += 1;
         config.mutations = node.mutations;
         config.witness = self.witnesses.contains(&id);
+        config.static_voters = !self.dynamic;
         let (election, info) = {
             let disk = node.disk.borrow();
             (disk.election.clone(), disk.log.info())

@@ -130,10 +130,13 @@ fn hardening_epoch_i32_max_frames_are_refused() {
     }
 }
 
-/// At the bound itself the quorum can still lead and commit; it only cannot hold another
-/// election, and nothing overflows.
+/// Near and at the bound the quorum still elects: its own elections go on above
+/// `EPOCH_MAX`, and peers within `EPOCH_STEP_MAX` of a replica's epoch are followed there.
+/// (Once, elections stopped at the bound, and one forged BeginQuorumEpoch at `EPOCH_MAX`,
+/// naming a voter that was not leading, stalled the quorum for good: the semantic fuzzer
+/// found it.)
 #[test]
-fn hardening_epoch_bound_is_never_passed() {
+fn hardening_elections_go_on_above_the_peer_epoch_bound() {
     let mut c = cluster(32, 3);
     let (leader, _) = wait_for_leader(&mut c, 10_000);
     let follower = (leader + 1) % 3;
@@ -156,9 +159,38 @@ fn hardening_epoch_bound_is_never_passed() {
         }
         c.run_until(c.now + 3_000).unwrap();
     }
-    for node in c.running() {
-        assert!(node.raft().unwrap().epoch() <= EPOCH_MAX);
+    heal(&mut c).unwrap();
+    check_liveness(&mut c).unwrap();
+    let (_, epoch) = c.leader().expect("a leader");
+    assert!(
+        epoch > EPOCH_MAX,
+        "the elections went above the bound: {epoch}"
+    );
+    keeps_committing(&mut c, 1_000, 10);
+}
+
+/// A forged BeginQuorumEpoch at the bound, naming a voter that is not leading, sent to every
+/// node: they follow it (the epoch is in reach), time out, and elect a real leader above it.
+#[test]
+fn hardening_a_phantom_leader_at_the_bound_is_outlived() {
+    let mut c = cluster(34, 3);
+    let (leader, _) = wait_for_leader(&mut c, 10_000);
+    let phantom = (leader + 1) % 3;
+    for to in 0..3 {
+        if to != phantom {
+            c.operator_request(to, begin(to, phantom, EPOCH_MAX))
+                .unwrap();
+        }
     }
+    c.run_until(c.now + 50).unwrap();
+    heal(&mut c).unwrap();
+    check_liveness(&mut c).unwrap();
+    keeps_committing(&mut c, 1_000, 10);
+    let (_, epoch) = c.leader().expect("a leader");
+    assert!(
+        epoch > EPOCH_MAX,
+        "a real leader above the phantom's epoch: {epoch}"
+    );
 }
 
 #[test]
@@ -189,4 +221,33 @@ fn hardening_two_leaders_in_one_epoch_are_refused() {
     assert_eq!(c.leader(), Some((leader, epoch)), "leadership changed");
     keeps_committing(&mut c, 3_000, 50);
     assert_eq!(c.leader(), Some((leader, epoch)));
+}
+
+/// A forged BeginQuorumEpoch naming a leader outside a static voter set: the receiver takes
+/// the (higher) epoch, as Raft must, but never names that leader, and says why. (The semantic
+/// fuzzer found DescribeQuorum reporting leader 2147483647.)
+#[test]
+fn hardening_a_leader_outside_the_static_voter_set_is_refused() {
+    let mut c = cluster(35, 3);
+    let (leader, epoch) = wait_for_leader(&mut c, 10_000);
+    let to = (leader + 1) % 3;
+    let before = c.nodes[to as usize].raft().unwrap().refused_claims();
+    c.operator_request(to, begin(to, i32::MAX, epoch + 1))
+        .unwrap();
+    c.run_until(c.now + 20).unwrap();
+    {
+        let raft = c.nodes[to as usize].raft().unwrap();
+        assert!(raft.epoch() > epoch, "the epoch is taken");
+        assert_ne!(
+            raft.leader_id(),
+            Some(i32::MAX),
+            "the forged leader is never named"
+        );
+        assert!(
+            raft.refused_claims() > before,
+            "and the claim is refused, loudly"
+        );
+    }
+    heal(&mut c).unwrap();
+    check_liveness(&mut c).unwrap();
 }

@@ -1,0 +1,473 @@
+//! The semantic fuzzer (issue: hardening, item 1). Random bytes mostly die in the decoder
+//! (`hostile_frames.rs`); these frames are well formed and reach the Raft core. They are
+//! built from the request schemas (every Raft and membership request, at every version ringraft
+//! serves), with the right cluster id and voter ids, and with extreme field values: epochs at
+//! 0, −1, i32::MIN, the current epoch and just below it, EPOCH_MAX and i32::MAX; offsets at the
+//! i64 extremes; unknown, negative and huge replica ids; odd directory ids, byte limits and
+//! endpoints. They go to a live quorum of three nodes embedded in this process while a writer
+//! appends through the leader.
+//!
+//! Some frames make any correct Raft quorum hold an election: a vote or a leader one epoch
+//! ahead, and the current leader's EndQuorumEpoch (a follower cannot tell it from a real
+//! resignation; only an authenticated connection could). They are sent at most once every
+//! 10 s, so that commits have room between them. Nothing a frame does may stop or panic a node, and the
+//! quorum must commit in every 5-second window and after the fuzzing stops.
+//!
+//! `cargo test --test semantic_fuzz` sends 100,000 frames; `RINGRAFT_FUZZ_FRAMES=10000000
+//! cargo test --release --test semantic_fuzz -- --ignored` runs the long mode.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_lite::future::block_on;
+use ringraft::net::raft_rpc;
+use ringraft::protocol::header::{decode_response_header, RequestHeader};
+use ringraft::protocol::request::encode_request_frame;
+use ringraft::protocol::{apis, Reader};
+use ringraft::raft::message::{
+    AddVoterRequest, BeginQuorumEpochRequest, EndQuorumEpochRequest, FetchRequest,
+    FetchSnapshotRequest, RemoveVoterRequest, UpdateVoterRequest, VoteRequest,
+};
+use ringraft::raft::types::Prng;
+use ringraft::raft::{Endpoint, OffsetAndEpoch, ReplicaKey, Request};
+use ringraft::{ClientError, Node, RaftHandle, RunningNode, ServerConfig};
+
+const CLUSTER_ID: &str = "c2VtYW50aWMtZnV6emVyAA";
+const EPOCH_MAX: i32 = ringraft::constants::EPOCH_MAX;
+/// How often a frame that makes a correct quorum hold an election may go.
+const DISRUPTION_EVERY: Duration = Duration::from_secs(10);
+
+/// What the fuzzer knows of the quorum, kept fresh by the writer.
+struct Shared {
+    epoch: AtomicI32,
+    leader: AtomicI32,
+    log_end: AtomicU64,
+    /// When the last epoch-changing frame went out.
+    disruptive_at: Mutex<Instant>,
+    stop: AtomicBool,
+}
+
+struct Fuzzer {
+    rng: Prng,
+    shared: Arc<Shared>,
+}
+
+impl Fuzzer {
+    fn pick<T: Copy>(&mut self, from: &[T]) -> T {
+        from[self.rng.below(from.len() as u64) as usize]
+    }
+
+    fn cluster_id(&mut self) -> Option<String> {
+        match self.rng.below(40) {
+            0 => None,
+            1 => Some("AAAAAAAAAAAAAAAAAAAAAA".into()),
+            2 => Some(String::new()),
+            _ => Some(CLUSTER_ID.into()),
+        }
+    }
+
+    /// Whether an election-causing frame may go now (at most one every `DISRUPTION_EVERY`).
+    fn may_disrupt(&mut self) -> bool {
+        let mut at = self.shared.disruptive_at.lock().unwrap();
+        let due = at.elapsed() > DISRUPTION_EVERY;
+        if due {
+            *at = Instant::now();
+        }
+        due
+    }
+
+    /// An epoch: extreme, stale or current; one ahead only when `may_disrupt`.
+    fn epoch(&mut self) -> i32 {
+        let current = self.shared.epoch.load(Ordering::Relaxed);
+        if self.rng.below(50) == 0 && self.may_disrupt() {
+            return current.saturating_add(1);
+        }
+        let extremes = [
+            0,
+            -1,
+            1,
+            i32::MIN,
+            current,
+            current.saturating_sub(1),
+            EPOCH_MAX,
+            EPOCH_MAX.saturating_add(1),
+            i32::MAX - 1,
+            i32::MAX,
+        ];
+        if self.rng.below(10) == 0 {
+            self.rng.next_u64() as i32
+        } else {
+            self.pick(&extremes)
+        }
+    }
+
+    fn offset(&mut self) -> i64 {
+        let end = self.shared.log_end.load(Ordering::Relaxed) as i64;
+        let values = [
+            0,
+            -1,
+            1,
+            i64::MIN,
+            i64::MAX,
+            i64::MAX - 1,
+            end,
+            end - 1,
+            end + 1,
+            end.saturating_mul(2),
+        ];
+        if self.rng.below(10) == 0 {
+            self.rng.next_u64() as i64
+        } else {
+            self.pick(&values)
+        }
+    }
+
+    fn replica_id(&mut self) -> i32 {
+        self.pick(&[1, 2, 3, 1, 2, 3, 0, -1, -2, 4, 1000, i32::MAX, i32::MIN])
+    }
+
+    fn key(&mut self) -> ReplicaKey {
+        let id = self.replica_id();
+        let dir = match self.rng.below(4) {
+            0 => Some(uuid::Uuid::from_u128(u128::from(self.rng.next_u64()))),
+            1 => Some(uuid::Uuid::nil()),
+            _ => None,
+        };
+        ReplicaKey::new(id, dir)
+    }
+
+    fn int(&mut self) -> i32 {
+        self.pick(&[0, -1, 1, 500, 8 << 20, i32::MAX, i32::MIN])
+    }
+
+    fn endpoints(&mut self) -> Vec<Endpoint> {
+        (0..self.rng.below(3))
+            .map(|_| Endpoint {
+                name: self.pick(&["CONTROLLER", "", "PLAINTEXT"]).into(),
+                host: self.pick(&["127.0.0.1", "", "::1", "no.such.host"]).into(),
+                port: self.pick(&[0u16, 1, 9093, u16::MAX]),
+            })
+            .collect()
+    }
+
+    fn request(&mut self) -> Request {
+        // RINGRAFT_FUZZ_KINDS=0,3 limits the kinds drawn (for narrowing a failure down).
+        let kinds: Vec<u64> = std::env::var("RINGRAFT_FUZZ_KINDS")
+            .map(|v| {
+                v.split(',')
+                    .map(|k| k.parse().expect("kind numbers"))
+                    .collect()
+            })
+            .unwrap_or_else(|_| (0..8).collect());
+        let kind = kinds[self.rng.below(kinds.len() as u64) as usize];
+        match kind {
+            0 => {
+                let epoch = self.epoch();
+                Request::Vote(VoteRequest {
+                    cluster_id: self.cluster_id(),
+                    voter: self.key(),
+                    replica_epoch: epoch,
+                    candidate: self.key(),
+                    last_offset_epoch: if self.rng.below(2) == 0 {
+                        epoch.saturating_sub(1)
+                    } else {
+                        self.epoch()
+                    },
+                    last_offset: self.offset(),
+                    pre_vote: self.rng.below(2) == 0,
+                })
+            }
+            1 => Request::BeginQuorumEpoch(BeginQuorumEpochRequest {
+                cluster_id: self.cluster_id(),
+                voter: self.key(),
+                leader_id: self.replica_id(),
+                leader_epoch: self.epoch(),
+                leader_endpoints: self.endpoints(),
+            }),
+            2 => {
+                let (leader_id, mut leader_epoch) = (self.replica_id(), self.epoch());
+                // The current leader resigning, as far as a follower can tell: it holds an
+                // election, so it is rationed like an epoch ahead.
+                let current = self.shared.epoch.load(Ordering::Relaxed);
+                let real = self.shared.leader.load(Ordering::Relaxed);
+                if leader_id == real && leader_epoch == current && !self.may_disrupt() {
+                    leader_epoch = current - 1;
+                }
+                Request::EndQuorumEpoch(EndQuorumEpochRequest {
+                    cluster_id: self.cluster_id(),
+                    leader_id,
+                    leader_epoch,
+                    preferred_candidates: (0..self.rng.below(4)).map(|_| self.key()).collect(),
+                    leader_endpoints: self.endpoints(),
+                })
+            }
+            3 | 4 => Request::Fetch(FetchRequest {
+                cluster_id: self.cluster_id(),
+                replica: self.key(),
+                max_wait_ms: self.pick(&[0, -1, 1, 500, i32::MAX]),
+                fetch_offset: self.offset(),
+                last_fetched_epoch: self.epoch(),
+                current_leader_epoch: self.epoch(),
+                max_bytes: self.int(),
+            }),
+            5 => Request::FetchSnapshot(FetchSnapshotRequest {
+                cluster_id: self.cluster_id(),
+                replica: self.key(),
+                current_leader_epoch: self.epoch(),
+                snapshot_id: OffsetAndEpoch::new(self.offset(), self.epoch()),
+                position: self.offset(),
+                max_bytes: self.int(),
+            }),
+            6 => match self.rng.below(2) {
+                0 => Request::AddVoter(AddVoterRequest {
+                    cluster_id: self.cluster_id(),
+                    timeout_ms: self.int(),
+                    voter: self.key(),
+                    listeners: self.endpoints(),
+                    ack_when_committed: self.rng.below(2) == 0,
+                }),
+                _ => Request::RemoveVoter(RemoveVoterRequest {
+                    cluster_id: self.cluster_id(),
+                    voter: self.key(),
+                }),
+            },
+            _ => Request::UpdateVoter(UpdateVoterRequest {
+                cluster_id: self.cluster_id(),
+                current_leader_epoch: self.epoch(),
+                voter: self.key(),
+                listeners: self.endpoints(),
+                kraft_min: self.pick(&[0i16, 1, -1, i16::MAX, i16::MIN]),
+                kraft_max: self.pick(&[0i16, 1, -1, i16::MAX, i16::MIN]),
+            }),
+        }
+    }
+}
+
+/// One frame of `request` at a version the node serves, picked at random.
+fn frame(request: &Request, rng: &mut Prng, correlation_id: i32) -> (Vec<u8>, &'static str) {
+    let key = raft_rpc::api_key(request);
+    let (min, max) = raft_rpc::our_versions(key);
+    let version = min + rng.below((max - min + 1) as u64) as i16;
+    let spec = apis::served(key).unwrap();
+    let header = RequestHeader {
+        api_key: key.0,
+        api_version: version,
+        correlation_id,
+        client_id: Some("semantic-fuzzer".into()),
+    };
+    let frame = encode_request_frame(&header, spec, |w| {
+        raft_rpc::encode_request(request, version, w)
+    });
+    (frame, key.name())
+}
+
+/// The answer to one frame: its correlation id checked, its error codes decoded.
+fn exchange(stream: &mut TcpStream, bytes: &[u8], correlation_id: i32) -> Option<Bytes> {
+    stream.write_all(bytes).ok()?;
+    let body = Bytes::from(common::read_frame(stream)?);
+    let mut r = Reader::new(&body);
+    let key = i16::from_be_bytes([bytes[4], bytes[5]]);
+    let version = i16::from_be_bytes([bytes[6], bytes[7]]);
+    let spec = apis::served(ringraft::protocol::ApiKey(key))?;
+    let got = decode_response_header(&mut r, spec.response_header_version(version)).ok()?;
+    assert_eq!(got, correlation_id, "answers come back in order");
+    Some(body.slice(r.position()..))
+}
+
+fn start(id: i32, dir: &common::TempDir, voters: &str) -> RunningNode {
+    let port = voters
+        .split(',')
+        .find_map(|v| v.strip_prefix(&format!("{id}@127.0.0.1:")))
+        .unwrap();
+    let properties = format!(
+        "node.id={id}\nprocess.roles=controller\ncontroller.quorum.voters={voters}\n\
+         listeners=CONTROLLER://127.0.0.1:{port}\ncontroller.listener.names=CONTROLLER\n\
+         metadata.log.dir={}\n",
+        dir.path().display()
+    );
+    let config = ServerConfig::parse(&properties).expect("a valid config");
+    Node::builder(config)
+        .format_if_empty(CLUSTER_ID)
+        .start()
+        .expect("the node starts")
+}
+
+fn leader(handles: &[RaftHandle]) -> Option<(usize, i32)> {
+    handles.iter().find_map(|h| {
+        let q = block_on(h.describe_quorum()).ok()?;
+        let l = q.leader_id.filter(|l| (1..=3).contains(l))?;
+        Some(((l - 1) as usize, q.epoch))
+    })
+}
+
+/// Appends through whoever leads until told to stop; returns the commit times.
+fn writer(handles: Vec<RaftHandle>, shared: Arc<Shared>) -> Vec<Instant> {
+    let mut commits = Vec::new();
+    let mut i = 0u64;
+    while !shared.stop.load(Ordering::Relaxed) {
+        let Some((l, epoch)) = leader(&handles) else {
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        };
+        shared.epoch.store(epoch, Ordering::Relaxed);
+        shared.leader.store(l as i32 + 1, Ordering::Relaxed);
+        i += 1;
+        let value = format!("w{i}");
+        match block_on(handles[l].append(&[value.as_bytes()], 0)) {
+            Ok(offset) => {
+                shared.log_end.store(offset as u64 + 1, Ordering::Relaxed);
+                commits.push(Instant::now());
+            }
+            Err(ClientError::Stopped) => panic!("node {} stopped", l + 1),
+            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+    commits
+}
+
+fn fuzz(frames: u64, seed: u64) {
+    let ports: Vec<u16> = (0..3).map(|_| common::free_port()).collect();
+    let voters = (1..=3)
+        .map(|id| format!("{id}@127.0.0.1:{}", ports[id - 1]))
+        .collect::<Vec<_>>()
+        .join(",");
+    let dirs: Vec<common::TempDir> = (1..=3)
+        .map(|id| common::TempDir::new(&format!("semantic-fuzz-{id}")))
+        .collect();
+    let nodes: Vec<RunningNode> = (1..=3)
+        .map(|id| start(id, &dirs[(id - 1) as usize], &voters))
+        .collect();
+    let handles: Vec<RaftHandle> = nodes.iter().map(|n| n.handle()).collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while leader(&handles).is_none() {
+        assert!(Instant::now() < deadline, "no first leader");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let shared = Arc::new(Shared {
+        epoch: AtomicI32::new(1),
+        leader: AtomicI32::new(-1),
+        log_end: AtomicU64::new(0),
+        disruptive_at: Mutex::new(Instant::now()),
+        stop: AtomicBool::new(false),
+    });
+    let writing = {
+        let (handles, shared) = (handles.clone(), shared.clone());
+        std::thread::spawn(move || writer(handles, shared))
+    };
+    let started = Instant::now();
+    let threads = 6;
+    let per_thread = frames / threads;
+    let counts: Vec<_> = (0..threads)
+        .map(|t| {
+            let (shared, ports) = (shared.clone(), ports.clone());
+            std::thread::spawn(move || {
+                let mut fuzzer = Fuzzer {
+                    rng: Prng::new(seed.wrapping_mul(1000).wrapping_add(t)),
+                    shared,
+                };
+                let mut answers: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
+                let mut stream: Option<TcpStream> = None;
+                for n in 0..per_thread {
+                    let port = ports[fuzzer.rng.below(3) as usize];
+                    let s = match stream.as_mut() {
+                        Some(s) if fuzzer.rng.below(64) != 0 => s,
+                        _ => {
+                            let s =
+                                TcpStream::connect(("127.0.0.1", port)).expect("the node accepts");
+                            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                            s.set_nodelay(true).unwrap();
+                            stream.insert(s)
+                        }
+                    };
+                    let request = fuzzer.request();
+                    let correlation = n as i32;
+                    let (bytes, name) = frame(&request, &mut fuzzer.rng, correlation);
+                    let entry = answers.entry(name).or_default();
+                    match exchange(s, &bytes, correlation) {
+                        Some(_) => entry.0 += 1,
+                        None => {
+                            // Closed: the node refused the connection's frame (and says so in
+                            // its log). Counted; a stopped node fails the checks below.
+                            entry.1 += 1;
+                            stream = None;
+                        }
+                    }
+                }
+                answers
+            })
+        })
+        .collect();
+    let mut answers: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
+    for t in counts {
+        for (name, (ok, closed)) in t.join().expect("a fuzzing thread") {
+            let e = answers.entry(name).or_default();
+            e.0 += ok;
+            e.1 += closed;
+        }
+    }
+    let fuzz_time = started.elapsed();
+    // After the fuzzing: the quorum still commits, on every node's word.
+    std::thread::sleep(Duration::from_secs(3));
+    shared.stop.store(true, Ordering::Relaxed);
+    let commits = writing.join().expect("the writer");
+    for (i, h) in handles.iter().enumerate() {
+        block_on(h.describe_quorum())
+            .unwrap_or_else(|e| panic!("node {} no longer answers: {e:?}", i + 1));
+    }
+    let sent: u64 = answers.values().map(|(ok, closed)| ok + closed).sum();
+    let closed: u64 = answers.values().map(|(_, closed)| closed).sum();
+    println!(
+        "semantic fuzzer: {sent} frames in {:.1} s, {closed} connections closed; per API \
+         (answered, closed): {answers:?}; {} commits; epoch {}",
+        fuzz_time.as_secs_f64(),
+        commits.len(),
+        shared.epoch.load(Ordering::Relaxed)
+    );
+    assert_eq!(sent, per_thread * threads);
+    // Commits throughout: no 5-second window without one, and some after the fuzzing.
+    let mut at = started;
+    let end = started + fuzz_time;
+    while at + Duration::from_secs(5) <= end {
+        let next = at + Duration::from_secs(5);
+        assert!(
+            commits.iter().any(|c| *c >= at && *c < next),
+            "no commit between {:?} and {:?} into the fuzzing",
+            at - started,
+            next - started
+        );
+        at = next;
+    }
+    assert!(
+        commits.iter().any(|c| *c > end),
+        "the quorum did not commit after the fuzzing"
+    );
+    for n in nodes {
+        n.stop_and_join().expect("every node stops cleanly");
+    }
+}
+
+#[test]
+fn semantic_fuzzer_one_hundred_thousand_frames() {
+    fuzz(100_002, 1);
+}
+
+#[test]
+#[ignore = "long: RINGRAFT_FUZZ_FRAMES frames (default 10,000,000); run with --release"]
+fn semantic_fuzzer_long() {
+    let frames = std::env::var("RINGRAFT_FUZZ_FRAMES")
+        .ok()
+        .map(|v| v.parse().expect("RINGRAFT_FUZZ_FRAMES is a number"))
+        .unwrap_or(10_000_000);
+    let seed = std::env::var("RINGRAFT_FUZZ_SEED")
+        .ok()
+        .map(|v| v.parse().expect("RINGRAFT_FUZZ_SEED is a number"))
+        .unwrap_or(7);
+    fuzz(frames, seed);
+}
