@@ -320,15 +320,18 @@ class Suite:
                 if " ERROR " not in line:
                     continue
                 after = "\n".join(lines[i + 1:i + 3])
-                # A Kafka controller that believes it has just become Raft leader sends its
-                # pending ControllerRegistration to itself, and logs its own NOT_CONTROLLER
-                # answer at ERROR when it is not active yet, or when leadership has already
-                # moved on ("The active controller appears to be node N"). It retries and
-                # registers a moment later (`active_controller` checks that). The registration
-                # is pending because a ringraft node led before (and answered NOT_CONTROLLER, as
-                # an inactive Kafka controller does), so these are counted and reported.
-                if ("apiKey=CONTROLLER_REGISTRATION" in line and f"clientId={n.id}," in line
-                        and "NotControllerException: The active controller appears" in after):
+                # A Kafka controller that has just become Raft leader, and is not active yet,
+                # answers a pending ControllerRegistration (its own, or the other Kafka
+                # controller's) with NOT_CONTROLLER and logs that answer at ERROR ("The active
+                # controller appears to be node <itself>"); so does one that sent its own just
+                # as leadership moved on. The sender retries and registers a moment later
+                # (`active_controller` checks that). The registration was pending because a
+                # ringraft node led before (and answered NOT_CONTROLLER, as an inactive Kafka
+                # controller does), so these are counted and reported.
+                if ("apiKey=CONTROLLER_REGISTRATION" in line
+                        and "NotControllerException: The active controller appears" in after
+                        and (f"clientId={n.id}," in line
+                             or f"appears to be node {n.id}." in after)):
                     self.kafka_self_registration_races += 1
                     continue
                 # Outside witness mode a ringraft leader leaves the cluster without an active
@@ -377,7 +380,7 @@ class Suite:
             leader_id = self.settle(nodes, found, witness, step)
             if leader_id is None or step == a.kills:
                 break
-            sig = rng.choice([signal.SIGKILL, signal.SIGTERM])
+            sig = rng.choice([getattr(signal, f"SIG{name}") for name in a.signals.split(",")])
             victim = nodes[leader_id]
             # The witness's hard case, every fourth step: the other Kafka controller is paused
             # while the leader writes on, so that the witness holds the longer log when the
@@ -468,8 +471,9 @@ class Suite:
               f"{self.worst['active']:.1f} s, longest convergence {self.worst['converge']:.1f} s; "
               f"batches per node {counts}; contested elections won by ringraft: after SIGKILL "
               f"{self.contested['SIGKILL'][1]} of {self.contested['SIGKILL'][0]}, after SIGTERM "
-              f"{self.contested['SIGTERM'][1]} of {self.contested['SIGTERM'][0]}; Kafka's own "
-              f"registration race logged {self.kafka_self_registration_races} times, "
+              f"{self.contested['SIGTERM'][1]} of {self.contested['SIGTERM'][0]}; registrations "
+              f"refused by a Kafka controller not yet active, logged by Kafka at ERROR: "
+              f"{self.kafka_self_registration_races}; "
               f"registration timeouts while ringraft led {self.registration_timeouts}; "
               f"{len(self.failures)} failures", flush=True)
         return 0 if not self.failures else 1
@@ -649,6 +653,7 @@ def main():
     p.add_argument("--layout", default="KKW")
     p.add_argument("--kills", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--signals", default="KILL,TERM", help="static: what kills the leader")
     p.add_argument("--kafka-jars", required=True)
     p.add_argument("--tool-classes", required=True)
     p.add_argument("--logging-jar", required=True)
