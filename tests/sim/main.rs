@@ -274,12 +274,16 @@ pub fn describe(c: &Cluster) -> String {
                     format!("{}{current}@{port}", v.key.id)
                 })
                 .collect();
+            let log = raft.log_view();
             format!(
-                "node {} {} e{} end {} hwm {:?} port {}: [{}]",
+                "node {} {} e{} start {} end {} last epoch {} snapshot {:?} hwm {:?} port {}: [{}]",
                 n.id,
                 raft.state_name(),
                 raft.epoch(),
+                raft.log_start_offset(),
                 raft.log_end_offset(),
+                log.last_fetched_epoch(),
+                log.latest_snapshot().map(|s| (s.offset, s.epoch)),
                 raft.high_watermark(),
                 n.port,
                 voters.join(" ")
