@@ -417,6 +417,16 @@ impl Raft {
                 s.refusals.insert(from);
             }
         }
+        // The leader of our epoch refusing a pre-vote proves it alive and answering: whatever
+        // made us stand (a lost Fetch, say), follow it again now rather than at the end of the
+        // election timeout. Meanwhile we would not fetch, and the leader's check-quorum may run
+        // out waiting for us. (Kafka waits for the timeout or a majority of refusals.)
+        let leader_answered =
+            !r.vote_granted && r.leader_id == from && r.leader_epoch == self.epoch;
+        if outcome.is_none() && leader_answered && matches!(self.role, Role::Prospective(_)) {
+            self.election_lost();
+            return;
+        }
         match (outcome, &self.role) {
             (Some(true), Role::Prospective(_)) => self.become_candidate(),
             (Some(true), Role::Candidate(_)) => self.become_leader(),

@@ -45,6 +45,9 @@ pub struct RunStats {
     /// Downloads abandoned because a chunk arrived corrupt (`corrupt_per_mille`).
     pub abandoned_downloads: u64,
     pub truncations: u64,
+    /// The run had a witness (`with_witness`), and how often it led and handed over.
+    pub witness: bool,
+    pub witness_handovers: u64,
 }
 
 pub fn random_net(rng: &mut Prng) -> NetConfig {
@@ -138,6 +141,12 @@ pub fn random_run(seed: u64, size: usize, mutations: Mutations) -> Result<RunSta
         snapshot_downloads: c.snapshot_downloads,
         abandoned_downloads: c.abandoned_downloads,
         truncations: c.truncations,
+        witness: !c.witnesses.is_empty(),
+        witness_handovers: c
+            .witnesses
+            .iter()
+            .filter_map(|w| c.nodes[*w as usize].raft().map(|r| r.witness_counts().1))
+            .sum(),
     })
 }
 
@@ -210,6 +219,8 @@ pub fn dynamic_run(
             snapshot_downloads: c.snapshot_downloads,
             abandoned_downloads: c.abandoned_downloads,
             truncations: c.truncations,
+            witness: false,
+            witness_handovers: 0,
         },
         changes: c.checker.committed_changes(&c.voters),
         acks: operator::acks(&c),
@@ -393,10 +404,12 @@ fn env_u64(name: &str, default: u64) -> u64 {
 fn run_seeds(size: usize, count: u64) {
     let base = env_u64("RINGRAFT_SIM_BASE", 0);
     let (mut events, mut committed, mut downloads, mut truncations) = (0u64, 0usize, 0, 0);
-    let (mut abandoned, mut answers, mut retries) = (0, 0, 0);
+    let (mut abandoned, mut answers, mut retries, mut witnesses, mut handovers) = (0, 0, 0, 0, 0);
     for seed in base..base + count {
         match random_run(seed, size, Mutations::default()) {
             Ok(stats) => {
+                witnesses += u64::from(stats.witness);
+                handovers += stats.witness_handovers;
                 events += stats.events;
                 answers += stats.fetch_answers;
                 retries += stats.fetch_retries;
@@ -415,8 +428,10 @@ fn run_seeds(size: usize, count: u64) {
         "{count} seeds × {size} nodes: 0 violations, {events} events, {committed} committed \
          batches, {truncations} divergence truncations, {downloads} snapshot downloads, \
          {abandoned} corrupt downloads abandoned, {answers} fetch-shard answers ({retries} \
-         rebuilt after a rewrite)"
+         rebuilt after a rewrite); {witnesses} runs with a witness, each ending with a non-witness \
+         leader ({handovers} witness handovers since the last restarts)"
     );
+    assert!(witnesses > 0, "no run had a witness");
     assert!(answers > 0, "no fetch shard answered");
     assert!(
         committed as u64 >= count,
