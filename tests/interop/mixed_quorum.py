@@ -174,7 +174,11 @@ class Node:
                 jmx = [f"-Dcom.sun.management.jmxremote.port={self.jmx_port}",
                        "-Dcom.sun.management.jmxremote.authenticate=false",
                        "-Dcom.sun.management.jmxremote.ssl=false"]
-            cmd = ["java", "-Xmx512m", *jmx, "-cp", cp, "kafka.Kafka", self.props]
+            # Timestamps, to line Kafka's elections up with ringraft's logs.
+            stamps = ["-Dorg.slf4j.simpleLogger.showDateTime=true",
+                      "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSSX"]
+            cmd = ["java", "-Xmx512m", *jmx, *stamps, "-Duser.timezone=UTC", "-cp", cp,
+                   "kafka.Kafka", self.props]
         else:
             cmd = [self.args.ringraft, "start", "-c", self.props]
         env = dict(os.environ, RUST_LOG="info")
