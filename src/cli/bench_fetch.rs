@@ -1093,26 +1093,9 @@ impl FetchBench<'_> {
         }
         let plots: Vec<PhasePlot> = fan_out
             .iter()
-            .map(|r| PhasePlot {
-                phase: format!("fan-out, {} observers: commit latency", r.observers),
-                over_time: vec![
-                    (
-                        "p50".into(),
-                        r.intervals.iter().map(|i| (i.0, i.1)).collect(),
-                    ),
-                    (
-                        "p99".into(),
-                        r.intervals.iter().map(|i| (i.0, i.2)).collect(),
-                    ),
-                ],
-                cdf: vec![
-                    (0.0, 0.0),
-                    (0.5, r.commit.p50),
-                    (0.75, r.commit.p75),
-                    (0.99, r.commit.p99),
-                    (0.999, r.commit.p999),
-                    (1.0, r.commit.max),
-                ],
+            .map(|r| {
+                let phase = format!("fan-out, {} observers: commit latency", r.observers);
+                r.commit.plot(phase, &r.intervals)
             })
             .collect();
         if self.args.common.json {

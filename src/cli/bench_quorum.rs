@@ -188,6 +188,32 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// The plot of one measured phase: p50 and p99 per interval ((seconds, p50, p99), µs), and
+    /// the latency distribution this summary gives.
+    pub fn plot(
+        &self,
+        phase: String,
+        intervals: &[(f64, f64, f64)],
+    ) -> super::bench_report::PhasePlot {
+        super::bench_report::PhasePlot {
+            phase,
+            over_time: vec![
+                ("p50".into(), intervals.iter().map(|i| (i.0, i.1)).collect()),
+                ("p99".into(), intervals.iter().map(|i| (i.0, i.2)).collect()),
+            ],
+            cdf: vec![
+                (0.0, 0.0),
+                (0.5, self.p50),
+                (0.75, self.p75),
+                (0.99, self.p99),
+                (0.999, self.p999),
+                (1.0, self.max),
+            ],
+        }
+    }
+}
+
+impl Summary {
     fn to_json(self) -> Value {
         json!({
             "records": self.records,
@@ -941,30 +967,7 @@ impl Bench<'_> {
         }
         let plots: Vec<PhasePlot> = done
             .iter()
-            .map(|(name, _, r)| {
-                let s = &r.summary;
-                PhasePlot {
-                    phase: name.clone(),
-                    over_time: vec![
-                        (
-                            "p50".into(),
-                            r.intervals.iter().map(|i| (i.0, i.1)).collect(),
-                        ),
-                        (
-                            "p99".into(),
-                            r.intervals.iter().map(|i| (i.0, i.2)).collect(),
-                        ),
-                    ],
-                    cdf: vec![
-                        (0.0, 0.0),
-                        (0.5, s.p50),
-                        (0.75, s.p75),
-                        (0.99, s.p99),
-                        (0.999, s.p999),
-                        (1.0, s.max),
-                    ],
-                }
-            })
+            .map(|(name, _, r)| r.summary.plot(name.clone(), &r.intervals))
             .collect();
         if a.common.json {
             let phases: Vec<Value> = done

@@ -653,16 +653,7 @@ mod tests {
     }
 
     fn test_core() -> crate::raft::Raft {
-        use crate::membership::{Voter, VoterSet};
-        use crate::raft::{LogInfo, RaftConfig, ReplicaKey, Time};
-        let set = VoterSet::new(
-            (1..=3)
-                .map(|v| Voter::new(ReplicaKey::new(v, None), vec![]))
-                .collect(),
-        )
-        .unwrap();
-        let config = RaftConfig::new(ReplicaKey::new(1, None), "c".into(), 1);
-        crate::raft::Raft::new(config, set, None, &LogInfo::default(), Time::simulated(0))
+        crate::raft::core::testing::core(1, &[1, 2, 3])
     }
 
     #[test]

@@ -1469,3 +1469,34 @@ impl Raft {
         }
     }
 }
+
+/// Cores for the unit tests of the core and of what reads it: voters without directory ids or
+/// endpoints, cluster id "c", seed 1, an empty log, time 0.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::{ElectionState, Raft, RaftConfig};
+    use crate::membership::{Voter, VoterSet};
+    use crate::raft::{LogInfo, ReplicaKey, Time};
+
+    pub fn voters(ids: &[i32]) -> VoterSet {
+        let voters = ids
+            .iter()
+            .map(|v| Voter::new(ReplicaKey::new(*v, None), vec![]))
+            .collect();
+        VoterSet::new(voters).unwrap()
+    }
+
+    pub fn config(id: i32) -> RaftConfig {
+        RaftConfig::new(ReplicaKey::new(id, None), "c".into(), 1)
+    }
+
+    pub fn start(config: RaftConfig, voter_ids: &[i32], stored: Option<ElectionState>) -> Raft {
+        let log = LogInfo::default();
+        Raft::new(config, voters(voter_ids), stored, &log, Time::simulated(0))
+    }
+
+    /// Replica `id` of `voter_ids`, fresh.
+    pub fn core(id: i32, voter_ids: &[i32]) -> Raft {
+        start(config(id), voter_ids, None)
+    }
+}

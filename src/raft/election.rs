@@ -503,23 +503,9 @@ impl Raft {
 
 #[cfg(test)]
 mod tests {
-    use super::super::core::RaftConfig;
-    use super::super::log_view::LogInfo;
+    use super::super::core::testing::{self, core};
     use super::super::types::Time;
     use super::*;
-    use crate::membership::{Voter, VoterSet};
-
-    fn core(id: i32, voters: &[i32]) -> Raft {
-        let set = VoterSet::new(
-            voters
-                .iter()
-                .map(|v| Voter::new(ReplicaKey::new(*v, None), vec![]))
-                .collect(),
-        )
-        .unwrap();
-        let config = RaftConfig::new(ReplicaKey::new(id, None), "c".into(), 1);
-        Raft::new(config, set, None, &LogInfo::default(), Time::simulated(0))
-    }
 
     #[test]
     fn end_quorum_backoff_is_strictly_exponential_by_position() {
@@ -584,25 +570,12 @@ mod tests {
     fn a_fetch_answer_after_end_quorum_epoch_does_not_delay_the_election() {
         use super::super::core::Input;
         use super::super::message::{FetchResponse, Outbound, Records};
-        let set = VoterSet::new(
-            (1..=3)
-                .map(|v| Voter::new(ReplicaKey::new(v, None), vec![]))
-                .collect(),
-        )
-        .unwrap();
-        let config = RaftConfig::new(ReplicaKey::new(1, None), "c".into(), 1);
         let stored = crate::raft::ElectionState {
             epoch: 3,
             leader_id: Some(2),
             voted_key: None,
         };
-        let mut raft = Raft::new(
-            config,
-            set,
-            Some(stored),
-            &LogInfo::default(),
-            Time::simulated(0),
-        );
+        let mut raft = testing::start(testing::config(1), &[1, 2, 3], Some(stored));
         let mut sent = Vec::new();
         let drain = |raft: &mut Raft, sent: &mut Vec<Outbound>| {
             while let Some(ready) = raft.ready() {

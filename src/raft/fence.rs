@@ -160,10 +160,8 @@ impl Raft {
 #[cfg(test)]
 mod tests {
     use super::{FenceAck, FenceOutcome};
-    use crate::membership::{Voter, VoterSet};
     use crate::protocol::ErrorCode;
-    use crate::raft::core::{Input, RaftConfig};
-    use crate::raft::log_view::LogInfo;
+    use crate::raft::core::Input;
     use crate::raft::message::{FetchRequest, Outbound, Request, Response, VoteResponse};
     use crate::raft::{Raft, ReplicaKey, Time};
 
@@ -179,14 +177,7 @@ mod tests {
     /// Node 1 of three, elected by granting every vote it asks for, with its LeaderChange
     /// batch durable. Returns the core and the time reached.
     fn leader_of_three() -> (Raft, u64) {
-        let set = VoterSet::new(
-            (1..=3)
-                .map(|v| Voter::new(ReplicaKey::new(v, None), vec![]))
-                .collect(),
-        )
-        .unwrap();
-        let config = RaftConfig::new(ReplicaKey::new(1, None), "c".into(), 1);
-        let mut raft = Raft::new(config, set, None, &LogInfo::default(), Time::simulated(0));
+        let mut raft = super::super::core::testing::core(1, &[1, 2, 3]);
         let mut now = 0;
         while !raft.is_leader() {
             now += 50;
@@ -277,14 +268,7 @@ mod tests {
 
     #[test]
     fn a_fence_fails_when_the_node_does_not_lead_or_stops_leading() {
-        let set = VoterSet::new(
-            (1..=3)
-                .map(|v| Voter::new(ReplicaKey::new(v, None), vec![]))
-                .collect(),
-        )
-        .unwrap();
-        let config = RaftConfig::new(ReplicaKey::new(2, None), "c".into(), 1);
-        let mut follower = Raft::new(config, set, None, &LogInfo::default(), Time::simulated(0));
+        let mut follower = crate::raft::core::testing::core(2, &[1, 2, 3]);
         follower.read_fence(5);
         assert!(matches!(
             follower.take_fence_outcomes()[..],

@@ -158,22 +158,14 @@ impl Raft {
 
 #[cfg(test)]
 mod tests {
-    use super::super::core::RaftConfig;
-    use super::super::log_view::LogInfo;
-    use super::super::types::{ReplicaKey, Time};
+    use super::super::core::testing;
     use super::*;
-    use crate::membership::{Voter, VoterSet};
 
     fn core(witness: bool) -> Raft {
-        let set = VoterSet::new(
-            (1..=3)
-                .map(|v| Voter::new(ReplicaKey::new(v, None), vec![]))
-                .collect(),
-        )
-        .unwrap();
-        let mut config = RaftConfig::new(ReplicaKey::new(1, None), "c".into(), 7);
+        let mut config = testing::config(1);
+        config.seed = 7;
         config.witness = witness;
-        Raft::new(config, set, None, &LogInfo::default(), Time::simulated(0))
+        testing::start(config, &[1, 2, 3], None)
     }
 
     /// Fairness against Kafka voters, whose fetch timer is exact: ours falls on both sides
