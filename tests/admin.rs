@@ -93,26 +93,16 @@ fn the_sample_configs_in_deploy_parse_without_unknown_keys() {
 
 #[test]
 fn readyz_fails_with_its_reason_when_the_quorum_loses_its_leader() {
-    let raft: Vec<u16> = (0..3).map(|_| common::free_port()).collect();
+    let (raft, voters) = common::three_voters();
     let admin: Vec<u16> = (0..3).map(|_| common::free_port()).collect();
-    let voters = (1..=3)
-        .map(|id| format!("{id}@127.0.0.1:{}", raft[id - 1]))
-        .collect::<Vec<_>>()
-        .join(",");
     let dirs: Vec<common::TempDir> = (1..=3)
         .map(|id| common::TempDir::new(&format!("admin-{id}")))
         .collect();
     let mut nodes: Vec<Option<RunningNode>> = (1..=3)
         .map(|id| {
-            let properties = format!(
-                "node.id={id}\nprocess.roles=controller\ncontroller.quorum.voters={voters}\n\
-                 listeners=CONTROLLER://127.0.0.1:{}\ncontroller.listener.names=CONTROLLER\n\
-                 metadata.log.dir={}\nringraft.admin.listener=127.0.0.1:{}\n",
-                raft[id - 1],
-                dirs[id - 1].path().display(),
-                admin[id - 1]
-            );
-            let config = ServerConfig::parse(&properties).unwrap();
+            let admin = format!("ringraft.admin.listener=127.0.0.1:{}\n", admin[id - 1]);
+            let (port, dir) = (raft[id - 1], dirs[id - 1].path());
+            let config = common::embedded_config(id as i32, port, &voters, dir, &admin);
             let node = Node::builder(config)
                 .format_if_empty(CLUSTER_ID)
                 .start()

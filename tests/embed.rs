@@ -10,7 +10,7 @@ use futures_lite::future::block_on;
 use ringraft::embed::LeaderAndEpoch;
 use ringraft::{
     AppendCheck, ClientError, CommittedBatch, Node, OffsetAndEpoch, RaftHandle, RunningNode,
-    ServerConfig, StateMachine,
+    StateMachine,
 };
 
 /// What a state machine saw: the values of the data records, in order, and the snapshots it
@@ -82,17 +82,12 @@ struct Member {
 const CLUSTER_ID: &str = "ZW1iZWRkZWQtcXVvcnVtAA";
 
 fn start(id: i32, dir: &common::TempDir, voters: &str, seen: Arc<Mutex<Seen>>) -> RunningNode {
-    let port = voters
+    let port: u16 = voters
         .split(',')
         .find_map(|v| v.strip_prefix(&format!("{id}@127.0.0.1:")))
+        .and_then(|p| p.parse().ok())
         .unwrap();
-    let properties = format!(
-        "node.id={id}\nprocess.roles=controller\ncontroller.quorum.voters={voters}\n\
-         listeners=CONTROLLER://127.0.0.1:{port}\ncontroller.listener.names=CONTROLLER\n\
-         metadata.log.dir={}\n",
-        dir.path().display()
-    );
-    let config = ServerConfig::parse(&properties).expect("a valid config");
+    let config = common::embedded_config(id, port, voters, dir.path(), "");
     Node::builder(config)
         .state_machine(Recorder(seen))
         .format_if_empty(CLUSTER_ID)
@@ -123,11 +118,7 @@ fn handle(members: &[Member], id: i32) -> RaftHandle {
 
 #[test]
 fn three_embedded_nodes_replicate_fence_reads_and_restart_from_a_snapshot() {
-    let ports: Vec<u16> = (0..3).map(|_| common::free_port()).collect();
-    let voters = (1..=3)
-        .map(|id| format!("{id}@127.0.0.1:{}", ports[id - 1]))
-        .collect::<Vec<_>>()
-        .join(",");
+    let (_, voters) = common::three_voters();
     let mut members: Vec<Member> = (1..=3)
         .map(|id| {
             let dir = common::TempDir::new(&format!("embed-{id}"));

@@ -48,22 +48,7 @@ fn formatted_node_with(name: &str, extra_config: &str) -> (TempDir, Node) {
     let port = free_port();
     let config = write_config(dir.path(), port, extra_config);
     let config = config.to_str().unwrap();
-    let out = run(
-        &[
-            "storage",
-            "format",
-            "-t",
-            "MkU3OEVBNTcwNTJENDM2Qg",
-            "-c",
-            config,
-        ],
-        dir.path(),
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    format_node(config, dir.path());
     let node = Node::start(&["start", "-c", config], dir.path(), port);
     (dir, node)
 }
@@ -712,22 +697,7 @@ fn a_failed_snapshot_fsync_stops_the_node() {
     let port = free_port();
     let config = write_config(dir.path(), port, "");
     let config = config.to_str().unwrap();
-    let out = run(
-        &[
-            "storage",
-            "format",
-            "-t",
-            "MkU3OEVBNTcwNTJENDM2Qg",
-            "-c",
-            config,
-        ],
-        dir.path(),
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    format_node(config, dir.path());
     let mut child = std::process::Command::new(binary())
         .args([
             "start",
@@ -775,18 +745,7 @@ fn json_logs_name_an_unreachable_voter_once() {
     );
     std::fs::write(&config, text).unwrap();
     let config = config.to_str().unwrap();
-    let out = run(
-        &[
-            "storage",
-            "format",
-            "-t",
-            "MkU3OEVBNTcwNTJENDM2Qg",
-            "-c",
-            config,
-        ],
-        dir.path(),
-    );
-    assert!(out.status.success(), "{out:?}");
+    format_node(config, dir.path());
     let log = dir.path().join("node.log");
     let mut child = std::process::Command::new(binary())
         .args(["start", "-c", config, "--log-format", "json"])

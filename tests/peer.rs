@@ -157,22 +157,7 @@ fn formatted_node(name: &str) -> (TempDir, Node) {
     let port = free_port();
     let config = write_config(dir.path(), port, "");
     let config = config.to_str().unwrap();
-    let out = run(
-        &[
-            "storage",
-            "format",
-            "-t",
-            "MkU3OEVBNTcwNTJENDM2Qg",
-            "-c",
-            config,
-        ],
-        dir.path(),
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    format_node(config, dir.path());
     let node = Node::start(&["start", "-c", config], dir.path(), port);
     (dir, node)
 }

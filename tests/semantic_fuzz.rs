@@ -40,7 +40,7 @@ use ringraft::raft::message::{
 };
 use ringraft::raft::types::Prng;
 use ringraft::raft::{Endpoint, OffsetAndEpoch, ReplicaKey, Request};
-use ringraft::{ClientError, Node, RaftHandle, RunningNode, ServerConfig};
+use ringraft::{ClientError, Node, RaftHandle, RunningNode};
 
 const CLUSTER_ID: &str = "c2VtYW50aWMtZnV6emVyAA";
 const EPOCH_MAX: i32 = ringraft::constants::EPOCH_MAX;
@@ -313,24 +313,6 @@ fn exchange(stream: &mut TcpStream, bytes: &[u8], correlation_id: i32) -> Option
     Some(body.slice(r.position()..))
 }
 
-fn start(id: i32, dir: &common::TempDir, voters: &str) -> RunningNode {
-    let port = voters
-        .split(',')
-        .find_map(|v| v.strip_prefix(&format!("{id}@127.0.0.1:")))
-        .unwrap();
-    let properties = format!(
-        "node.id={id}\nprocess.roles=controller\ncontroller.quorum.voters={voters}\n\
-         listeners=CONTROLLER://127.0.0.1:{port}\ncontroller.listener.names=CONTROLLER\n\
-         metadata.log.dir={}\n",
-        dir.path().display()
-    );
-    let config = ServerConfig::parse(&properties).expect("a valid config");
-    Node::builder(config)
-        .format_if_empty(CLUSTER_ID)
-        .start()
-        .expect("the node starts")
-}
-
 fn leader(handles: &[RaftHandle]) -> Option<(usize, i32)> {
     handles.iter().find_map(|h| {
         let q = block_on(h.describe_quorum()).ok()?;
@@ -384,16 +366,19 @@ fn writer(handles: Vec<RaftHandle>, shared: Arc<Shared>) -> Vec<Instant> {
 }
 
 fn fuzz(frames: u64, seed: u64) {
-    let ports: Vec<u16> = (0..3).map(|_| common::free_port()).collect();
-    let voters = (1..=3)
-        .map(|id| format!("{id}@127.0.0.1:{}", ports[id - 1]))
-        .collect::<Vec<_>>()
-        .join(",");
+    let (ports, voters) = common::three_voters();
     let dirs: Vec<common::TempDir> = (1..=3)
         .map(|id| common::TempDir::new(&format!("semantic-fuzz-{id}")))
         .collect();
     let nodes: Vec<RunningNode> = (1..=3)
-        .map(|id| start(id, &dirs[(id - 1) as usize], &voters))
+        .map(|id| {
+            let i = (id - 1) as usize;
+            let config = common::embedded_config(id, ports[i], &voters, dirs[i].path(), "");
+            Node::builder(config)
+                .format_if_empty(CLUSTER_ID)
+                .start()
+                .expect("the node starts")
+        })
         .collect();
     let handles: Vec<RaftHandle> = nodes.iter().map(|n| n.handle()).collect();
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -65,9 +65,7 @@ impl Raft {
         let stale = w
             .stale_candidate_ms
             .is_some_and(|t| t >= w.leader_heard_ms && now >= t + self.config.election_timeout_ms);
-        let patience = self.config.fetch_timeout_ms
-            + PATIENCE_ELECTION_TIMEOUTS * self.config.election_timeout_ms;
-        let exhausted = now >= w.leader_heard_ms + patience;
+        let exhausted = now >= w.leader_heard_ms + self.witness_patience_ms();
         if stale || exhausted {
             self.witness.campaigns += 1;
             let (epoch, campaigns) = (self.epoch, self.witness.campaigns);
@@ -81,13 +79,16 @@ impl Raft {
         stale || exhausted
     }
 
+    /// How long without a leader before a witness campaigns on no other evidence.
+    fn witness_patience_ms(&self) -> u64 {
+        self.config.fetch_timeout_ms + PATIENCE_ELECTION_TIMEOUTS * self.config.election_timeout_ms
+    }
+
     /// When a witness that may not campaign looks again.
     pub(super) fn witness_recheck_deadline(&mut self) -> u64 {
         let now = self.now_ms;
         let w = &self.witness;
-        let patience = self.config.fetch_timeout_ms
-            + PATIENCE_ELECTION_TIMEOUTS * self.config.election_timeout_ms;
-        let mut next = w.leader_heard_ms + patience;
+        let mut next = w.leader_heard_ms + self.witness_patience_ms();
         if let Some(t) = w.stale_candidate_ms.filter(|t| *t >= w.leader_heard_ms) {
             next = next.min(t + self.config.election_timeout_ms);
         }

@@ -81,6 +81,52 @@ pub fn write_config(dir: &Path, port: u16, extra: &str) -> PathBuf {
     path
 }
 
+/// The cluster id the single-node tests format with.
+pub const TEST_CLUSTER_ID: &str = "MkU3OEVBNTcwNTJENDM2Qg";
+
+/// `ringraft storage format` of the node `config` describes, in `TEST_CLUSTER_ID`; panics
+/// with the tool's stderr when it fails.
+pub fn format_node(config: &str, cwd: &Path) {
+    let out = run(
+        &["storage", "format", "-t", TEST_CLUSTER_ID, "-c", config],
+        cwd,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Voters 1..=3 on free ports of 127.0.0.1: their ports and the `controller.quorum.voters`
+/// value naming them.
+pub fn three_voters() -> (Vec<u16>, String) {
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let voters = (1..=3)
+        .map(|id| format!("{id}@127.0.0.1:{}", ports[id - 1]))
+        .collect::<Vec<_>>()
+        .join(",");
+    (ports, voters)
+}
+
+/// The config of voter `id` of `voters`, embedded in the test process: it listens on `port`
+/// and keeps its log under `dir`; `extra` lines are appended.
+pub fn embedded_config(
+    id: i32,
+    port: u16,
+    voters: &str,
+    dir: &Path,
+    extra: &str,
+) -> ringraft::ServerConfig {
+    let properties = format!(
+        "node.id={id}\nprocess.roles=controller\ncontroller.quorum.voters={voters}\n\
+         listeners=CONTROLLER://127.0.0.1:{port}\ncontroller.listener.names=CONTROLLER\n\
+         metadata.log.dir={}\n{extra}",
+        dir.display()
+    );
+    ringraft::ServerConfig::parse(&properties).expect("a valid config")
+}
+
 /// Runs the binary with `args` where it must refuse to start; returns its stderr. A process
 /// still running after 20 s fails the test instead of hanging it.
 pub fn start_must_fail(args: &[&str], cwd: &Path) -> String {
