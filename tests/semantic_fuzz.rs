@@ -374,8 +374,10 @@ fn fuzz(frames: u64, seed: u64) {
         .map(|id| {
             let i = (id - 1) as usize;
             let config = common::embedded_config(id, ports[i], &voters, dirs[i].path(), "");
+            // RUST_LOG=info shows the nodes' elections beside a failure.
             Node::builder(config)
                 .format_if_empty(CLUSTER_ID)
+                .init_logging(std::env::var_os("RUST_LOG").is_some())
                 .start()
                 .expect("the node starts")
         })

@@ -6,6 +6,8 @@
 //!
 //! Pure: it is fed decoded control records by the core (appends) and by the runtime (startup).
 
+use std::collections::BTreeMap;
+
 use uuid::Uuid;
 
 use super::voter_set::{KRaftRange, Voter, VoterSet};
@@ -36,6 +38,11 @@ pub struct VoterHistory {
     sets: Vec<(i64, VoterSet)>,
     /// (offset, kraft.version level) ascending by offset.
     levels: Vec<(i64, i16)>,
+    /// kraft.version 0: what static voters reported of themselves through UpdateRaftVoter
+    /// (directory id, listeners, supported range), by id. Kept apart from `static_set`: an
+    /// unauthenticated report must never decide who is a voter or where a peer is dialled,
+    /// only what a later kraft.version upgrade writes for that voter.
+    static_reports: BTreeMap<i32, Voter>,
 }
 
 impl VoterHistory {
@@ -44,6 +51,7 @@ impl VoterHistory {
             static_set,
             sets: Vec::new(),
             levels: Vec::new(),
+            static_reports: BTreeMap::new(),
         }
     }
 
@@ -124,9 +132,23 @@ impl VoterHistory {
         &self.static_set
     }
 
-    /// Replaces the static set (kraft.version 0: what UpdateRaftVoter taught the leader).
-    pub fn update_static(&mut self, set: VoterSet) {
-        self.static_set = set;
+    /// Remembers what static voter `voter.key.id` reported of itself (kraft.version 0,
+    /// UpdateRaftVoter); a report for an id outside the static set is ignored. The static
+    /// set itself does not change.
+    pub fn report_static(&mut self, voter: Voter) {
+        if self.static_set.contains_id(voter.key.id) {
+            self.static_reports.insert(voter.key.id, voter);
+        }
+    }
+
+    /// The static set with every voter's latest report in place of its configured entry:
+    /// what a kraft.version upgrade writes (docs/membership.md §10).
+    pub fn static_set_as_reported(&self) -> VoterSet {
+        self.static_reports
+            .values()
+            .fold(self.static_set.clone(), |set, v| {
+                set.with_updated(v.clone())
+            })
     }
 
     /// Applies one control record at `offset`. With `check_overlap`, a set that differs from

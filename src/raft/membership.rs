@@ -538,13 +538,13 @@ impl Raft {
         };
         if level == 0 {
             // Kafka 4.1+: remember the voter's directory id, endpoints and range in memory,
-            // for a later kraft.version upgrade.
-            let set = self.membership.static_set();
-            if !set.contains_id(r.voter.id) {
+            // for a later kraft.version upgrade. The static set that decides votes, the high
+            // watermark and where peers are dialled stays as configured: a forged report
+            // once unseated every leader it reached and redirected its peer connections.
+            if !self.membership.static_set().contains_id(r.voter.id) {
                 return Err(ErrorCode::VOTER_NOT_FOUND);
             }
-            let set = set.with_updated(updated);
-            self.membership.update_static(set);
+            self.membership.report_static(updated);
         } else {
             if self.membership.latest_offset().is_none_or(|o| o >= hwm) {
                 return Err(ErrorCode::REQUEST_TIMED_OUT);
@@ -603,7 +603,7 @@ impl Raft {
             ));
         }
         let local = self.config.local;
-        let mut set = self.membership.static_set().clone();
+        let mut set = self.membership.static_set_as_reported();
         if set.contains_id(local.id) {
             set = set.with_updated(Voter {
                 key: local,
@@ -1019,6 +1019,57 @@ mod tests {
         let applied = history.apply_batches(&batch).unwrap();
         assert_eq!(applied, 1);
         assert_eq!(history.latest().len(), 2);
+    }
+
+    /// Found by the semantic fuzzer's long mode: at kraft.version 0 a forged UpdateRaftVoter
+    /// naming a voter with another directory id and a bogus listener replaced that voter's
+    /// static entry. The leader it named stopped counting itself a voter and resigned, and
+    /// peers were dialled at the bogus listener; once every node had led and been unseated
+    /// this way, none campaigned again. A report is now only remembered for the upgrade.
+    #[test]
+    fn hardening_a_forged_update_voter_at_kraft_version_0_unseats_no_one() {
+        let set = VoterSet::new(vec![Voter::new(ReplicaKey::new(1, None), endpoint(1))]).unwrap();
+        let history = VoterHistory::from_records(set, &[]).unwrap();
+        let mut config = RaftConfig::new(key(1), "c".into(), 7);
+        config.listener_name = Some("CONTROLLER".into());
+        config.local_endpoints = endpoint(1);
+        let mut raft = Raft::new(
+            config,
+            history,
+            None,
+            &LogInfo::default(),
+            Time::simulated(0),
+        );
+        drain(&mut raft);
+        assert!(raft.is_leader());
+        let before = raft.voters().clone();
+        let forged = Request::UpdateVoter(UpdateVoterRequest {
+            cluster_id: Some("c".into()),
+            current_leader_epoch: raft.epoch(),
+            voter: ReplicaKey::new(1, Some(Uuid::from_u128(0xbad))),
+            listeners: vec![Endpoint {
+                name: "CONTROLLER".into(),
+                host: "no.such.host".into(),
+                port: 1,
+            }],
+            kraft_min: 0,
+            kraft_max: 1,
+        });
+        let sent = request(&mut raft, 10, 1, forged);
+        assert!(matches!(answer(&sent, 1), Some(Response::UpdateVoter(_))));
+        // Whatever the answer, the configured set still decides.
+        for now in (20..3_000).step_by(50) {
+            raft.step(Time::simulated(now), Input::Tick);
+            drain(&mut raft);
+        }
+        assert!(raft.is_voter(), "the leader still counts itself a voter");
+        assert!(raft.is_leader(), "and still leads: {}", raft.state_name());
+        assert_eq!(raft.voters(), &before);
+        // The upgrade still writes this leader's own key, never the forged one.
+        assert!(raft.upgrade_kraft_version(1, false).is_ok());
+        drain(&mut raft);
+        assert!(raft.voters().contains_key(&key(1)));
+        assert!(raft.is_leader());
     }
 
     /// Like a Kafka 4.1+ follower (KAFKA-16538), a static voter sends UpdateRaftVoter one fetch
