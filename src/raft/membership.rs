@@ -66,8 +66,14 @@ impl Raft {
                 .is_some_and(|(id, _, _)| *id == leader)
     }
 
-    /// The endpoints the leader of our epoch announced, if `id` is that leader.
+    /// The endpoints the leader of our epoch announced, if `id` is that leader. At
+    /// kraft.version 0 a static voter listens where `controller.quorum.voters` says, on every
+    /// node alike: no announcement can move it, and a forged one would only send this node's
+    /// fetches nowhere until its fetch timeout.
     fn announced_endpoints(&self, id: i32) -> Option<&[Endpoint]> {
+        if self.membership.kraft_version() == 0 && self.membership.static_set().contains_id(id) {
+            return None;
+        }
         match &self.learned_leader {
             Some((leader, epoch, endpoints)) if *leader == id && *epoch == self.epoch => {
                 Some(endpoints)
@@ -1070,6 +1076,50 @@ mod tests {
         drain(&mut raft);
         assert!(raft.voters().contains_key(&key(1)));
         assert!(raft.is_leader());
+    }
+
+    /// Also from the fuzzer's long mode: a BeginQuorumEpoch naming the real leader of the
+    /// current epoch with a bogus listener sent a static follower's fetches there.
+    #[test]
+    fn hardening_a_static_voter_is_dialled_where_the_configuration_says() {
+        let set = VoterSet::new(
+            (1..=3)
+                .map(|id| Voter::new(ReplicaKey::new(id, None), endpoint(id)))
+                .collect(),
+        )
+        .unwrap();
+        let history = VoterHistory::from_records(set, &[]).unwrap();
+        let mut config = RaftConfig::new(key(1), "c".into(), 7);
+        config.listener_name = Some("CONTROLLER".into());
+        config.local_endpoints = endpoint(1);
+        let stored = crate::raft::ElectionState {
+            epoch: 3,
+            leader_id: Some(2),
+            voted_key: None,
+        };
+        let mut raft = Raft::new(
+            config,
+            history,
+            Some(stored),
+            &LogInfo::default(),
+            Time::simulated(0),
+        );
+        drain(&mut raft);
+        let bogus = Endpoint {
+            name: "CONTROLLER".into(),
+            host: "no.such.host".into(),
+            port: 1,
+        };
+        let begin = Request::BeginQuorumEpoch(super::super::message::BeginQuorumEpochRequest {
+            cluster_id: Some("c".into()),
+            voter: key(1),
+            leader_id: 2,
+            leader_epoch: 3,
+            leader_endpoints: vec![bogus],
+        });
+        request(&mut raft, 10, 1, begin);
+        assert_eq!(raft.epoch(), 3);
+        assert_eq!(raft.address_of(2), endpoint(2).first().cloned());
     }
 
     /// Like a Kafka 4.1+ follower (KAFKA-16538), a static voter sends UpdateRaftVoter one fetch
