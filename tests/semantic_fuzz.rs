@@ -31,14 +31,22 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures_lite::future::block_on;
 use ringraft::net::raft_rpc;
+use ringraft::protocol::api_versions;
 use ringraft::protocol::header::{decode_response_header, RequestHeader};
 use ringraft::protocol::request::encode_request_frame;
+use ringraft::protocol::request::{
+    decode_request, encode_response_frame, encode_response_frame_parts, Decoded, RequestBody,
+};
+use ringraft::protocol::ErrorCode;
 use ringraft::protocol::{apis, Reader};
 use ringraft::raft::message::{
-    AddVoterRequest, BeginQuorumEpochRequest, EndQuorumEpochRequest, FetchRequest,
-    FetchSnapshotRequest, RemoveVoterRequest, UpdateVoterRequest, VoteRequest,
+    AddVoterRequest, ApiVersionsProbe, BeginQuorumEpochRequest, EndQuorumEpochRequest,
+    EpochResponse, FetchRequest, FetchResponse, FetchSnapshotRequest, FetchSnapshotResponse,
+    Records, RemoveVoterRequest, SnapshotBytes, UpdateVoterRequest, UpdateVoterResponse,
+    VoteRequest, VoteResponse, VoterChangeResponse,
 };
 use ringraft::raft::types::Prng;
+use ringraft::raft::Response;
 use ringraft::raft::{Endpoint, OffsetAndEpoch, ReplicaKey, Request};
 use ringraft::{ClientError, Node, RaftHandle, RunningNode};
 
@@ -313,10 +321,13 @@ fn exchange(stream: &mut TcpStream, bytes: &[u8], correlation_id: i32) -> Option
     Some(body.slice(r.position()..))
 }
 
+/// The leader as a node of `handles` (ids 1..) reports it, if it is one of them.
 fn leader(handles: &[RaftHandle]) -> Option<(usize, i32)> {
     handles.iter().find_map(|h| {
         let q = block_on(h.describe_quorum()).ok()?;
-        let l = q.leader_id.filter(|l| (1..=3).contains(l))?;
+        let l = q
+            .leader_id
+            .filter(|l| (1..=handles.len() as i32).contains(l))?;
         Some(((l - 1) as usize, q.epoch))
     })
 }
@@ -470,9 +481,16 @@ fn fuzz(frames: u64, seed: u64) {
         shared.epoch.load(Ordering::Relaxed)
     );
     assert_eq!(sent, per_thread * threads);
-    // Commits throughout: no window without one, and some after the fuzzing.
+    check_commits(&shared, &commits, started, started + fuzz_time);
+    for n in nodes {
+        n.stop_and_join().expect("every node stops cleanly");
+    }
+}
+
+/// The quorum committed in every `COMMIT_WINDOW` between `started` and `end`, and after `end`;
+/// a failure shows the elections and slow appends around the empty window.
+fn check_commits(shared: &Shared, commits: &[Instant], started: Instant, end: Instant) {
     let mut at = started;
-    let end = started + fuzz_time;
     while at + COMMIT_WINDOW <= end {
         let next = at + COMMIT_WINDOW;
         if !commits.iter().any(|c| *c >= at && *c < next) {
@@ -502,9 +520,6 @@ fn fuzz(frames: u64, seed: u64) {
         commits.iter().any(|c| *c > end),
         "the quorum did not commit after the fuzzing"
     );
-    for n in nodes {
-        n.stop_and_join().expect("every node stops cleanly");
-    }
 }
 
 #[test]
@@ -524,4 +539,391 @@ fn semantic_fuzzer_long() {
         .map(|v| v.parse().expect("RINGRAFT_FUZZ_SEED is a number"))
         .unwrap_or(7);
     fuzz(frames, seed);
+}
+
+// ---- The other direction: answers ------------------------------------------------------------
+
+/// Every error code a response can carry: Kafka's (−1 to 133 in 4.x), codes no Kafka knows,
+/// and the i16 extremes.
+fn error_codes() -> Vec<ErrorCode> {
+    let mut codes: Vec<ErrorCode> = (-1..=140).map(ErrorCode).collect();
+    codes.extend([ErrorCode(i16::MIN), ErrorCode(-2), ErrorCode(i16::MAX)]);
+    codes
+}
+
+/// Voter 3 of the quorum is this process: it answers every request nodes 1 and 2 send it with
+/// a well-formed response of the right API and version whose fields are drawn like the request
+/// fuzzer's (extreme and stale epochs, leaders that do not lead, offsets at the i64 extremes,
+/// diverging epochs and snapshot ids, records that are valid, foreign or garbage), the top-level
+/// and partition error codes cycling through `error_codes()`.
+struct FakeVoter {
+    fuzzer: Fuzzer,
+    codes: Vec<ErrorCode>,
+    answered: u64,
+    /// Answers given, by API, and the error codes used.
+    by_api: BTreeMap<&'static str, u64>,
+    codes_used: std::collections::BTreeSet<i16>,
+}
+
+impl FakeVoter {
+    fn error(&mut self) -> ErrorCode {
+        let code = self.codes[(self.answered % self.codes.len() as u64) as usize];
+        self.codes_used.insert(code.0);
+        code
+    }
+
+    /// The top-level error: NONE half the time, so that the partition fields are read.
+    fn top_error(&mut self) -> ErrorCode {
+        if self.fuzzer.rng.below(2) == 0 {
+            ErrorCode::NONE
+        } else {
+            self.error()
+        }
+    }
+
+    fn records(&mut self) -> Bytes {
+        let base = self.fuzzer.offset().max(0);
+        match self.fuzzer.rng.below(4) {
+            0 => Bytes::new(),
+            1 => {
+                let epoch = self.fuzzer.epoch();
+                let mut b = ringraft::records::BatchBuilder::new(base, epoch, 0, false);
+                b.append(None, Some(b"from a voter that lies"));
+                Bytes::from(b.finish())
+            }
+            2 => {
+                let mut b = ringraft::records::BatchBuilder::new(base, 1, 0, false);
+                b.append(None, Some(b"flipped"));
+                let mut v = b.finish();
+                let at = self.fuzzer.rng.below(v.len() as u64) as usize;
+                v[at] ^= 0x40;
+                Bytes::from(v)
+            }
+            _ => Bytes::from(vec![0xa5u8; 1 + self.fuzzer.rng.below(200) as usize]),
+        }
+    }
+
+    fn offset_and_epoch(&mut self) -> Option<OffsetAndEpoch> {
+        (self.fuzzer.rng.below(3) == 0)
+            .then(|| OffsetAndEpoch::new(self.fuzzer.offset(), self.fuzzer.epoch()))
+    }
+
+    /// The answer to `request`, and the record bytes a Fetch answer carries.
+    fn answer(&mut self, request: &Request) -> (Response, Option<Bytes>) {
+        self.answered += 1;
+        *self.by_api.entry(request.name()).or_default() += 1;
+        let (error, partition_error) = (self.top_error(), self.error());
+        let (leader_id, leader_epoch) = (self.fuzzer.replica_id(), self.fuzzer.epoch());
+        let leader_endpoints = self.fuzzer.endpoints();
+        let epoch = EpochResponse {
+            error,
+            partition_error,
+            leader_id,
+            leader_epoch,
+            leader_endpoints: leader_endpoints.clone(),
+        };
+        match request {
+            Request::Vote(_) => {
+                let granted = self.fuzzer.rng.below(2) == 0;
+                let r = VoteResponse {
+                    error,
+                    partition_error,
+                    leader_id,
+                    leader_epoch,
+                    vote_granted: granted,
+                    leader_endpoints,
+                };
+                (Response::Vote(r), None)
+            }
+            Request::BeginQuorumEpoch(_) => (Response::BeginQuorumEpoch(epoch), None),
+            Request::EndQuorumEpoch(_) => (Response::EndQuorumEpoch(epoch), None),
+            Request::Fetch(_) => {
+                let records = self.records();
+                let r = FetchResponse {
+                    error,
+                    partition_error,
+                    high_watermark: self.fuzzer.offset(),
+                    log_start_offset: self.fuzzer.offset(),
+                    diverging_epoch: self.offset_and_epoch(),
+                    leader_id,
+                    leader_epoch,
+                    snapshot_id: self.offset_and_epoch(),
+                    records: Records::Read {
+                        offset: 0,
+                        max_bytes: records.len(),
+                    },
+                    leader_endpoints,
+                };
+                (Response::Fetch(r), Some(records))
+            }
+            Request::FetchSnapshot(_) => {
+                let bytes = self.records();
+                let r = FetchSnapshotResponse {
+                    error,
+                    partition_error,
+                    snapshot_id: OffsetAndEpoch::new(self.fuzzer.offset(), self.fuzzer.epoch()),
+                    leader_id,
+                    leader_epoch,
+                    size: self.fuzzer.offset(),
+                    position: self.fuzzer.offset(),
+                    bytes: SnapshotBytes::Read {
+                        id: OffsetAndEpoch::new(0, 0),
+                        position: 0,
+                        max_bytes: bytes.len(),
+                    },
+                    leader_endpoints,
+                };
+                (Response::FetchSnapshot(r), Some(bytes))
+            }
+            Request::AddVoter(_) | Request::RemoveVoter(_) => {
+                let r = VoterChangeResponse {
+                    error,
+                    message: None,
+                };
+                let r = if matches!(request, Request::AddVoter(_)) {
+                    Response::AddVoter(r)
+                } else {
+                    Response::RemoveVoter(r)
+                };
+                (r, None)
+            }
+            Request::UpdateVoter(_) => {
+                let r = UpdateVoterResponse {
+                    error,
+                    leader_id,
+                    leader_epoch,
+                    leader_endpoints,
+                };
+                (Response::UpdateVoter(r), None)
+            }
+            Request::ApiVersions => (
+                Response::ApiVersions(ApiVersionsProbe {
+                    error,
+                    kraft_version: None,
+                }),
+                None,
+            ),
+        }
+    }
+
+    /// The whole response frame to `frame` (a request body without its size), or `None` to
+    /// close the connection. The connection handshake (ApiVersions) gets ringraft's own table,
+    /// or one time in eight an error code from the cycle.
+    fn respond(&mut self, frame: &[u8]) -> Option<Vec<u8>> {
+        let Ok(Decoded::Request { header, spec, body }) = decode_request(frame) else {
+            return None;
+        };
+        if let RequestBody::ApiVersions(request) = &body {
+            let version = header.api_version;
+            let mut answer =
+                api_versions::answer(request, version, apis::SERVED, Default::default());
+            if self.fuzzer.rng.below(8) == 0 {
+                answer.error_code = self.error();
+                *self.by_api.entry("ApiVersions").or_default() += 1;
+            }
+            let header_version = spec.response_header_version(version);
+            return Some(encode_response_frame(
+                header.correlation_id,
+                header_version,
+                |w| answer.encode(w, version),
+            ));
+        }
+        let request = raft_rpc::request_from_wire(&body)?;
+        let (response, data) = self.answer(&request);
+        let version = header.api_version;
+        let parts = encode_response_frame_parts(
+            header.correlation_id,
+            spec.response_header_version(version),
+            |w| raft_rpc::encode_response(&response, version, data.as_ref().map(Bytes::len), w),
+        );
+        let mut out = Vec::with_capacity(parts.bytes.len() + data.as_ref().map_or(0, Bytes::len));
+        let mut from = 0;
+        for (at, len) in parts.holes {
+            out.extend_from_slice(&parts.bytes[from..at]);
+            out.extend_from_slice(&data.as_ref().expect("a hole has bytes")[..len]);
+            from = at;
+        }
+        out.extend_from_slice(&parts.bytes[from..]);
+        Some(out)
+    }
+}
+
+/// Serves one connection from a node until it closes or `stop`.
+fn serve_fake(mut stream: TcpStream, fake: Arc<Mutex<FakeVoter>>, stop: Arc<AtomicBool>) {
+    use std::io::Read;
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
+    let mut size = [0u8; 4];
+    while !stop.load(Ordering::Relaxed) {
+        match stream.read_exact(&mut size) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => continue,
+            Err(_) => return,
+        }
+        let len = i32::from_be_bytes(size);
+        let Ok(len) = usize::try_from(len) else {
+            return;
+        };
+        let mut body = vec![0u8; len];
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+        if stream.read_exact(&mut body).is_err() {
+            return;
+        }
+        let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
+        let answer = fake.lock().unwrap().respond(&body);
+        match answer {
+            Some(frame) if stream.write_all(&frame).is_ok() => {}
+            _ => return,
+        }
+    }
+}
+
+/// Runs the answer fuzzer for `duration`: nodes 1 and 2 are real, voter 3 is a `FakeVoter`,
+/// and a writer appends through whichever real node leads. Every 15 s at most (like every
+/// election-causing frame) the fake also tells both nodes that it leads the next epoch, so
+/// that they fetch from it and read its answers. The pair must commit in every 10-second
+/// window, no node may stop, and every error code must have gone out.
+fn answer_fuzz(duration: Duration, seed: u64) {
+    let ports: Vec<u16> = (0..2).map(|_| common::free_port()).collect();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let fake_port = listener.local_addr().unwrap().port();
+    let voters = format!(
+        "1@127.0.0.1:{},2@127.0.0.1:{},3@127.0.0.1:{fake_port}",
+        ports[0], ports[1]
+    );
+    let dirs: Vec<common::TempDir> = (1..=2)
+        .map(|id| common::TempDir::new(&format!("answer-fuzz-{id}")))
+        .collect();
+    let nodes: Vec<RunningNode> = (1..=2)
+        .map(|id| {
+            let i = (id - 1) as usize;
+            let config = common::embedded_config(id, ports[i], &voters, dirs[i].path(), "");
+            Node::builder(config)
+                .format_if_empty(CLUSTER_ID)
+                .init_logging(std::env::var_os("RUST_LOG").is_some())
+                .start()
+                .expect("the node starts")
+        })
+        .collect();
+    let handles: Vec<RaftHandle> = nodes.iter().map(|n| n.handle()).collect();
+    let shared = Arc::new(Shared {
+        epoch: AtomicI32::new(1),
+        leader: AtomicI32::new(-1),
+        log_end: AtomicU64::new(0),
+        disruptive_at: Mutex::new(Instant::now()),
+        log: Mutex::new(Vec::new()),
+        stop: AtomicBool::new(false),
+    });
+    let fake = Arc::new(Mutex::new(FakeVoter {
+        fuzzer: Fuzzer {
+            rng: Prng::new(seed),
+            shared: shared.clone(),
+        },
+        codes: error_codes(),
+        answered: 0,
+        by_api: BTreeMap::new(),
+        codes_used: Default::default(),
+    }));
+    let stop = Arc::new(AtomicBool::new(false));
+    let serving = {
+        let (fake, stop) = (fake.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut connections = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        let _ = stream.set_nonblocking(false);
+                        let (fake, stop) = (fake.clone(), stop.clone());
+                        connections
+                            .push(std::thread::spawn(move || serve_fake(stream, fake, stop)));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+            for c in connections {
+                let _ = c.join();
+            }
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while leader(&handles).is_none() {
+        assert!(Instant::now() < deadline, "no first leader");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let writing = {
+        let (handles, shared) = (handles.clone(), shared.clone());
+        std::thread::spawn(move || writer(handles, shared))
+    };
+    let started = Instant::now();
+    let mut claims = 0;
+    while started.elapsed() < duration {
+        std::thread::sleep(Duration::from_millis(100));
+        // The fake claims the next epoch, as rarely as any election-causing frame.
+        let claim = fake.lock().unwrap().fuzzer.may_disrupt();
+        if claim {
+            claims += 1;
+            let epoch = shared.epoch.load(Ordering::Relaxed).saturating_add(1);
+            for (i, port) in ports.iter().enumerate() {
+                let begin = Request::BeginQuorumEpoch(BeginQuorumEpochRequest {
+                    cluster_id: Some(CLUSTER_ID.into()),
+                    voter: ReplicaKey::new(i as i32 + 1, None),
+                    leader_id: 3,
+                    leader_epoch: epoch,
+                    leader_endpoints: vec![],
+                });
+                let _ = common::quorum::exchange(*port, &begin);
+            }
+        }
+    }
+    let end = Instant::now();
+    std::thread::sleep(Duration::from_secs(3));
+    shared.stop.store(true, Ordering::Relaxed);
+    let commits = writing.join().expect("the writer");
+    for (i, h) in handles.iter().enumerate() {
+        block_on(h.describe_quorum())
+            .unwrap_or_else(|e| panic!("node {} no longer answers: {e:?}", i + 1));
+    }
+    stop.store(true, Ordering::Relaxed);
+    serving.join().expect("the fake voter");
+    let fake = fake.lock().unwrap();
+    println!(
+        "answer fuzzer: {} answers in {:.1} s by API {:?}, {} of {} error codes, {claims} \
+         leadership claims; {} commits; epoch {}",
+        fake.answered,
+        (end - started).as_secs_f64(),
+        fake.by_api,
+        fake.codes_used.len(),
+        fake.codes.len(),
+        commits.len(),
+        shared.epoch.load(Ordering::Relaxed)
+    );
+    check_commits(&shared, &commits, started, end);
+    assert_eq!(
+        fake.codes_used.len(),
+        fake.codes.len(),
+        "every error code went out"
+    );
+    for api in ["Vote", "BeginQuorumEpoch", "Fetch"] {
+        assert!(fake.by_api.contains_key(api), "no {api} was answered");
+    }
+    drop(fake);
+    for n in nodes {
+        n.stop_and_join().expect("every node stops cleanly");
+    }
+}
+
+#[test]
+fn answer_fuzzer_every_error_code_from_a_lying_voter() {
+    answer_fuzz(Duration::from_secs(40), 11);
+}
+
+#[test]
+#[ignore = "long: RINGRAFT_FUZZ_ANSWER_SECONDS (default 600); run with --release"]
+fn answer_fuzzer_long() {
+    let seconds = std::env::var("RINGRAFT_FUZZ_ANSWER_SECONDS")
+        .ok()
+        .map(|v| v.parse().expect("RINGRAFT_FUZZ_ANSWER_SECONDS is a number"))
+        .unwrap_or(600);
+    answer_fuzz(Duration::from_secs(seconds), 13);
 }
