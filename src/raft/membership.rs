@@ -57,10 +57,15 @@ fn refusal(error: ErrorCode, message: &str) -> Refusal {
 impl Raft {
     // ---- Addresses ------------------------------------------------------------------------
 
-    /// Whether a replica named leader can be followed: we know where it listens.
+    /// Whether a replica named leader can be followed: we know where it listens. A fixed
+    /// voter set is known in full, so a leader outside it is a forgery however it announced
+    /// itself (the fuzzer had static voters following "leader 4" and "leader 1000").
     pub(super) fn can_follow(&self, leader: i32) -> bool {
-        self.voters().contains_id(leader)
-            || self
+        if self.voters().contains_id(leader) {
+            return true;
+        }
+        !self.fixed_voter_set()
+            && self
                 .learned_leader
                 .as_ref()
                 .is_some_and(|(id, _, _)| *id == leader)
@@ -71,7 +76,7 @@ impl Raft {
     /// node alike: no announcement can move it, and a forged one would only send this node's
     /// fetches nowhere until its fetch timeout.
     fn announced_endpoints(&self, id: i32) -> Option<&[Endpoint]> {
-        if self.membership.kraft_version() == 0 && self.membership.static_set().contains_id(id) {
+        if self.fixed_voter_set() && self.voters().contains_id(id) {
             return None;
         }
         match &self.learned_leader {
@@ -1092,6 +1097,7 @@ mod tests {
         let mut config = RaftConfig::new(key(1), "c".into(), 7);
         config.listener_name = Some("CONTROLLER".into());
         config.local_endpoints = endpoint(1);
+        config.static_voters = true; // controller.quorum.voters
         let stored = crate::raft::ElectionState {
             epoch: 3,
             leader_id: Some(2),
@@ -1120,6 +1126,68 @@ mod tests {
         request(&mut raft, 10, 1, begin);
         assert_eq!(raft.epoch(), 3);
         assert_eq!(raft.address_of(2), endpoint(2).first().cloned());
+    }
+
+    /// The long fuzzer again: a BeginQuorumEpoch naming a non-voter leader *with* endpoints
+    /// made a static voter follow it (the endpoints made it "followable"), and it then
+    /// cycled between following the phantom and Prospective for the whole epoch.
+    #[test]
+    fn hardening_a_static_voter_never_follows_a_leader_outside_the_set() {
+        let set = VoterSet::new(
+            (1..=3)
+                .map(|id| Voter::new(ReplicaKey::new(id, None), endpoint(id)))
+                .collect(),
+        )
+        .unwrap();
+        let history = VoterHistory::from_records(set, &[]).unwrap();
+        let mut config = RaftConfig::new(key(1), "c".into(), 7);
+        config.listener_name = Some("CONTROLLER".into());
+        config.local_endpoints = endpoint(1);
+        config.static_voters = true; // controller.quorum.voters
+        let stored = crate::raft::ElectionState {
+            epoch: 3,
+            leader_id: Some(2),
+            voted_key: None,
+        };
+        let mut raft = Raft::new(
+            config,
+            history,
+            Some(stored),
+            &LogInfo::default(),
+            Time::simulated(0),
+        );
+        drain(&mut raft);
+        for (token, epoch) in [(1, 3), (2, 4)] {
+            let begin = Request::BeginQuorumEpoch(super::super::message::BeginQuorumEpochRequest {
+                cluster_id: Some("c".into()),
+                voter: key(1),
+                leader_id: 4,
+                leader_epoch: epoch,
+                leader_endpoints: endpoint(4),
+            });
+            request(&mut raft, 10 * token, token as u64, begin);
+            assert_ne!(
+                raft.leader_id(),
+                Some(4),
+                "epoch {epoch}: {}",
+                raft.state_name()
+            );
+        }
+        // The epoch is taken, the phantom is not; an election follows in time.
+        assert_eq!(raft.epoch(), 4);
+        for now in (100..5_000).step_by(50) {
+            raft.step(Time::simulated(now), Input::Tick);
+            drain(&mut raft);
+            assert_ne!(raft.leader_id(), Some(4));
+        }
+        assert!(
+            matches!(
+                raft.state_name(),
+                "Prospective" | "Candidate" | "Unattached"
+            ),
+            "{}",
+            raft.state_name()
+        );
     }
 
     /// Like a Kafka 4.1+ follower (KAFKA-16538), a static voter sends UpdateRaftVoter one fetch
