@@ -362,6 +362,52 @@ fn corruption_in_the_middle_stops_recovery_with_file_and_position() {
     }
 }
 
+/// A crash during a roll can leave allocated zeros after a sealed segment's last batch:
+/// recovery trims them and the log reads as written. (It used to fail with EINVAL, naming no
+/// file: the trim ran on a file opened read-only. Found by the fault suite.) A sealed segment
+/// cut inside a batch whose first bytes are zeros looks the same to the scan, and is refused
+/// naming that segment, not the next one.
+#[test]
+fn a_zeroed_tail_of_a_sealed_segment_is_trimmed_and_a_cut_one_is_refused() {
+    let (_dir, path, all) = written_log("log-sealed-tail");
+    let sealed = first_segment(&path);
+    let original = std::fs::read(&sealed).unwrap();
+    let mut padded = original.clone();
+    padded.extend_from_slice(&[0u8; 4096]);
+    std::fs::write(&sealed, &padded).unwrap();
+    let read = {
+        let path = path.clone();
+        run(async move {
+            let (log, _) = MetadataLog::open(&path, small()).await.expect("recovers");
+            let read = read_all(&log, 0).await;
+            log.close().await.unwrap();
+            read
+        })
+    };
+    assert_eq!(read, all);
+    assert_eq!(
+        std::fs::read(&sealed).unwrap(),
+        original,
+        "the zeros are trimmed"
+    );
+    // The last batch cut to its first 4 bytes: the high bytes of its base offset, zeros.
+    let mut last_batch_at = 0;
+    let mut at = 0;
+    while let Ok((b, _)) = ringraft::records::Batch::parse(&original[at..]) {
+        last_batch_at = at;
+        at += b.len();
+    }
+    std::fs::write(&sealed, &original[..last_batch_at + 4]).unwrap();
+    let err = run(async move { MetadataLog::open(&path, small()).await.err() }).expect("refused");
+    match err {
+        LogError::Corrupt { path, position, .. } => {
+            assert_eq!(path, sealed, "names the damaged segment");
+            assert_eq!(position, last_batch_at);
+        }
+        other => panic!("expected corruption, got {other}"),
+    }
+}
+
 #[test]
 fn a_flipped_bit_anywhere_in_a_sealed_segment_is_detected() {
     let (_dir, path, all) = written_log("log-bitflip");

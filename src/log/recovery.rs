@@ -100,10 +100,24 @@ pub(super) fn recover(partition_dir: &Path) -> Result<Recovered, LogError> {
         report.batches += scan.batches.len();
         let next = scan.next_offset(base);
         drop(map);
-        if !is_last {
+        if let Some(&following) = bases.get(i + 1) {
+            // A sealed segment ends where the next one begins. Zeros after its last batch
+            // are space a crash during a roll left allocated; a batch cut short whose first
+            // bytes happen to be zeros looks the same, and is told apart here, naming this
+            // file rather than the next one.
+            if next != following {
+                let reason = format!(
+                    "its batches end at offset {next}, but the next segment ({}) starts at                      {following}",
+                    layout::segment_file(partition_dir, following).display()
+                );
+                return Err(LogError::Corrupt {
+                    path,
+                    position: scan.valid_bytes,
+                    reason,
+                });
+            }
             if file.metadata()?.len() as usize != scan.valid_bytes {
-                file.set_len(scan.valid_bytes as u64)?; // trim a zeroed tail left by a crash
-                file.sync_all()?;
+                trim_sealed(&path, scan.valid_bytes as u64)?;
             }
             restore_index_files(partition_dir, base, &index)?;
         }
@@ -127,6 +141,20 @@ pub(super) fn recover(partition_dir: &Path) -> Result<Recovered, LogError> {
         segments,
         epochs,
         report,
+    })
+}
+
+/// Cuts the zeroed tail a crash during a roll left in sealed segment `path`, durably. An
+/// error names the file.
+fn trim_sealed(path: &Path, len: u64) -> Result<(), LogError> {
+    let trim = || -> io::Result<()> {
+        let file = std::fs::OpenOptions::new().write(true).open(path)?;
+        file.set_len(len)?;
+        file.sync_all()
+    };
+    trim().map_err(|e| {
+        let what = format!("cannot trim the zeroed tail of {}: {e}", path.display());
+        LogError::Io(io::Error::new(e.kind(), what))
     })
 }
 
