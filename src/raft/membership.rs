@@ -1165,7 +1165,7 @@ mod tests {
                 leader_epoch: epoch,
                 leader_endpoints: endpoint(4),
             });
-            request(&mut raft, 10 * token, token as u64, begin);
+            request(&mut raft, 10 * token, token, begin);
             assert_ne!(
                 raft.leader_id(),
                 Some(4),
