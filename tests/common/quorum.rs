@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -18,7 +18,7 @@ use ringraft::protocol::request::encode_request_frame;
 use ringraft::raft::message::FetchRequest;
 use ringraft::raft::{ReplicaKey, Request, Response};
 
-use super::{free_port, read_frame, run, Node, TempDir};
+use super::{free_port, run, Node, TempDir};
 
 pub const ELECTION_TIMEOUT_MS: u64 = 1000;
 
@@ -221,6 +221,15 @@ impl Cluster {
 }
 
 pub fn probe(port: u16) -> Option<Probe> {
+    probe_at(
+        SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_secs(10),
+    )
+}
+
+/// `probe` of a node listening on `addr` (any address, e.g. inside a network namespace),
+/// waiting at most `timeout` to connect and again for the answer.
+pub fn probe_at(addr: SocketAddr, timeout: Duration) -> Option<Probe> {
     let request = Request::Fetch(FetchRequest {
         cluster_id: None,
         replica: ReplicaKey::new(-1, None),
@@ -230,7 +239,7 @@ pub fn probe(port: u16) -> Option<Probe> {
         current_leader_epoch: -1,
         max_bytes: 1,
     });
-    match exchange(port, &request)? {
+    match exchange_at(addr, &request, timeout)? {
         Response::Fetch(f) => Some(Probe {
             leader: f.leader_id,
             epoch: f.leader_epoch,
@@ -244,8 +253,14 @@ pub fn probe(port: u16) -> Option<Probe> {
 /// Sends one Raft request at the highest version ringraft serves and decodes the answer;
 /// `None` when there is none (refused, closed, or a node being stopped resets it).
 pub fn exchange(port: u16, request: &Request) -> Option<Response> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    exchange_at(addr, request, Duration::from_secs(10))
+}
+
+/// `exchange` with a node on `addr`, waiting at most `timeout` to connect and for the answer.
+pub fn exchange_at(addr: SocketAddr, request: &Request, timeout: Duration) -> Option<Response> {
+    let mut stream = TcpStream::connect_timeout(&addr, timeout).ok()?;
+    stream.set_read_timeout(Some(timeout)).ok()?;
     let key = raft_rpc::api_key(request);
     let version = raft_rpc::our_versions(key).1;
     let spec = apis::served(key).unwrap();
@@ -260,11 +275,22 @@ pub fn exchange(port: u16, request: &Request) -> Option<Response> {
     });
     // Not `send_frame`: a node being stopped may reset the connection, which is "no answer".
     std::io::Write::write_all(&mut stream, &frame).ok()?;
-    let body = Bytes::from(read_frame(&mut stream)?);
+    let body = Bytes::from(read_answer(&mut stream)?);
     let mut r = Reader::new(&body);
     decode_response_header(&mut r, spec.response_header_version(version)).ok()?;
     let rest = body.slice(r.position()..);
     raft_rpc::decode_response(key, version, &rest).ok()
+}
+
+/// One size-prefixed answer, within the stream's read timeout.
+fn read_answer(stream: &mut TcpStream) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut size = [0u8; 4];
+    stream.read_exact(&mut size).ok()?;
+    let size = usize::try_from(i32::from_be_bytes(size)).ok()?;
+    let mut body = vec![0u8; size.min(64 << 20)];
+    stream.read_exact(&mut body).ok()?;
+    Some(body)
 }
 
 /// `batch <base> <last> <epoch> <kind> <count> <crc> <first> <max timestamp>` lines by base
