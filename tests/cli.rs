@@ -91,6 +91,26 @@ fn version_prints() {
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("ringraft 0.1.0"));
 }
 
+/// The load generator's flags, the ack file's format included, are documented where a user
+/// looks: the fault suite and `bench quorum` drive nodes through them.
+#[test]
+fn start_help_documents_the_load_generator_and_its_ack_file() {
+    let out = run(&["start", "--help"], std::path::Path::new("."));
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--load-rate",
+        "--load-ack-file",
+        "--load-record-bytes",
+        "--load-seconds",
+    ] {
+        assert!(help.contains(flag), "{flag} missing from:\n{help}");
+    }
+    assert!(
+        help.contains("<last offset> <first sequence> <record count>"),
+        "{help}"
+    );
+}
+
 const CLUSTER: &str = "MkU3OEVBNTcwNTJENDM2Qg";
 const DIR_A: &str = "J8aAPcfLQt2bqs1JT_rMgQ";
 const DIR_B: &str = "SY_0DqwmR2S7xi35MCzorA";

@@ -61,27 +61,58 @@ pub struct StartArgs {
     /// How log lines look on stderr: text (key=value) or json (one object per line).
     #[arg(long = "log-format", value_enum, default_value_t = crate::node::LogFormat::Text)]
     pub log_format: crate::node::LogFormat,
-    /// Built-in load generator (`ringraft bench quorum`, tests): records per second appended
-    /// while this node leads.
-    #[arg(long = "load-rate", hide = true)]
+    /// Load generator: append this many records per second while this node leads (open
+    /// loop, in the shape of Kafka's TestRaftServer). Record i's value is i as a big-endian
+    /// u64, zero-padded to --load-record-bytes; the sequence restarts at 0 with each
+    /// leadership. Prints one JSON progress line per --load-report-ms and a summary.
+    #[arg(long = "load-rate", help_heading = "Load generator")]
     pub load_rate: Option<u64>,
-    #[arg(long = "load-record-bytes", hide = true, default_value_t = 100)]
+    /// Bytes per record value (at least 8).
+    #[arg(
+        long = "load-record-bytes",
+        default_value_t = 100,
+        help_heading = "Load generator"
+    )]
     pub load_record_bytes: usize,
     /// Measured seconds after the warm-up; 0 runs until stopped.
-    #[arg(long = "load-seconds", hide = true, default_value_t = 0)]
+    #[arg(
+        long = "load-seconds",
+        default_value_t = 0,
+        help_heading = "Load generator"
+    )]
     pub load_seconds: u64,
-    #[arg(long = "load-warmup-ms", hide = true, default_value_t = 1000)]
+    /// Appends in the first this many milliseconds are not measured.
+    #[arg(
+        long = "load-warmup-ms",
+        default_value_t = 1000,
+        help_heading = "Load generator"
+    )]
     pub load_warmup_ms: u64,
-    #[arg(long = "load-report-ms", hide = true, default_value_t = 1000)]
+    /// Interval between progress lines.
+    #[arg(
+        long = "load-report-ms",
+        default_value_t = 1000,
+        help_heading = "Load generator"
+    )]
     pub load_report_ms: u64,
-    /// Where to write one line per committed append.
-    #[arg(long = "load-ack-file", hide = true)]
+    /// Acknowledgements: one line per committed append, written once the commit is known:
+    /// `<last offset> <first sequence> <record count> <commit unix µs>` (the batch holds
+    /// offsets last−count+1..=last). What the fault suite checks every node's log against.
+    #[arg(long = "load-ack-file", help_heading = "Load generator")]
     pub load_ack_file: Option<PathBuf>,
     /// Snapshot (and drop the log below it) every this many committed records.
-    #[arg(long = "load-snapshot-every", hide = true, default_value_t = 0)]
+    #[arg(
+        long = "load-snapshot-every",
+        default_value_t = 0,
+        help_heading = "Load generator"
+    )]
     pub load_snapshot_every: u64,
     /// After the measured seconds, stream one snapshot of about this many bytes.
-    #[arg(long = "load-snapshot-bytes", hide = true, default_value_t = 0)]
+    #[arg(
+        long = "load-snapshot-bytes",
+        default_value_t = 0,
+        help_heading = "Load generator"
+    )]
     pub load_snapshot_bytes: u64,
 }
 
