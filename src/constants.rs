@@ -61,11 +61,12 @@ pub const SHUTDOWN_DRAIN_MS: u64 = 2_000;
 /// Capacity of each shard-to-shard channel in the mesh.
 pub const SHARD_CHANNEL_CAPACITY: usize = 1024;
 
-/// The highest leader epoch a peer can raise a replica to in one step from below. Epochs never
-/// go down, so a forged frame with the cluster id could otherwise push every replica to
-/// `i32::MAX`, where no election can follow (`epoch + 1` overflows). A peer's epoch above
-/// this bound is refused where it enters, unless it is within `EPOCH_STEP_MAX` of the
-/// replica's own. The replica's own elections go on above it, into the 2^24 epochs of
+/// About the highest leader epoch a peer can raise a replica to in one step from below. Epochs
+/// never go down, so a forged frame with the cluster id could otherwise push every replica to
+/// `i32::MAX`, where no election can follow (`epoch + 1` overflows). A peer's epoch more than
+/// `EPOCH_STEP_MAX` above this bound is refused where it enters, unless it is within
+/// `EPOCH_STEP_MAX` of the replica's own (so a replica left behind below the bound still
+/// follows a quorum that elected just above it). The replica's own elections go on above it, into the 2^24 epochs of
 /// headroom up to `i32::MAX`: a forged frame at the bound leaves the quorum 16 million
 /// elections, and to use them up a forger must raise every replica `EPOCH_STEP_MAX` at a
 /// time. No Kafka cluster gets near either. Authenticating peers (mTLS) is the defence

@@ -120,6 +120,7 @@ impl Fuzzer {
             current.saturating_sub(1),
             EPOCH_MAX,
             EPOCH_MAX.saturating_add(1),
+            EPOCH_MAX.saturating_add(EPOCH_STEP_MAX + 1),
             i32::MAX - 1,
             i32::MAX,
         ];
@@ -129,7 +130,7 @@ impl Fuzzer {
             self.pick(&extremes)
         };
         // Any epoch a replica would take from a peer above its own is an election: rationed.
-        let in_reach = epoch <= EPOCH_MAX || epoch <= current.saturating_add(EPOCH_STEP_MAX);
+        let in_reach = epoch <= EPOCH_MAX.max(current).saturating_add(EPOCH_STEP_MAX);
         if epoch > current && in_reach && !self.may_disrupt() {
             return current.saturating_sub(1);
         }

@@ -721,8 +721,8 @@ impl Raft {
         let own = self.epoch;
         self.refuse_claim(what, || {
             format!(
-                "epoch {epoch} is above the highest epoch accepted ({EPOCH_MAX}, or \
-                 {EPOCH_STEP_MAX} above our {own})"
+                "epoch {epoch} is above the highest epoch accepted ({EPOCH_STEP_MAX} above \
+                 {EPOCH_MAX} or above our {own})"
             )
         });
         false
@@ -733,9 +733,12 @@ impl Raft {
         self.config.static_voters && self.kraft_version() == 0
     }
 
-    /// `epoch_acceptable` without the complaint.
+    /// `epoch_acceptable` without the complaint: up to `EPOCH_STEP_MAX` above the bound or
+    /// above our own epoch, whichever is higher. A replica left behind below the bound must
+    /// still follow a quorum that has since elected just above it (the fuzzer left one at
+    /// epoch 1 while the other two led at `EPOCH_MAX` + 3, refusing them for good).
     pub(super) fn epoch_in_reach(&self, epoch: i32) -> bool {
-        epoch <= EPOCH_MAX || epoch <= self.epoch.saturating_add(EPOCH_STEP_MAX)
+        epoch <= EPOCH_MAX.max(self.epoch).saturating_add(EPOCH_STEP_MAX)
     }
 
     /// DescribeQuorum's content (docs/raft.md §12); `None` unless this replica leads.

@@ -8,7 +8,7 @@
 //! - `hardening_two_leaders_*`: a BeginQuorumEpoch naming another leader for the current epoch
 //!   was a fatal error ("epoch 1 has two leaders"); sent to two nodes it stopped the quorum.
 
-use ringraft::constants::EPOCH_MAX;
+use ringraft::constants::{EPOCH_MAX, EPOCH_STEP_MAX};
 use ringraft::protocol::errors::ErrorCode;
 use ringraft::raft::message::{
     BeginQuorumEpochRequest, EndQuorumEpochRequest, Response, VoteRequest,
@@ -76,7 +76,7 @@ fn keeps_committing(c: &mut Cluster, ms: u64, records: i64) {
 
 #[test]
 fn hardening_epoch_i32_max_frames_are_refused() {
-    for epoch in [i32::MAX, i32::MAX - 1, EPOCH_MAX + 1] {
+    for epoch in [i32::MAX, i32::MAX - 1, EPOCH_MAX + EPOCH_STEP_MAX + 1] {
         let mut c = cluster(31, 3);
         let (leader, _) = wait_for_leader(&mut c, 10_000);
         keeps_committing(&mut c, 1_000, 10);
@@ -190,6 +190,39 @@ fn hardening_a_phantom_leader_at_the_bound_is_outlived() {
     assert!(
         epoch > EPOCH_MAX,
         "a real leader above the phantom's epoch: {epoch}"
+    );
+}
+
+/// The same phantom sent to two nodes only: they elect a real leader just above the bound,
+/// and the third, left at its low epoch, must follow it. (It once refused that epoch for
+/// good, being more than `EPOCH_STEP_MAX` above its own and above the bound: the quorum lost
+/// a voter's redundancy to one forged frame. The semantic fuzzer's long mode found it.)
+#[test]
+fn hardening_a_replica_left_below_the_bound_rejoins_the_quorum_above_it() {
+    let mut c = cluster(35, 3);
+    let (leader, _) = wait_for_leader(&mut c, 10_000);
+    let phantom = (leader + 1) % 3;
+    let left_behind = (leader + 2) % 3;
+    // Forged votes at the bound and just above it, at one instant: the leader and one
+    // follower take EPOCH_MAX + 2 with no leader before the third hears of either.
+    for epoch in [EPOCH_MAX, EPOCH_MAX + 2] {
+        c.operator_request(leader, vote(leader, phantom, epoch, false))
+            .unwrap();
+        c.operator_request(phantom, vote(phantom, leader, epoch, false))
+            .unwrap();
+    }
+    c.run_until(c.now + 50).unwrap();
+    heal(&mut c).unwrap();
+    check_liveness(&mut c).unwrap();
+    keeps_committing(&mut c, 1_000, 10);
+    let (_, epoch) = c.leader().expect("a leader");
+    assert!(epoch > EPOCH_MAX, "a real leader above the bound: {epoch}");
+    c.run_until(c.now + 5_000).unwrap();
+    let raft = c.nodes[left_behind as usize].raft().expect("running");
+    assert_eq!(
+        raft.epoch(),
+        c.leader().expect("a leader").1,
+        "node {left_behind} follows the quorum's epoch"
     );
 }
 
