@@ -71,6 +71,20 @@ struct Shared {
     stop: AtomicBool,
 }
 
+impl Shared {
+    /// What the fuzzer knows before the writer has seen a leader.
+    fn new() -> Shared {
+        Shared {
+            epoch: AtomicI32::new(1),
+            leader: AtomicI32::new(-1),
+            log_end: AtomicU64::new(0),
+            disruptive_at: Mutex::new(Instant::now()),
+            log: Mutex::new(Vec::new()),
+            stop: AtomicBool::new(false),
+        }
+    }
+}
+
 struct Fuzzer {
     rng: Prng,
     shared: Arc<Shared>,
@@ -400,14 +414,7 @@ fn fuzz(frames: u64, seed: u64) {
         assert!(Instant::now() < deadline, "no first leader");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let shared = Arc::new(Shared {
-        epoch: AtomicI32::new(1),
-        leader: AtomicI32::new(-1),
-        log_end: AtomicU64::new(0),
-        disruptive_at: Mutex::new(Instant::now()),
-        log: Mutex::new(Vec::new()),
-        stop: AtomicBool::new(false),
-    });
+    let shared = Arc::new(Shared::new());
     let writing = {
         let (handles, shared) = (handles.clone(), shared.clone());
         std::thread::spawn(move || writer(handles, shared))
@@ -808,14 +815,7 @@ fn answer_fuzz(duration: Duration, seed: u64) {
         })
         .collect();
     let handles: Vec<RaftHandle> = nodes.iter().map(|n| n.handle()).collect();
-    let shared = Arc::new(Shared {
-        epoch: AtomicI32::new(1),
-        leader: AtomicI32::new(-1),
-        log_end: AtomicU64::new(0),
-        disruptive_at: Mutex::new(Instant::now()),
-        log: Mutex::new(Vec::new()),
-        stop: AtomicBool::new(false),
-    });
+    let shared = Arc::new(Shared::new());
     let fake = Arc::new(Mutex::new(FakeVoter {
         fuzzer: Fuzzer {
             rng: Prng::new(seed),

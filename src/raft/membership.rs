@@ -1083,10 +1083,9 @@ mod tests {
         assert!(raft.is_leader());
     }
 
-    /// Also from the fuzzer's long mode: a BeginQuorumEpoch naming the real leader of the
-    /// current epoch with a bogus listener sent a static follower's fetches there.
-    #[test]
-    fn hardening_a_static_voter_is_dialled_where_the_configuration_says() {
+    /// Node 1 of a static 3-voter quorum (`controller.quorum.voters`), following leader 2 in
+    /// epoch 3.
+    fn static_follower_of_2_in_epoch_3() -> Raft {
         let set = VoterSet::new(
             (1..=3)
                 .map(|id| Voter::new(ReplicaKey::new(id, None), endpoint(id)))
@@ -1097,7 +1096,7 @@ mod tests {
         let mut config = RaftConfig::new(key(1), "c".into(), 7);
         config.listener_name = Some("CONTROLLER".into());
         config.local_endpoints = endpoint(1);
-        config.static_voters = true; // controller.quorum.voters
+        config.static_voters = true;
         let stored = crate::raft::ElectionState {
             epoch: 3,
             leader_id: Some(2),
@@ -1111,6 +1110,14 @@ mod tests {
             Time::simulated(0),
         );
         drain(&mut raft);
+        raft
+    }
+
+    /// Also from the fuzzer's long mode: a BeginQuorumEpoch naming the real leader of the
+    /// current epoch with a bogus listener sent a static follower's fetches there.
+    #[test]
+    fn hardening_a_static_voter_is_dialled_where_the_configuration_says() {
+        let mut raft = static_follower_of_2_in_epoch_3();
         let bogus = Endpoint {
             name: "CONTROLLER".into(),
             host: "no.such.host".into(),
@@ -1133,30 +1140,7 @@ mod tests {
     /// cycled between following the phantom and Prospective for the whole epoch.
     #[test]
     fn hardening_a_static_voter_never_follows_a_leader_outside_the_set() {
-        let set = VoterSet::new(
-            (1..=3)
-                .map(|id| Voter::new(ReplicaKey::new(id, None), endpoint(id)))
-                .collect(),
-        )
-        .unwrap();
-        let history = VoterHistory::from_records(set, &[]).unwrap();
-        let mut config = RaftConfig::new(key(1), "c".into(), 7);
-        config.listener_name = Some("CONTROLLER".into());
-        config.local_endpoints = endpoint(1);
-        config.static_voters = true; // controller.quorum.voters
-        let stored = crate::raft::ElectionState {
-            epoch: 3,
-            leader_id: Some(2),
-            voted_key: None,
-        };
-        let mut raft = Raft::new(
-            config,
-            history,
-            Some(stored),
-            &LogInfo::default(),
-            Time::simulated(0),
-        );
-        drain(&mut raft);
+        let mut raft = static_follower_of_2_in_epoch_3();
         for (token, epoch) in [(1, 3), (2, 4)] {
             let begin = Request::BeginQuorumEpoch(super::super::message::BeginQuorumEpochRequest {
                 cluster_id: Some("c".into()),
