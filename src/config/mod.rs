@@ -5,6 +5,7 @@
 pub mod dynamic_voters;
 pub mod properties;
 pub mod server;
+pub mod tls;
 pub mod tuning;
 
 pub use properties::Properties;

@@ -110,6 +110,9 @@ pub struct ServerConfig {
     /// `ringraft.leadership`: `voter` (the default) campaigns like any voter; `witness` votes,
     /// stores and replicates but leaves leading to the other voters (docs/raft.md §15).
     pub witness: bool,
+    /// TLS on the controller listeners and on peer connections, when the first controller
+    /// listener's security protocol is SSL (`config::tls`).
+    pub tls: Option<super::tls::TlsConfig>,
     /// Keys that were set but that ringraft does not know: logged as warnings at start.
     pub unknown_keys: Vec<String>,
 }
@@ -158,6 +161,7 @@ pub fn did_you_mean(key: &str) -> Option<&'static str> {
     let bound = (key.len() / 3).max(2);
     KNOWN_KEYS
         .iter()
+        .chain(super::tls::SSL_KEYS)
         .map(|k| (edit_distance(key, k), *k))
         .filter(|(d, _)| *d <= bound)
         .min()
@@ -411,7 +415,7 @@ impl ServerConfig {
             (None, None, Some(_)) => Vec::new(),
             (None, None, None) => vec![PathBuf::from("/tmp/kafka-logs")],
         };
-        let config = ServerConfig {
+        let mut config = ServerConfig {
             process_roles,
             node_id,
             listeners,
@@ -545,9 +549,10 @@ impl ServerConfig {
                     ))
                 }
             },
+            tls: None,
             unknown_keys: props
                 .keys()
-                .filter(|k| !KNOWN_KEYS.contains(k))
+                .filter(|k| !KNOWN_KEYS.contains(k) && !super::tls::is_ssl_key(k))
                 .map(String::from)
                 .collect(),
         };
@@ -561,6 +566,10 @@ impl ServerConfig {
                 e.why = format!("{}; the file sets {typo}: did you mean {}?", e.why, e.key);
             }
             return Err(e);
+        }
+        let first = &config.controller_listener_names[0];
+        if config.security_protocol(first) == "SSL" {
+            config.tls = Some(super::tls::parse(props, first)?);
         }
         Ok(config)
     }
@@ -590,10 +599,19 @@ impl ServerConfig {
                 return Err(invalid("controller.listener.names", names, why));
             }
             let protocol = self.security_protocol(name);
-            if protocol != "PLAINTEXT" {
-                let why =
-                    format!("listener {name} uses {protocol}; ringraft serves PLAINTEXT only");
-                let map = l.str("listener.security.protocol.map").unwrap_or("");
+            let first = &self.controller_listener_names[0];
+            let map = l.str("listener.security.protocol.map").unwrap_or("");
+            if protocol != "PLAINTEXT" && protocol != "SSL" {
+                let why = format!(
+                    "listener {name} uses {protocol}; ringraft serves PLAINTEXT and SSL only"
+                );
+                return Err(invalid("listener.security.protocol.map", map, why));
+            }
+            if protocol != self.security_protocol(first) {
+                let why = format!(
+                    "listeners {first} and {name} differ in security protocol; ringraft serves \
+                     every controller listener the same way"
+                );
                 return Err(invalid("listener.security.protocol.map", map, why));
             }
         }
@@ -764,10 +782,17 @@ mod tests {
             load(&base.replace("process.roles=controller", "process.roles=broker")).unwrap_err();
         assert_eq!(err.key, "process.roles");
         let err = load(&format!(
-            "{base}listener.security.protocol.map=CONTROLLER:SSL\n"
+            "{base}listener.security.protocol.map=CONTROLLER:SASL_SSL\n"
         ))
         .unwrap_err();
-        assert!(err.why.contains("PLAINTEXT only"), "{err}");
+        assert!(err.why.contains("PLAINTEXT and SSL only"), "{err}");
+        // SSL without a keystore names the key that is missing.
+        let err = load(&format!(
+            "{base}listener.security.protocol.map=CONTROLLER:SSL\nssl.keystore.type=PEM\n\
+             ssl.truststore.type=PEM\nssl.truststore.location=/ca.pem\n"
+        ))
+        .unwrap_err();
+        assert_eq!(err.key, "ssl.keystore.location");
     }
 
     #[test]
