@@ -1,5 +1,6 @@
 //! Sockets: listeners and connections on acceptor shards (`server`), int32 framing (`frame`),
-//! the pure request → action step (`dispatch`) and outbound connections to raft peers (`peer`).
+//! the pure request → action step (`dispatch`), outbound connections to raft peers (`peer`) and
+//! TLS on both (`tls`).
 
 pub mod dispatch;
 pub mod frame;
@@ -9,3 +10,4 @@ pub mod raft_rpc;
 pub mod resolve;
 pub mod server;
 pub mod stop;
+pub mod tls;

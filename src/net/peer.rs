@@ -22,6 +22,7 @@ use futures_lite::{future, AsyncWriteExt};
 use glommio::net::{Preallocated, TcpStream};
 
 use super::frame::{read_frame, FrameBuffer, FrameError, RequestMemory};
+use super::tls::{Stream, Tls};
 use crate::constants::SOCKET_REQUEST_MAX_BYTES_DEFAULT;
 use crate::protocol::api_versions::{ApiVersionsRequest, ApiVersionsResponse};
 use crate::protocol::header::{decode_response_header, RequestHeader};
@@ -106,7 +107,7 @@ const READ_BUFFER_BYTES: usize = 64 * 1024;
 /// One TCP connection to one peer, with the peer's ApiVersions answer.
 pub struct PeerConnection {
     peer: SocketAddr,
-    stream: TcpStream<Preallocated>,
+    stream: Stream,
     client_id: String,
     next_correlation_id: i32,
     /// Set while a request is on the wire and left set when it fails or is abandoned.
@@ -138,6 +139,19 @@ impl PeerConnection {
         client_id: &str,
         connect_timeout: Duration,
     ) -> Result<PeerConnection, PeerError> {
+        Self::connect_with(addr, client_id, connect_timeout, None).await
+    }
+
+    /// `connect`, then over TLS when `tls` is given: the handshake with `host` (the name or
+    /// address dialled, which the peer's certificate must name unless host name verification
+    /// is off) comes before ApiVersions and within the same `connect_timeout`. A failed
+    /// handshake is a `Connect` error.
+    pub async fn connect_with(
+        addr: SocketAddr,
+        client_id: &str,
+        connect_timeout: Duration,
+        tls: Option<(&Tls, &str)>,
+    ) -> Result<PeerConnection, PeerError> {
         let connect_timeout = connect_timeout.min(TIMEOUT_MAX);
         let deadline = Instant::now() + connect_timeout;
         let connect_error = |source: io::Error| PeerError::Connect { peer: addr, source };
@@ -154,9 +168,19 @@ impl PeerConnection {
         stream
             .set_nodelay(true)
             .map_err(|e| connect_error(e.into()))?;
+        let stream = stream.buffered_with(Preallocated::new(READ_BUFFER_BYTES));
+        let stream = match tls {
+            None => Stream::Plain(stream),
+            Some((tls, host)) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                tls.connect(host, stream, left)
+                    .await
+                    .map_err(connect_error)?
+            }
+        };
         let mut conn = PeerConnection {
             peer: addr,
-            stream: stream.buffered_with(Preallocated::new(READ_BUFFER_BYTES)),
+            stream,
             client_id: client_id.to_owned(),
             next_correlation_id: 0,
             broken: false,
@@ -350,7 +374,13 @@ impl PeerConnection {
                 }),
                 Err(FrameError::BadSize { size, max }) => Err(PeerError::Decode {
                     peer,
-                    what: format!("response frame size {size} outside 0..={max}"),
+                    what: match size.to_be_bytes() {
+                        // A TLS record header (alert or handshake, version 3.x) read as a size.
+                        [0x15 | 0x16, 0x03, ..] => "the peer answered with TLS: its listener is \
+                            SSL, so connect with security.protocol=SSL"
+                            .to_string(),
+                        _ => format!("response frame size {size} outside 0..={max}"),
+                    },
                 }),
                 Err(FrameError::Io(source)) => Err(PeerError::Io { peer, source }),
             }
@@ -375,7 +405,7 @@ impl PeerConnection {
     }
 }
 
-async fn write_all(stream: &mut TcpStream<Preallocated>, bytes: &[u8]) -> io::Result<()> {
+async fn write_all(stream: &mut Stream, bytes: &[u8]) -> io::Result<()> {
     stream.write_all(bytes).await?;
     stream.flush().await
 }

@@ -10,15 +10,16 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use futures_lite::future;
-use glommio::net::{Preallocated, TcpListener, TcpStream};
+use glommio::net::{TcpListener, TcpStream};
 use glommio::sync::Gate;
 use glommio::{Latency, Shares, TaskQueueHandle};
 use tracing::{debug, info, warn, Instrument};
 
 use super::dispatch::{handle_frame, Action, PeerClass, ServerState, Service};
 use super::frame::{read_frame, FrameBuffer, FrameError, RequestMemory};
-use super::frame_out::{write_frame, LocalFrame};
+use super::frame_out::LocalFrame;
 use super::stop::StopSignal;
+use super::tls::{Stream, Tls, HANDSHAKE_TIMEOUT};
 
 /// Settings every connection needs.
 #[derive(Debug, Clone)]
@@ -64,6 +65,8 @@ pub struct Connections<S: Service> {
     queues: Option<Queues>,
     /// Requests and bytes per API (`node::metrics`), when the node keeps metrics.
     metrics: Option<crate::node::metrics::SharedMetrics>,
+    /// The listener's TLS (`security.protocol` SSL): every connection handshakes first.
+    tls: Option<Tls>,
 }
 
 /// The task queues connections run in: voters' ahead of observers', so that a thousand
@@ -112,7 +115,16 @@ impl<S: Service> Connections<S> {
             gate: Gate::new(),
             queues,
             metrics: None,
+            tls: None,
         })
+    }
+
+    /// Serves every connection over TLS (the handshake runs on the shard that serves it).
+    pub fn with_tls(mut self: Rc<Self>, tls: Option<Tls>) -> Rc<Self> {
+        Rc::get_mut(&mut self)
+            .expect("set before any connection is served")
+            .tls = tls;
+        self
     }
 
     /// The same, counting requests and bytes per API into `metrics`.
@@ -131,7 +143,8 @@ impl<S: Service> Connections<S> {
         connections
     }
 
-    /// Serves `stream` on this shard until it closes or the node stops.
+    /// Serves `stream` on this shard until it closes or the node stops; over TLS, after the
+    /// handshake (a failed one is logged with the peer's address and closes the connection).
     pub fn adopt(self: &Rc<Self>, stream: TcpStream) {
         let peer = stream
             .peer_addr()
@@ -141,13 +154,53 @@ impl<S: Service> Connections<S> {
             debug!(error = %e, "cannot set the idle timeout");
         }
         let _ = stream.set_nodelay(true);
-        let conn = Conn {
-            stream: stream.buffered(),
-            frame: FrameBuffer::new(self.limits.memory.clone()),
-            peer,
-            id: NEXT_CONNECTION.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        let stream = stream.buffered();
+        let id = NEXT_CONNECTION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let Some(tls) = self.tls.clone() else {
+            let conn = Conn {
+                stream: Stream::Plain(stream),
+                frame: FrameBuffer::new(self.limits.memory.clone()),
+                peer,
+                id,
+            };
+            self.spawn(conn, PeerClass::Voter);
+            return;
         };
-        self.spawn(conn, PeerClass::Voter);
+        let this = self.clone();
+        let limit = self
+            .limits
+            .idle_timeout
+            .map_or(HANDSHAKE_TIMEOUT, |idle| idle.min(HANDSHAKE_TIMEOUT));
+        let handshake = async move {
+            let accepted = future::or(async { Some(tls.accept(stream, limit).await) }, async {
+                this.stop.wait().await;
+                None
+            })
+            .await;
+            match accepted {
+                None => {}
+                Some(Err(e)) => super::tls::handshake_failed(&peer, &e),
+                Some(Ok(stream)) => {
+                    let conn = Conn {
+                        stream,
+                        frame: FrameBuffer::new(this.limits.memory.clone()),
+                        peer,
+                        id,
+                    };
+                    this.spawn(conn, PeerClass::Voter);
+                }
+            }
+        };
+        let spawned = match self.queues {
+            Some(q) => self.gate.spawn_into(handshake, q.voters),
+            None => self.gate.spawn(handshake),
+        };
+        match spawned {
+            Ok(task) => {
+                task.detach();
+            }
+            Err(e) => debug!(error = %e, "not serving a connection (stopping)"),
+        }
     }
 
     fn spawn(self: &Rc<Self>, conn: Conn, class: PeerClass) {
@@ -285,7 +338,7 @@ pub async fn adopt_handed<S: Service>(
 }
 
 struct Conn {
-    stream: TcpStream<Preallocated>,
+    stream: Stream,
     frame: FrameBuffer,
     peer: String,
     /// Unique in the process (`RaftCall::connection`).
@@ -322,6 +375,14 @@ async fn serve_connection<S: Service>(
                 debug!("closing idle connection");
                 return None;
             }
+            Some(Err(FrameError::BadSize { size, .. }))
+                if matches!(size.to_be_bytes(), [0x16, 0x03, ..]) =>
+            {
+                let why = "a TLS ClientHello on a PLAINTEXT listener: the peer's \
+                           listener.security.protocol.map says SSL and ours does not";
+                super::tls::handshake_failed(&conn.peer, &std::io::Error::other(why));
+                return None;
+            }
             Some(Err(e)) => {
                 debug!(error = %e, "closing connection");
                 return None;
@@ -353,7 +414,7 @@ async fn serve_connection<S: Service>(
         if let Some(m) = &connections.metrics {
             m.request(api, request_bytes, frame.len());
         }
-        if let Err(e) = write_frame(&mut conn.stream, &frame).await {
+        if let Err(e) = conn.stream.write_frame(&frame).await {
             debug!(error = %e, "write failed; closing connection");
             return None;
         }

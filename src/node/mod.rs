@@ -392,9 +392,17 @@ fn raft_setup(
     raft.auto_join = config.auto_join_enable;
     raft.witness = config.witness;
     raft.static_voters = !config.controller_quorum_voters.is_empty();
+    let tls = match &config.tls {
+        None => None,
+        Some(tls) => Some(
+            crate::net::tls::Tls::new(tls)
+                .map_err(|e| NodeError(format!("TLS on the controller listener: {e}")))?,
+        ),
+    };
     Ok(RaftSetup {
         config: raft,
         static_voters,
+        tls,
     })
 }
 
@@ -717,6 +725,7 @@ async fn shard_body(mut ctx: ShardContext) -> Result<(), String> {
             queues,
             ctx.metrics.clone(),
         )
+        .with_tls(ctx.raft_setup.tls.clone())
     });
     let mut serving_tasks = Vec::new();
     if let (Some(connections), Some(rx)) = (&connections, handoff_rx) {

@@ -17,6 +17,7 @@ use super::executor::Transport;
 use super::handle::ExecutorInput;
 use crate::net::peer::PeerConnection;
 use crate::net::raft_rpc;
+use crate::net::tls::Tls;
 use crate::protocol::{apis, Writer};
 use crate::raft::{Endpoint, Failure, Request, RequestId, Response, Token};
 
@@ -29,6 +30,8 @@ pub struct PeerTransport {
     /// Endpoints an "unreachable" warning was given for: one per endpoint, however many tasks
     /// (a voter's, the bootstrap lookup's) connect there.
     unreachable: Rc<RefCell<HashSet<String>>>,
+    /// TLS to every peer, when the controller listener's protocol is SSL.
+    tls: Option<Tls>,
 }
 
 /// A connection task and the endpoint it was started for.
@@ -49,7 +52,14 @@ impl PeerTransport {
             request_timeout,
             client_id: format!("raft-client-{local_id}"),
             unreachable: Rc::default(),
+            tls: None,
         }
+    }
+
+    /// Connects to every peer over TLS.
+    pub fn with_tls(mut self, tls: Option<Tls>) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// The connection task for `to` at `endpoint`, started (or restarted when the destination
@@ -70,6 +80,7 @@ impl PeerTransport {
                 self.to_executor.clone(),
                 self.request_timeout,
                 (self.client_id.clone(), self.unreachable.clone()),
+                self.tls.clone(),
             );
             glommio::spawn_local(task.instrument(span)).detach();
             self.peers.insert(to, Peer { endpoint, tx });
@@ -121,6 +132,7 @@ async fn peer_task(
     executor: mpsc::UnboundedSender<ExecutorInput>,
     timeout: Duration,
     (client_id, unreachable): (String, Rc<RefCell<HashSet<String>>>),
+    tls: Option<Tls>,
 ) {
     let mut conn: Option<PeerConnection> = None;
     let mut reconnect_at = Instant::now();
@@ -139,9 +151,12 @@ async fn peer_task(
             conn = None;
             if Instant::now() >= reconnect_at {
                 let connected = match crate::net::resolve::resolve(&endpoint).await {
-                    Some(addr) => PeerConnection::connect(addr, &client_id, timeout)
-                        .await
-                        .map_err(|e| e.to_string()),
+                    Some(addr) => {
+                        let tls = tls.as_ref().map(|t| (t, endpoint.host.as_str()));
+                        PeerConnection::connect_with(addr, &client_id, timeout, tls)
+                            .await
+                            .map_err(|e| e.to_string())
+                    }
                     None => Err("the name does not resolve".to_string()),
                 };
                 match connected {

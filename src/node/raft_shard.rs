@@ -23,6 +23,8 @@ pub struct RaftSetup {
     pub config: RaftConfig,
     /// `controller.quorum.voters` (empty for a dynamic quorum).
     pub static_voters: crate::membership::VoterSet,
+    /// TLS for connections to peers, when the controller listener's protocol is SSL.
+    pub tls: Option<crate::net::tls::Tls>,
 }
 
 /// Monotonic milliseconds from the shard's start, and the wall clock beside them.
@@ -103,6 +105,7 @@ pub async fn build(
     let clock = GlommioClock::new();
     let timeout = Duration::from_millis(setup.config.request_timeout_ms);
     let local_id = setup.config.local.id;
+    let tls = setup.tls.clone();
     let raft = Raft::new(
         setup.config,
         membership,
@@ -111,7 +114,7 @@ pub async fn build(
         clock.now(),
     );
     let storage = Rc::new(LogStorage::new(log));
-    let transport = PeerTransport::new(to_executor, local_id, timeout);
+    let transport = PeerTransport::new(to_executor, local_id, timeout).with_tls(tls);
     Ok(Executor::new(raft, storage, transport, clock, server_state))
 }
 
