@@ -682,6 +682,7 @@ pub fn run(args: FetchBenchArgs) -> Result<(), CliError> {
         report_ms: args.report_ms,
         rounds: 1,
         dir: args.dir.clone(),
+        tls: false,
         common: args.common.clone(),
     };
     let bench = Bench {
@@ -774,9 +775,9 @@ impl FetchBench<'_> {
         fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let tuning = |_: usize| self.tuning.clone();
         let acks = |node: &Path| vec![format!("--load-ack-file={}", node.join("acks").display())];
-        let mut nodes = self
-            .bench
-            .start_nodes(&dir, 3, &tuning, NODE_PROPERTIES, &acks)?;
+        let mut nodes =
+            self.bench
+                .start_nodes(&dir, 3, &tuning, &|_| NODE_PROPERTIES.into(), &acks)?;
         let stop = Arc::new(AtomicBool::new(false));
         let fleet = (observers > 0).then(|| {
             spawn_observers(
@@ -863,7 +864,8 @@ impl FetchBench<'_> {
         };
         let tuning = |_: usize| self.tuning.clone();
         let extra_args = |_: &Path| extra.clone();
-        let mut nodes = bench.start_nodes(&dir, 1, &tuning, NODE_PROPERTIES, &extra_args)?;
+        let mut nodes =
+            bench.start_nodes(&dir, 1, &tuning, &|_| NODE_PROPERTIES.into(), &extra_args)?;
         if let Err(e) = bench.follow(name, &mut nodes.procs, &nodes.events, "node") {
             nodes.procs.stop_all();
             return Err(e);
@@ -969,6 +971,7 @@ impl FetchBench<'_> {
             report_ms: a.report_ms,
             rounds: 1,
             dir: a.dir.clone(),
+            tls: false,
             common: a.common.clone(),
         };
         let (nodes, dir) = self.single_voter("catch-up", args, Vec::new(), false)?;
@@ -1032,6 +1035,7 @@ impl FetchBench<'_> {
             report_ms: a.report_ms,
             rounds: 1,
             dir: a.dir.clone(),
+            tls: false,
             common: a.common.clone(),
         };
         let extra = vec![format!("--load-snapshot-bytes={}", a.snapshot_bytes)];

@@ -81,6 +81,10 @@ pub struct QuorumBenchArgs {
     /// Where to create the scratch directory (must be a real disk: O_DIRECT). Removed after.
     #[arg(long, default_value = ".")]
     pub dir: PathBuf,
+    /// Also run each ringraft round with TLS 1.3 and client certificates on every connection
+    /// (a throwaway CA, `ssl.client.auth=required`), and report TLS against plaintext.
+    #[arg(long)]
+    pub tls: bool,
     #[command(flatten)]
     pub common: super::bench_report::BenchCommon,
 }
@@ -326,11 +330,17 @@ pub fn compare(floor: &Summary, ringraft: &Summary) -> Comparison {
     }
 }
 
-/// The phase order: floor, then each ringraft round followed by a floor.
-pub fn phase_plan(rounds: usize) -> Vec<Side> {
+/// The phase order: floor, then each ringraft round followed by a floor. With TLS, each
+/// round runs plaintext and TLS back to back, in turns first (so neither always runs on the
+/// warmer disk).
+pub fn phase_plan(rounds: usize, tls: bool) -> Vec<Side> {
     let mut plan = vec![Side::Floor];
-    for _ in 0..rounds.max(1) {
-        plan.push(Side::Ringraft);
+    for round in 0..rounds.max(1) {
+        match (tls, round % 2) {
+            (false, _) => plan.push(Side::Ringraft),
+            (true, 0) => plan.extend([Side::Ringraft, Side::RingraftTls]),
+            (true, _) => plan.extend([Side::RingraftTls, Side::Ringraft]),
+        }
         plan.push(Side::Floor);
     }
     plan
@@ -340,6 +350,20 @@ pub fn phase_plan(rounds: usize) -> Vec<Side> {
 pub enum Side {
     Floor,
     Ringraft,
+    /// ringraft with TLS on the controller listener and peer connections (`--tls`).
+    RingraftTls,
+}
+
+/// The server.properties lines that put a node on TLS with client certificates, given the
+/// directory `net::tls::write_throwaway_pki` wrote `ca.pem` and `node-<id>.pem` into.
+pub fn tls_properties(pki: &Path, id: usize) -> String {
+    format!(
+        "listener.security.protocol.map=CONTROLLER:SSL\nssl.keystore.type=PEM\n\
+         ssl.keystore.location={}\nssl.truststore.type=PEM\nssl.truststore.location={}\n\
+         ssl.client.auth=required\n",
+        pki.join(format!("node-{id}.pem")).display(),
+        pki.join("ca.pem").display()
+    )
 }
 
 /// The tuning file for node `index`: one shard with every role, on `cpu`.
@@ -585,9 +609,19 @@ impl Bench<'_> {
                 "; taskset not found: the floor processes are not pinned"
             }
         ));
-        let plan = phase_plan(a.rounds);
+        let plan = phase_plan(a.rounds, a.tls);
+        if a.tls {
+            let pki = self.dir.join("pki");
+            fs::create_dir_all(&pki)
+                .map_err(|e| format!("cannot create {}: {e}", pki.display()))?;
+            crate::net::tls::write_throwaway_pki(&pki, &["node-1", "node-2", "node-3"])?;
+            self.say(
+                "TLS phases: TLS 1.3, ECDSA P-256 certificates from a throwaway CA, \
+                      ssl.client.auth=required on every connection",
+            );
+        }
         let mut done = Vec::new();
-        let (mut floor_n, mut ours_n) = (0, 0);
+        let (mut floor_n, mut ours_n, mut tls_n) = (0, 0, 0);
         for (i, side) in plan.iter().enumerate() {
             let name = match side {
                 Side::Floor => {
@@ -598,13 +632,18 @@ impl Bench<'_> {
                     ours_n += 1;
                     format!("ringraft-{ours_n}")
                 }
+                Side::RingraftTls => {
+                    tls_n += 1;
+                    format!("ringraft-tls-{tls_n}")
+                }
             };
             let phase_dir = self.dir.join(format!("{i}-{name}"));
             fs::create_dir_all(&phase_dir)
                 .map_err(|e| format!("cannot create {}: {e}", phase_dir.display()))?;
             let result = match side {
                 Side::Floor => self.floor_phase(&name, &phase_dir),
-                Side::Ringraft => self.ringraft_phase(&name, &phase_dir),
+                Side::Ringraft => self.ringraft_phase(&name, &phase_dir, false),
+                Side::RingraftTls => self.ringraft_phase(&name, &phase_dir, true),
             }
             .map_err(|e| format!("{name}: {e}"))?;
             let _ = fs::remove_dir_all(&phase_dir);
@@ -615,23 +654,30 @@ impl Bench<'_> {
 
     // -- ringraft ------------------------------------------------------------------------------
 
-    fn ringraft_phase(&self, name: &str, dir: &Path) -> Result<PhaseResult, String> {
+    fn ringraft_phase(&self, name: &str, dir: &Path, tls: bool) -> Result<PhaseResult, String> {
         let tuning = |i: usize| node_tuning(self.cpu_of(i));
-        let mut nodes = self.start_nodes(dir, 3, &tuning, "", &|_| Vec::new())?;
+        let properties = |id: usize| {
+            if tls {
+                tls_properties(&self.dir.join("pki"), id)
+            } else {
+                String::new()
+            }
+        };
+        let mut nodes = self.start_nodes(dir, 3, &tuning, &properties, &|_| Vec::new())?;
         let result = self.follow(name, &mut nodes.procs, &nodes.events, "node");
         nodes.procs.stop_all();
         result
     }
 
     /// Formats and starts a `voters`-node quorum in fresh directories under `dir`: node `i`
-    /// with `tuning(i)`, `properties` added to its server.properties and `extra(node dir)`
+    /// with `tuning(i)`, `properties(id)` added to its server.properties and `extra(node dir)`
     /// after the load generator's arguments.
     pub(super) fn start_nodes(
         &self,
         dir: &Path,
         voters: usize,
         tuning: &dyn Fn(usize) -> String,
-        properties: &str,
+        properties: &dyn Fn(usize) -> String,
         extra: &dyn Fn(&Path) -> Vec<String>,
     ) -> Result<Nodes, String> {
         let a = self.args;
@@ -647,7 +693,7 @@ impl Bench<'_> {
                 .map_err(|e| format!("cannot create {}: {e}", node_dir.display()))?;
             let config = node_dir.join("server.properties");
             let tuning_file = node_dir.join("tuning.toml");
-            let node_config = node_properties(id, &ports, &node_dir.join("data")) + properties;
+            let node_config = node_properties(id, &ports, &node_dir.join("data")) + &properties(id);
             write_file(&config, &node_config)?;
             write_file(&tuning_file, &tuning(i))?;
             let format = Command::new(&self.exe)
@@ -915,7 +961,7 @@ impl Bench<'_> {
                 .map(|(name, _, r)| (name.clone(), r))
                 .collect()
         };
-        let (floors, ours) = (of(Side::Floor), of(Side::Ringraft));
+        let (floors, ours, tlss) = (of(Side::Floor), of(Side::Ringraft), of(Side::RingraftTls));
         let a = self.args;
         let floor_runs: Vec<Summary> = floors.iter().map(|(_, r)| r.summary).collect();
         let our_runs: Vec<Summary> = ours.iter().map(|(_, r)| r.summary).collect();
@@ -924,7 +970,11 @@ impl Bench<'_> {
         let cmp = compare(&floor, &ringraft);
         let target = a.throughput as f64 * a.record_size as f64;
         let sustained = ringraft.bytes_per_s >= 0.95 * target;
-        let failed = ringraft.failed + floor.failed;
+        let tls_runs: Vec<Summary> = tlss.iter().map(|(_, r)| r.summary).collect();
+        let tls = (!tls_runs.is_empty()).then(|| Summary::median(&tls_runs));
+        // TLS against plaintext, and against the floor.
+        let tls_cmp = tls.map(|t| (compare(&ringraft, &t), compare(&floor, &t)));
+        let failed = ringraft.failed + floor.failed + tls.map_or(0, |t| t.failed);
         let moved: usize = ours.iter().map(|(_, r)| r.leader_changes).sum();
         // Against each floor run alone: how much the result depends on which one is used.
         let each: Vec<(&str, Comparison)> = floors
@@ -940,6 +990,7 @@ impl Bench<'_> {
             report::median(&mut v)
         };
         let (cpu_floor, cpu_ours) = (cpu_median(&floors), cpu_median(&ours));
+        let cpu_tls = cpu_median(&tlss);
         let cpu_ratio = cpu_floor.zip(cpu_ours).map(|(f, o)| o / f.max(1e-9));
         let mut goals = vec![
             Goal::at_most(
@@ -1017,6 +1068,21 @@ impl Bench<'_> {
                     }))
                     .collect::<Vec<_>>(),
                 "floor_runs_disagree": noisy,
+                "tls": tls.zip(tls_cmp).map(|(t, (plain, fl))| json!({
+                    "ringraft_tls": t.to_json(),
+                    "tls_to_plaintext": {
+                        "p50": round3(plain.p50),
+                        "p75": round3(plain.p75),
+                        "p99": round3(plain.p99),
+                        "p999": round3(plain.p999),
+                    },
+                    "tls_to_floor": {
+                        "p50": round3(fl.p50),
+                        "p99": round3(fl.p99),
+                    },
+                    "cpu_us_per_record": cpu_tls.map(round3),
+                    "cpu_to_plaintext": cpu_tls.zip(cpu_ours).map(|(t, o)| round3(t / o.max(1e-9))),
+                })),
                 "target_rate_sustained": sustained,
                 "failed_records": failed,
                 "leader_changes": moved,
@@ -1030,12 +1096,12 @@ impl Bench<'_> {
             a.throughput, a.record_size, target
         );
         println!(
-            "  {:<22} {:>9} {:>9} {:>9} {:>9} {:>9} {:>14}",
+            "  {:<26} {:>9} {:>9} {:>9} {:>9} {:>9} {:>14}",
             "", "p50", "p75", "p99", "p99.9", "max", "committed B/s"
         );
         let row = |label: &str, s: &Summary| {
             println!(
-                "  {:<22} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>14.0}",
+                "  {:<26} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>14.0}",
                 label, s.p50, s.p75, s.p99, s.p999, s.max, s.bytes_per_s
             );
         };
@@ -1046,17 +1112,30 @@ impl Bench<'_> {
         if ours.len() > 1 {
             row("ringraft (median)", &ringraft);
         }
+        if let (Some(t), true) = (tls, tlss.len() > 1) {
+            row("ringraft-tls (median)", &t);
+        }
         println!(
-            "  {:<22} {:>9.2} {:>9.2} {:>9.2} {:>9.2}",
+            "  {:<26} {:>9.2} {:>9.2} {:>9.2} {:>9.2}",
             "ringraft / floor", cmp.p50, cmp.p75, cmp.p99, cmp.p999
         );
         for (name, c) in &each {
             println!(
-                "  {:<22} {:>9.2} {:>9} {:>9.2}",
+                "  {:<26} {:>9.2} {:>9} {:>9.2}",
                 format!("ringraft / {name}"),
                 c.p50,
                 "",
                 c.p99
+            );
+        }
+        if let Some((plain, fl)) = tls_cmp {
+            println!(
+                "  {:<26} {:>9.2} {:>9.2} {:>9.2} {:>9.2}",
+                "TLS / plaintext", plain.p50, plain.p75, plain.p99, plain.p999
+            );
+            println!(
+                "  {:<26} {:>9.2} {:>9.2} {:>9.2} {:>9.2}",
+                "TLS / floor", fl.p50, fl.p75, fl.p99, fl.p999
             );
         }
         println!();
@@ -1068,6 +1147,12 @@ impl Bench<'_> {
             println!("CPU per committed record: ringraft {o:.1} µs, floor {f:.1} µs");
         } else {
             println!("CPU per committed record: not measured (/proc unreadable)");
+        }
+        if let (Some(t), Some(o)) = (cpu_tls, cpu_ours) {
+            println!(
+                "CPU per committed record with TLS: {t:.1} µs ({:.2}× plaintext)",
+                t / o.max(1e-9)
+            );
         }
         report::print_goals(&goals);
         if !sustained {
@@ -1815,9 +1900,11 @@ mod tests {
     #[test]
     fn phases_alternate() {
         use Side::{Floor as F, Ringraft as R};
-        assert_eq!(phase_plan(1), vec![F, R, F]);
-        assert_eq!(phase_plan(2), vec![F, R, F, R, F]);
-        assert_eq!(phase_plan(0), vec![F, R, F]);
+        assert_eq!(phase_plan(1, false), vec![F, R, F]);
+        assert_eq!(phase_plan(2, false), vec![F, R, F, R, F]);
+        assert_eq!(phase_plan(0, false), vec![F, R, F]);
+        use Side::RingraftTls as T;
+        assert_eq!(phase_plan(2, true), vec![F, R, T, F, T, R, F]);
     }
 
     #[test]

@@ -78,6 +78,9 @@ pub struct RemoveControllerArgs {
     /// A comma-separated list of controllers' host:port.
     #[arg(long = "bootstrap-controller", value_name = "HOST:PORT")]
     pub bootstrap_controller: String,
+    /// Client properties (`security.protocol=SSL` and the `ssl.*` keys), as for describe.
+    #[arg(long = "command-config", value_name = "FILE")]
+    pub command_config: Option<std::path::PathBuf>,
     /// Print what would be sent, send nothing.
     #[arg(long = "dry-run")]
     pub dry_run: bool,
@@ -97,6 +100,10 @@ pub struct DescribeArgs {
     /// A comma-separated list of controllers' host:port (hostnames are resolved).
     #[arg(long = "bootstrap-controller", value_name = "HOST:PORT")]
     pub bootstrap_controller: String,
+    /// Client properties, as Kafka's tool takes them: `security.protocol=SSL` with the `ssl.*`
+    /// keys (PEM stores) reaches controllers whose listener is SSL.
+    #[arg(long = "command-config", value_name = "FILE")]
+    pub command_config: Option<std::path::PathBuf>,
 }
 
 /// What `describe` prints.
@@ -132,12 +139,16 @@ pub fn run(command: QuorumCommand) -> Result<(), CliError> {
     let text = match command {
         QuorumCommand::Describe(args) => {
             let mode = args.mode().map_err(CliError::new)?;
-            let bootstrap = parse_bootstrap(&args.bootstrap_controller).map_err(CliError::new)?;
-            on_glommio(describe(bootstrap, mode))?
+            let bootstrap =
+                parse_bootstrap_hosts(&args.bootstrap_controller).map_err(CliError::new)?;
+            let dial = Dialer::from_command_config(args.command_config.as_deref())?;
+            on_glommio(describe(dial, bootstrap, mode))?
         }
         QuorumCommand::AddController(args) => {
-            let bootstrap = parse_bootstrap(&args.bootstrap_controller).map_err(CliError::new)?;
+            let bootstrap =
+                parse_bootstrap_hosts(&args.bootstrap_controller).map_err(CliError::new)?;
             let voter = new_controller(&args.config).map_err(CliError::new)?;
+            let dial = Dialer::new(voter.tls.as_ref())?;
             let text = format!(
                 "{} controller {} with directory id {} and endpoints: {}\n",
                 if args.dry_run {
@@ -155,16 +166,19 @@ pub fn run(command: QuorumCommand) -> Result<(), CliError> {
                     .join(", ")
             );
             if !args.dry_run {
-                on_glommio(add_controller(bootstrap, voter))?;
+                on_glommio(add_controller(dial, bootstrap, voter))?;
             }
             text
         }
         QuorumCommand::RemoveController(args) => {
-            let bootstrap = parse_bootstrap(&args.bootstrap_controller).map_err(CliError::new)?;
+            let bootstrap =
+                parse_bootstrap_hosts(&args.bootstrap_controller).map_err(CliError::new)?;
+            let dial = Dialer::from_command_config(args.command_config.as_deref())?;
             let directory_id = crate::ids::parse_kafka_uuid(&args.controller_directory_id)
                 .map_err(|e| CliError::new(format!("--controller-directory-id: {e}")))?;
             if !args.dry_run {
                 on_glommio(remove_controller(
+                    dial,
                     bootstrap,
                     args.controller_id,
                     directory_id,
@@ -207,6 +221,8 @@ pub struct NewController {
     pub id: i32,
     pub directory_id: uuid::Uuid,
     pub listeners: Vec<crate::protocol::kraft::Listener>,
+    /// Its controller listener's TLS, which the tool uses to reach the quorum too.
+    pub tls: Option<crate::config::tls::TlsConfig>,
 }
 
 pub fn new_controller(path: &std::path::Path) -> Result<NewController, String> {
@@ -251,6 +267,7 @@ pub fn new_controller(path: &std::path::Path) -> Result<NewController, String> {
         id: config.node_id,
         directory_id,
         listeners,
+        tls: config.tls,
     })
 }
 
@@ -258,20 +275,25 @@ pub fn new_controller(path: &std::path::Path) -> Result<NewController, String> {
 const CHANGE_DEADLINE: Duration = Duration::from_secs(60);
 
 /// Connects to the active controller (found through DescribeCluster on a bootstrap one).
-async fn active_connection(bootstrap: &[SocketAddr]) -> Result<PeerConnection, String> {
-    let mut conn = connect_any(bootstrap)
+async fn active_connection(
+    dial: &Dialer,
+    bootstrap: &[(String, SocketAddr)],
+) -> Result<PeerConnection, String> {
+    let mut conn = dial
+        .connect_any(bootstrap)
         .await
         .map_err(|e| format!("no bootstrap controller answered: {e}"))?;
     let metadata = describe_cluster(&mut conn).await?;
     drop(conn);
     let (leader_id, host, port) = active_controller(&metadata)?;
-    let addrs: Vec<SocketAddr> = (host.as_str(), port)
+    let addrs: Vec<(String, SocketAddr)> = (host.as_str(), port)
         .to_socket_addrs()
         .map_err(|e| {
             format!("cannot resolve the active controller {leader_id} at {host}:{port}: {e}")
         })?
+        .map(|addr| (host.clone(), addr))
         .collect();
-    connect_any(&addrs)
+    dial.connect_any(&addrs)
         .await
         .map_err(|e| format!("the active controller is node {leader_id} at {host}:{port}, but {e}"))
 }
@@ -280,7 +302,8 @@ async fn active_connection(bootstrap: &[SocketAddr]) -> Result<PeerConnection, S
 /// Kafka's admin client it retries REQUEST_TIMED_OUT, NOT_LEADER_OR_FOLLOWER and lost
 /// connections (finding the active controller again).
 async fn voter_change(
-    bootstrap: &[SocketAddr],
+    dial: &Dialer,
+    bootstrap: &[(String, SocketAddr)],
     what: &str,
     key: ApiKey,
     ours: (i16, i16),
@@ -290,7 +313,7 @@ async fn voter_change(
     // No bootstrap controller reachable at all is a mistake in the command, not a moment of
     // leader election: say so now instead of retrying for a minute.
     drop(
-        connect_any(bootstrap)
+        dial.connect_any(bootstrap)
             .await
             .map_err(|e| format!("no bootstrap controller answered: {e}"))?,
     );
@@ -298,7 +321,7 @@ async fn voter_change(
     let mut last;
     loop {
         let attempt = async {
-            let mut conn = active_connection(bootstrap).await?;
+            let mut conn = active_connection(dial, bootstrap).await?;
             let (version, answer) = call(&mut conn, key, ours, &encode).await?;
             decode(version, &answer)
         }
@@ -326,7 +349,11 @@ async fn voter_change(
     }
 }
 
-async fn add_controller(bootstrap: Vec<SocketAddr>, voter: NewController) -> Result<(), String> {
+async fn add_controller(
+    dial: Dialer,
+    bootstrap: Vec<(String, SocketAddr)>,
+    voter: NewController,
+) -> Result<(), String> {
     use crate::protocol::add_raft_voter as arv;
     let request = arv::AddRaftVoterRequest {
         cluster_id: None,
@@ -337,6 +364,7 @@ async fn add_controller(bootstrap: Vec<SocketAddr>, voter: NewController) -> Res
         ack_when_committed: true,
     };
     voter_change(
+        &dial,
         &bootstrap,
         "AddRaftVoter",
         ApiKey::ADD_RAFT_VOTER,
@@ -352,7 +380,8 @@ async fn add_controller(bootstrap: Vec<SocketAddr>, voter: NewController) -> Res
 }
 
 async fn remove_controller(
-    bootstrap: Vec<SocketAddr>,
+    dial: Dialer,
+    bootstrap: Vec<(String, SocketAddr)>,
     id: i32,
     directory_id: uuid::Uuid,
 ) -> Result<(), String> {
@@ -363,6 +392,7 @@ async fn remove_controller(
         voter_directory_id: directory_id,
     };
     voter_change(
+        &dial,
         &bootstrap,
         "RemoveRaftVoter",
         ApiKey::REMOVE_RAFT_VOTER,
@@ -380,7 +410,16 @@ async fn remove_controller(
 /// Parses `--bootstrap-controller`: comma-separated `host:port` (IPv6 as `[addr]:port`), each
 /// resolved with the system resolver; the addresses in order, none twice.
 pub fn parse_bootstrap(text: &str) -> Result<Vec<SocketAddr>, String> {
-    let mut out = Vec::new();
+    Ok(parse_bootstrap_hosts(text)?
+        .into_iter()
+        .map(|(_, addr)| addr)
+        .collect())
+}
+
+/// `parse_bootstrap`, each address with the host it was named by (what a controller's TLS
+/// certificate must name).
+pub fn parse_bootstrap_hosts(text: &str) -> Result<Vec<(String, SocketAddr)>, String> {
+    let mut out: Vec<(String, SocketAddr)> = Vec::new();
     for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
         let (host, port) = entry
             .rsplit_once(':')
@@ -393,9 +432,10 @@ pub fn parse_bootstrap(text: &str) -> Result<Vec<SocketAddr>, String> {
         let addrs = entry
             .to_socket_addrs()
             .map_err(|e| format!("cannot resolve controller address {entry:?}: {e}"))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
         for addr in addrs {
-            if !out.contains(&addr) {
-                out.push(addr);
+            if !out.iter().any(|(_, a)| *a == addr) {
+                out.push((host.to_owned(), addr));
             }
         }
     }
@@ -408,8 +448,12 @@ pub fn parse_bootstrap(text: &str) -> Result<Vec<SocketAddr>, String> {
 }
 
 /// The RPCs of docs/tools.md §2.1, then the text to print.
-async fn describe(bootstrap: Vec<SocketAddr>, mode: DescribeMode) -> Result<String, String> {
-    let mut leader = active_connection(&bootstrap).await?;
+async fn describe(
+    dial: Dialer,
+    bootstrap: Vec<(String, SocketAddr)>,
+    mode: DescribeMode,
+) -> Result<String, String> {
+    let mut leader = active_connection(&dial, &bootstrap).await?;
     match mode {
         DescribeMode::Status => {
             let cluster = describe_cluster(&mut leader).await?;
@@ -429,16 +473,48 @@ fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-/// A connection to the first of `addrs` that answers; the error names the last failure.
-async fn connect_any(addrs: &[SocketAddr]) -> Result<PeerConnection, String> {
-    let mut last = String::from("no address to connect to");
-    for &addr in addrs {
-        match PeerConnection::connect(addr, CLIENT_ID, CONNECT_TIMEOUT).await {
-            Ok(conn) => return Ok(conn),
-            Err(e) => last = e.to_string(),
-        }
+/// How the tool reaches controllers: plaintext, or TLS as `--command-config` says.
+pub struct Dialer {
+    tls: Option<crate::net::tls::Tls>,
+}
+
+impl Dialer {
+    fn new(tls: Option<&crate::config::tls::TlsConfig>) -> Result<Dialer, CliError> {
+        let tls = tls
+            .map(crate::net::tls::Tls::client)
+            .transpose()
+            .map_err(|e| CliError::new(format!("TLS: {e}")))?;
+        Ok(Dialer { tls })
     }
-    Err(last)
+
+    fn from_command_config(path: Option<&std::path::Path>) -> Result<Dialer, CliError> {
+        let Some(path) = path else {
+            return Ok(Dialer { tls: None });
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            CliError::new(format!(
+                "cannot read --command-config {}: {e}",
+                path.display()
+            ))
+        })?;
+        let props = crate::config::Properties::parse(&text);
+        let tls = crate::config::tls::parse_client(&props)
+            .map_err(|e| CliError::new(format!("--command-config {}: {e}", path.display())))?;
+        Self::new(tls.as_ref())
+    }
+
+    /// A connection to the first of `addrs` that answers; the error names the last failure.
+    async fn connect_any(&self, addrs: &[(String, SocketAddr)]) -> Result<PeerConnection, String> {
+        let mut last = String::from("no address to connect to");
+        for (host, addr) in addrs {
+            let tls = self.tls.as_ref().map(|t| (t, host.as_str()));
+            match PeerConnection::connect_with(*addr, CLIENT_ID, CONNECT_TIMEOUT, tls).await {
+                Ok(conn) => return Ok(conn),
+                Err(e) => last = e.to_string(),
+            }
+        }
+        Err(last)
+    }
 }
 
 /// One request at the highest version both sides speak within `ours`; the response body.
@@ -1178,6 +1254,7 @@ mod tests {
             replication,
             human_readable,
             bootstrap_controller: String::new(),
+            command_config: None,
         };
         assert_eq!(args(true, false, false).mode(), Ok(DescribeMode::Status));
         assert_eq!(
