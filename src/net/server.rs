@@ -179,6 +179,10 @@ impl<S: Service> Connections<S> {
             .await;
             match accepted {
                 None => {}
+                // A bare connect and close (a health check, a port probe) is not worth a warning.
+                Some(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                    debug!(%peer, error = %e, "closed before a TLS handshake")
+                }
                 Some(Err(e)) => super::tls::handshake_failed(&peer, &e),
                 Some(Ok(stream)) => {
                     let conn = Conn {
