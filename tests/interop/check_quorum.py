@@ -4,6 +4,9 @@
     check_quorum.py status OUT --cluster-id ID --voters 1=DIR@PORT,2=DIR@PORT,... [--observers 3=DIR,...]
     check_quorum.py replication OUT --voters ... [--observers ...]
 
+A voter given as ID=*@PORT is checked without its directory id (what a Kafka controller shows
+for the voters of a kraft.version 0 quorum: none, or the zero id).
+
 Field by field (docs/tools.md §2.2): the cluster id, a leader among the voters, epoch and high
 watermark, every voter with its directory id and CONTROLLER endpoint, exactly the observers
 given (none by default); for --replication the leader row first, then every other voter, then
@@ -63,7 +66,7 @@ def status(lines, args, voters):
         fail(f"CurrentVoters {current}")
     for v in current:
         directory, port = voters[v["id"]]
-        if v.get("directoryId") != directory:
+        if directory != "*" and v.get("directoryId") != directory:
             fail(f"voter {v['id']} directoryId {v.get('directoryId')} != {directory}")
         if v.get("endpoints") != [f"CONTROLLER://127.0.0.1:{port}"]:
             fail(f"voter {v['id']} endpoints {v.get('endpoints')}")
@@ -96,7 +99,7 @@ def replication(lines, voters, observers):
     for i, r in enumerate(body):
         node = int(r["NodeId"])
         directory = voters[node][0] if i < len(voters) else observers[node]
-        if r["DirectoryId"] != directory:
+        if directory != "*" and r["DirectoryId"] != directory:
             fail(f"node {node} DirectoryId {r['DirectoryId']} != {directory}")
         end, lag = int(r["LogEndOffset"]), int(r["Lag"])
         if end < 1 or lag != leader_end - end or lag < 0:

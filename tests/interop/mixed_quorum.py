@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ringraft voters in a quorum of real Apache Kafka controllers, through faults.
 
-usage: mixed_quorum.py static --layout KKW --kills N --seed S
+usage: mixed_quorum.py static --layout KKW --kills N --seed S [--tls DIR]
        mixed_quorum.py dynamic
        mixed_quorum.py latency [--layouts KKK,KKW] [--seconds 60]
   common: --kafka-jars DIR --tool-classes DIR --logging-jar JAR --ringraft BIN --work DIR
@@ -28,6 +28,11 @@ the seed), wait, and restart it. After every step:
 At the end every node is stopped, the logs of all three must be byte-identical prefixes of the
 longest under Kafka's DumpLogSegments, and the Kafka controllers' logs must hold no ERROR line.
 The last line is a summary: leader changes, who won each election, the longest times.
+
+With --tls DIR (certificates from tls_certs.sh), every node's controller listener is
+CONTROLLER:SSL with ssl.client.auth=required (Kafka's keys, PEM files from DIR), so the voters'
+own connections are mTLS with hostname verification, and kafka-metadata-quorum connects with
+DIR/client.properties. Static runs only.
 
 The dynamic run starts one Kafka controller formatted --standalone, adds a ringraft node with
 kafka-metadata-quorum add-controller, and removes it again with remove-controller.
@@ -60,15 +65,20 @@ class Tool:
     """kafka-metadata-quorum, many calls in one JVM (java/QuorumTool.java)."""
 
     def __init__(self, args, work):
+        # With --tls, every call connects as DIR/client.properties says (security.protocol=SSL).
+        tls = ""
+        if args.tls:
+            with open(os.path.join(args.tls, "client.properties")) as f:
+                tls = f.read()
         cfg = os.path.join(work, "tool.properties")
         with open(cfg, "w") as f:
             # Without these a call through a controller that names no leader waits 60 s.
-            f.write("default.api.timeout.ms=8000\nrequest.timeout.ms=4000\n")
+            f.write(tls + "default.api.timeout.ms=8000\nrequest.timeout.ms=4000\n")
         self.cfg = cfg
         # For polling for a new leader: a node that knows none yet must not hold the poll up.
         self.quick = os.path.join(work, "tool-quick.properties")
         with open(self.quick, "w") as f:
-            f.write("default.api.timeout.ms=1000\nrequest.timeout.ms=800\n")
+            f.write(tls + "default.api.timeout.ms=1000\nrequest.timeout.ms=800\n")
         cp = f"{args.tool_classes}:{args.kafka_jars}/*"
         self.proc = subprocess.Popen(
             ["java", "-Xmx256m", "-cp", cp, "QuorumTool"],
@@ -81,7 +91,7 @@ class Tool:
 
     def cluster(self, port):
         """(controller id, registered controller ids) from a node's DescribeCluster, or None."""
-        rc, out = self.ask(f"describe-cluster\t127.0.0.1:{port}")
+        rc, out = self.ask(f"describe-cluster\t127.0.0.1:{port}\t{self.cfg}")
         if rc != 0:
             return None
         active = re.search(r"^controller (-?\d+)$", out, re.M)
@@ -139,10 +149,18 @@ class Node:
             f"node.id={nid}",
             f"listeners=CONTROLLER://127.0.0.1:{self.port}",
             "controller.listener.names=CONTROLLER",
-            "listener.security.protocol.map=CONTROLLER:PLAINTEXT",
+            f"listener.security.protocol.map=CONTROLLER:{'SSL' if args.tls else 'PLAINTEXT'}",
             voters,
             f"{'metadata.log.dir' if kind != 'K' else 'log.dirs'}={self.data}",
         ]
+        if args.tls:
+            lines += [
+                "ssl.keystore.type=PEM",
+                f"ssl.keystore.location={os.path.join(args.tls, f'node{nid}.pem')}",
+                "ssl.truststore.type=PEM",
+                f"ssl.truststore.location={os.path.join(args.tls, 'ca.pem')}",
+                "ssl.client.auth=required",
+            ]
         if kind == "W":
             lines.append("ringraft.leadership=witness")
         lines.extend(extra)
@@ -467,7 +485,8 @@ class Suite:
         self.kafka_errors(nodes)
         self.tool.close()
         ringraft_wins = self.wins["R"] + self.wins["W"]
-        print(f"summary {self.args.layout}: {self.changes} leader changes, {self.stalls} with "
+        tls = " (mTLS)" if self.args.tls else ""
+        print(f"summary {self.args.layout}{tls}: {self.changes} leader changes, {self.stalls} with "
               f"the witness holding the longest log ({handovers} witness handovers); "
               f"elections won: Kafka "
               f"{self.wins['K']}, ringraft {ringraft_wins} (witness {self.wins['W']}); longest "
@@ -664,7 +683,16 @@ def main():
     p.add_argument("--ringraft", required=True)
     p.add_argument("--work", required=True)
     p.add_argument("--pids", required=True, help="file the started processes' PIDs go to")
+    p.add_argument("--tls", metavar="DIR", help="static: mTLS everywhere, certificates from DIR "
+                   "(tls_certs.sh DIR)")
     args = p.parse_args()
+    if args.tls:
+        args.tls = os.path.abspath(args.tls)
+        if args.mode != "static":
+            sys.exit("--tls: static runs only")
+        for name in ["ca.pem", "client.properties", "node1.pem", "node2.pem", "node3.pem"]:
+            if not os.path.exists(os.path.join(args.tls, name)):
+                sys.exit(f"--tls: no {name} in {args.tls} (tls_certs.sh makes them)")
     if args.mode == "static" and (len(args.layout) != 3 or set(args.layout) - set("KRW")):
         sys.exit("--layout: three of K, R, W")
     suite = Suite(args)

@@ -11,6 +11,7 @@
 #   CARGO_TARGET_DIR=/elsewhere tests/interop/run.sh # the ringraft binary is built (and taken) there
 #   LINCHECK_LONG=1 tests/interop/run.sh        # the linearizability run for 10 minutes, >= 30 kills
 #   MIXED_LONG=1 tests/interop/run.sh           # every mixed-quorum layout, 20 leader kills each
+#   RINGRAFT=target/release/ringraft tests/interop/tls.sh  # the TLS checks alone, no cargo (see tls.sh)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -51,6 +52,7 @@ need go golang-go
 need curl curl
 need prometheus prometheus
 need promtool prometheus
+need openssl openssl
 
 if [ ! -x "$WORK/venv/bin/python" ]; then
   python3 -m venv "$WORK/venv" 2>/dev/null || { apt_install python3-venv || true; python3 -m venv "$WORK/venv"; } \
@@ -874,6 +876,9 @@ for v in $KAFKA_VERSIONS; do
     ringraft_on_kafka_standalone "$v"
 done
 
+# ---- TLS: CONTROLLER:SSL with client certificates required (tls.sh, which also runs alone) -----
+. "$HERE/tls.sh"
+
 # ---- systemd: Type=notify reaches "active" only once the listener accepts -------------------
 if [ -d /run/systemd/system ]; then
   systemd_notify() {
@@ -955,6 +960,9 @@ else
   check "mixed quorum KKW (2 Kafka $MIXED_NEWEST controllers + 1 ringraft witness): 3 leader kills" \
     mixed "$MIXED_NEWEST" static --layout KKW --kills 3 --seed 1
 fi
+# The same over mTLS, with the certificates of the TLS section (tls.sh).
+check "mixed TLS quorum KKW (2 Kafka $MIXED_NEWEST controllers + 1 ringraft witness, mTLS): 2 leader kills" \
+  mixed "$MIXED_NEWEST" static --layout KKW --kills 2 --seed 5 --tls "$TLS_DIR"
 for v in $KAFKA_VERSIONS; do
   check "mixed quorum: Kafka $v's add-controller / remove-controller of a ringraft node (--standalone)" \
     mixed "$v" dynamic

@@ -1,5 +1,6 @@
 import java.io.BufferedReader;
 import java.io.ByteArrayOutputStream;
+import java.io.FileInputStream;
 import java.io.InputStreamReader;
 import java.io.PrintStream;
 import java.lang.reflect.Method;
@@ -16,9 +17,10 @@ import org.apache.kafka.common.Node;
  * paying a JVM start each time. Reads one invocation per line on stdin (arguments separated by
  * tabs) and answers each with its output followed by a line "=== rc=N".
  *
- * A line "describe-cluster HOST:PORT" instead asks that controller for DescribeCluster through
- * Kafka's Admin client (bootstrap.controllers): "controller N" and one "node N" per
- * registered controller, which is what the tool and Kafka's brokers are told.
+ * A line "describe-cluster HOST:PORT [CONFIG]" instead asks that controller for DescribeCluster
+ * through Kafka's Admin client (bootstrap.controllers; the client properties in the file CONFIG,
+ * such as security.protocol=SSL and its ssl.* keys, if given): "controller N" and one "node N"
+ * per registered controller, which is what the tool and Kafka's brokers are told.
  *
  * The tool's entry point that returns instead of exiting (mainNoExit) is package-private in
  * every 4.x release, hence the reflection; what runs is the tool's code, unchanged.
@@ -41,7 +43,7 @@ public class QuorumTool {
             try {
                 String[] words = line.split("\t");
                 if (words[0].equals("describe-cluster")) {
-                    rc = describeCluster(words[1]);
+                    rc = describeCluster(words[1], words.length > 2 ? words[2] : null);
                 } else {
                     rc = (Integer) run.invoke(null, (Object) words);
                 }
@@ -58,8 +60,13 @@ public class QuorumTool {
         }
     }
 
-    static int describeCluster(String controller) throws Exception {
+    static int describeCluster(String controller, String config) throws Exception {
         Properties props = new Properties();
+        if (config != null) {
+            try (FileInputStream in = new FileInputStream(config)) {
+                props.load(in);
+            }
+        }
         props.put("bootstrap.controllers", controller);
         props.put("default.api.timeout.ms", "3000");
         props.put("request.timeout.ms", "2000");
