@@ -57,7 +57,7 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::quorum::{probe_at, Probe, ELECTION_TIMEOUT_MS};
+use common::quorum::{majority_leader, probe_at, Probe, ELECTION_TIMEOUT_MS};
 use common::{binary, free_port, Node, Rng, TempDir, SIGTERM};
 use ringraft::records::Batch;
 
@@ -742,17 +742,7 @@ impl Fleet {
     /// The leader as a majority of the nodes that answer report it, with a known high
     /// watermark.
     fn leader(&self) -> Option<(i32, Probe)> {
-        let mut votes: BTreeMap<(i32, i32), usize> = BTreeMap::new();
-        for id in 1..=3 {
-            if let Some(p) = self.probe(id).filter(|p| p.leader > 0) {
-                *votes.entry((p.leader, p.epoch)).or_default() += 1;
-            }
-        }
-        let (&(leader, epoch), _) = votes.iter().find(|(_, n)| **n >= 2)?;
-        let p = self
-            .probe(leader)
-            .filter(|p| p.leader == leader && p.epoch == epoch)?;
-        (p.high_watermark >= 0).then_some((leader, p))
+        majority_leader(|id| self.probe(id))
     }
 
     fn wait_for<T>(&self, within: Duration, mut f: impl FnMut(&Fleet) -> Option<T>) -> Option<T> {

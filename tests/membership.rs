@@ -119,18 +119,8 @@ impl Cluster {
         let i = id as usize - 1;
         let acks = self.node_dir(id).join(format!("acks-{}", self.starts[i]));
         self.starts[i] += 1;
-        let args = [
-            "start",
-            "-c",
-            "server.properties",
-            "--load-rate",
-            "500",
-            "--load-warmup-ms",
-            "0",
-            "--load-ack-file",
-            acks.to_str().unwrap(),
-        ];
-        self.nodes[i] = Some(Node::start(&args, &self.node_dir(id), self.ports[i]));
+        let node = common::start_writing(&self.node_dir(id), self.ports[i], 500, &acks, &[]);
+        self.nodes[i] = Some(node);
     }
 
     fn bootstrap(&self) -> String {

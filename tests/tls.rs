@@ -81,18 +81,8 @@ fn a_tls_quorum_commits_and_refuses_clients_without_a_trusted_certificate() {
         std::fs::write(node_dir.join("server.properties"), config).unwrap();
         format_node("server.properties", &node_dir);
         let acks = node_dir.join("acks");
-        let args = [
-            "start",
-            "-c",
-            "server.properties",
-            "--load-rate",
-            "500",
-            "--load-warmup-ms",
-            "0",
-            "--load-ack-file",
-            acks.to_str().unwrap(),
-        ];
-        nodes.push((Node::start(&args, &node_dir, ports[id - 1]), acks));
+        let node = common::start_writing(&node_dir, ports[id - 1], 500, &acks, &[]);
+        nodes.push((node, acks));
     }
 
     // Commits: the leader's load generator acknowledges appends, which takes a majority over

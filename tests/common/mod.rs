@@ -172,6 +172,26 @@ pub fn wait_port_free(port: u16) {
     }
 }
 
+/// Starts `ringraft start -c server.properties` in `cwd` (listening on `port`) with the load
+/// generator appending `rate` records/s from the first moment, its acknowledgements in `acks`;
+/// `extra` arguments after those.
+pub fn start_writing(cwd: &Path, port: u16, rate: u32, acks: &Path, extra: &[&str]) -> Node {
+    let rate = rate.to_string();
+    let mut args = vec![
+        "start",
+        "-c",
+        "server.properties",
+        "--load-rate",
+        &rate,
+        "--load-warmup-ms",
+        "0",
+        "--load-ack-file",
+        acks.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    Node::start(&args, cwd, port)
+}
+
 /// A running node, killed on drop if the test did not stop it.
 pub struct Node {
     pub child: Child,

@@ -29,6 +29,21 @@ pub struct Cluster {
     pub cluster_id: String,
 }
 
+/// The leader of nodes 1–3 as at least two of them report it (leader and epoch), asked again
+/// to confirm it leads that epoch with a known high watermark; `probe` answers for one node
+/// (`None`: down, paused or silent).
+pub fn majority_leader(probe: impl Fn(i32) -> Option<Probe>) -> Option<(i32, Probe)> {
+    let mut votes: BTreeMap<(i32, i32), usize> = BTreeMap::new();
+    for id in 1..=3 {
+        if let Some(p) = probe(id).filter(|p| p.leader > 0) {
+            *votes.entry((p.leader, p.epoch)).or_default() += 1;
+        }
+    }
+    let (&(leader, epoch), _) = votes.iter().find(|(_, n)| **n >= 2)?;
+    let p = probe(leader).filter(|p| p.leader == leader && p.epoch == epoch)?;
+    (p.high_watermark >= 0).then_some((leader, p))
+}
+
 /// What a node says about the quorum.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Probe {
@@ -102,19 +117,7 @@ impl Cluster {
     pub fn start_with(&mut self, id: i32, extra: &[&str]) {
         let dir = self.node_dir(id);
         let acks = dir.join(format!("acks-{}", self.ack_files(id).len()));
-        let mut args = vec![
-            "start",
-            "-c",
-            "server.properties",
-            "--load-rate",
-            "2000",
-            "--load-warmup-ms",
-            "0",
-            "--load-ack-file",
-            acks.to_str().unwrap(),
-        ];
-        args.extend_from_slice(extra);
-        let node = Node::start(&args, &dir, self.ports[id as usize - 1]);
+        let node = super::start_writing(&dir, self.ports[id as usize - 1], 2000, &acks, extra);
         self.nodes[id as usize - 1] = Some(node);
     }
 
@@ -156,19 +159,11 @@ impl Cluster {
 
     /// The leader as a majority of running nodes report it, with a known high watermark.
     pub fn leader(&self) -> Option<(i32, Probe)> {
-        let mut votes: BTreeMap<(i32, i32), usize> = BTreeMap::new();
-        for id in 1..=3 {
-            if self.nodes[id as usize - 1].is_some() {
-                if let Some(p) = self.probe(id).filter(|p| p.leader > 0) {
-                    *votes.entry((p.leader, p.epoch)).or_default() += 1;
-                }
-            }
-        }
-        let (&(leader, epoch), _) = votes.iter().find(|(_, n)| **n >= 2)?;
-        let p = self
-            .probe(leader)
-            .filter(|p| p.leader == leader && p.epoch == epoch)?;
-        (p.high_watermark >= 0).then_some((leader, p))
+        majority_leader(|id| {
+            self.nodes[id as usize - 1]
+                .as_ref()
+                .and_then(|_| self.probe(id))
+        })
     }
 
     pub fn wait_for<T>(
