@@ -233,6 +233,11 @@ pub(super) struct Election {
     pub rejected: BTreeSet<i32>,
     /// Prospective only: voters that refused a pre-vote and will be asked again.
     pub refusals: BTreeSet<i32>,
+    /// Prospective only: this replica granted a pre-vote to a voter with a lower id while
+    /// campaigning itself, so the two may both win theirs (docs/raft.md §5.5).
+    pub rival_below: bool,
+    /// Prospective only: a won pre-vote, held back for the lower rival until then.
+    pub candidacy_at: Option<u64>,
     pub election_deadline: u64,
 }
 
@@ -475,6 +480,8 @@ impl Raft {
                 granted: self.own_vote(),
                 rejected: BTreeSet::new(),
                 refusals: BTreeSet::new(),
+                rival_below: false,
+                candidacy_at: None,
                 election_deadline: deadline,
             }));
         } else if let Some(leader) = stored.leader_id.filter(|l| self.can_follow(*l)) {
@@ -592,7 +599,9 @@ impl Raft {
     pub fn deadline_ms(&self) -> u64 {
         let mut next = match &self.role {
             Role::Unattached(s) => s.election_deadline,
-            Role::Prospective(s) | Role::Candidate(s) => s.election_deadline,
+            Role::Prospective(s) | Role::Candidate(s) => s
+                .candidacy_at
+                .map_or(s.election_deadline, |c| c.min(s.election_deadline)),
             Role::Follower(s) => s.fetch_deadline,
             Role::Resigned(s) => s.election_deadline,
             Role::Leader(s) => {
@@ -1069,6 +1078,8 @@ impl Raft {
             granted,
             rejected: BTreeSet::new(),
             refusals: BTreeSet::new(),
+            rival_below: false,
+            candidacy_at: None,
             election_deadline,
         }));
         if won {
@@ -1097,6 +1108,8 @@ impl Raft {
             granted,
             rejected: BTreeSet::new(),
             refusals: BTreeSet::new(),
+            rival_below: false,
+            candidacy_at: None,
             election_deadline,
         }));
         self.persist_election_state();
@@ -1390,6 +1403,9 @@ impl Raft {
                         s.election_deadline = deadline;
                     }
                 }
+            }
+            Role::Prospective(s) if s.candidacy_at.is_some_and(|c| c <= now) => {
+                self.become_candidate()
             }
             Role::Prospective(s) if s.election_deadline <= now => self.election_lost(),
             Role::Candidate(s) if s.election_deadline <= now => self.become_prospective(),

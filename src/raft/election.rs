@@ -151,6 +151,10 @@ impl Raft {
             self.note_stale_candidate(r.candidate.id);
         }
         let granted = self.may_grant(&r, up_to_date);
+        let local_id = self.config.local.id;
+        if let Role::Prospective(s) = &mut self.role {
+            s.rival_below |= granted && r.pre_vote && r.candidate.id < local_id;
+        }
         if granted && !r.pre_vote && self.voted_key().is_none() {
             self.record_vote(r.candidate);
         }
@@ -427,7 +431,16 @@ impl Raft {
             self.election_lost();
             return;
         }
-        match (outcome, &self.role) {
+        match (outcome, &mut self.role) {
+            (Some(true), Role::Prospective(s)) if s.rival_below => {
+                // Two Prospectives that granted each other's pre-vote would both stand in the
+                // next epoch, vote for themselves and split it: the election then waits a
+                // whole election timeout more. The higher id holds back so that the lower
+                // one's Vote arrives first and is granted (docs/raft.md §5.5).
+                let hold = (self.config.election_timeout_ms / 10).max(1);
+                let at = (self.now_ms + hold).min(s.election_deadline);
+                s.candidacy_at.get_or_insert(at);
+            }
             (Some(true), Role::Prospective(_)) => self.become_candidate(),
             (Some(true), Role::Candidate(_)) => self.become_leader(),
             (Some(false), Role::Prospective(_)) => self.election_lost(),

@@ -455,6 +455,113 @@ fn checker_catches_two_leaders_in_one_epoch() {
     assert!(why.contains("MonotonicEpoch"), "{why}");
 }
 
+/// Votes `raft` sends, as (request id, receiver, request).
+fn votes_sent(out: &[Outbound], pre_vote: bool) -> Vec<(u64, i32, Request)> {
+    out.iter()
+        .filter_map(|m| match m {
+            Outbound::Request { id, to, request } => match request {
+                Request::Vote(v) if v.pre_vote == pre_vote => Some((*id, *to, request.clone())),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
+/// Delivers `request` to `raft` at `now` and returns its answer.
+fn ask(raft: &mut Raft, disk: &mut Option<ElectionState>, now: u64, request: Request) -> Response {
+    raft.step(Time::simulated(now), Input::Request { token: 9, request });
+    drain(raft, disk)
+        .into_iter()
+        .find_map(|m| match m {
+            Outbound::Response { token: 9, response } => Some(response),
+            _ => None,
+        })
+        .expect("an answer")
+}
+
+/// Two voters of three turn Prospective in the same millisecond (the followers of a dead
+/// leader, timed by one long-poll answer) and grant each other's pre-vote. Both standing would
+/// split the vote and cost a whole election timeout (seen in the 3-process failover test).
+/// The higher id holds back, the lower one's Vote reaches it first, and one round elects.
+/// With `rival_calls` false the test delivers nothing more and checks that the higher id stands
+/// by itself once the hold runs out: a rival that never calls must not stall the election.
+fn pre_vote_rivals(rival_calls: bool) -> (Raft, Raft) {
+    let (mut d0, mut d1) = (None, None);
+    let (mut low, mut high) = (
+        core(0, 3, None, Mutations::default()),
+        core(1, 3, None, Mutations::default()),
+    );
+    drain(&mut low, &mut d0);
+    drain(&mut high, &mut d1);
+    let now = 2_000;
+    low.step(Time::simulated(now), Input::Tick);
+    high.step(Time::simulated(now), Input::Tick);
+    assert_eq!(
+        (low.state_name(), high.state_name()),
+        ("Prospective", "Prospective")
+    );
+    let low_asks = votes_sent(&drain(&mut low, &mut d0), true);
+    let high_asks = votes_sent(&drain(&mut high, &mut d1), true);
+    let (low_id, _, to_high) = low_asks.into_iter().find(|v| v.1 == 1).expect("0 asks 1");
+    let (high_id, _, to_low) = high_asks.into_iter().find(|v| v.1 == 0).expect("1 asks 0");
+    // Both requests cross before either answer arrives: both are granted.
+    let for_low = ask(&mut high, &mut d1, now + 1, to_high);
+    let for_high = ask(&mut low, &mut d0, now + 1, to_low);
+    low.step(
+        Time::simulated(now + 2),
+        Input::Response {
+            id: low_id,
+            response: for_low,
+        },
+    );
+    high.step(
+        Time::simulated(now + 2),
+        Input::Response {
+            id: high_id,
+            response: for_high,
+        },
+    );
+    assert_eq!(low.state_name(), "Candidate", "the lower id stands at once");
+    assert_eq!(high.state_name(), "Prospective", "the higher id holds back");
+    let votes = votes_sent(&drain(&mut low, &mut d0), false);
+    drain(&mut high, &mut d1);
+    if rival_calls {
+        let (vote_id, _, to_high) = votes.into_iter().find(|v| v.1 == 1).expect("0 asks 1");
+        let answer = ask(&mut high, &mut d1, now + 3, to_high);
+        assert!(
+            matches!(&answer, Response::Vote(v) if v.vote_granted),
+            "{answer:?}"
+        );
+        low.step(
+            Time::simulated(now + 4),
+            Input::Response {
+                id: vote_id,
+                response: answer,
+            },
+        );
+        drain(&mut low, &mut d0);
+    }
+    // Well past the hold, well before a new election timeout.
+    high.step(Time::simulated(now + 500), Input::Tick);
+    drain(&mut high, &mut d1);
+    (low, high)
+}
+
+#[test]
+fn prospectives_that_grant_each_other_elect_the_lower_id_in_one_round() {
+    let (low, high) = pre_vote_rivals(true);
+    assert_eq!(low.state_name(), "Leader");
+    assert_eq!((low.epoch(), high.epoch()), (1, 1));
+    assert_ne!(high.state_name(), "Candidate", "the vote was split");
+}
+
+#[test]
+fn a_held_back_prospective_stands_when_its_rival_never_calls() {
+    let (_, high) = pre_vote_rivals(false);
+    assert_eq!((high.state_name(), high.epoch()), ("Candidate", 1));
+}
+
 /// KIP-996 fallback (docs/raft.md §5.6): a peer that cannot carry PreVote (no Vote v2) makes the
 /// Prospective go straight to Candidate.
 #[test]
