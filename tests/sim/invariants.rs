@@ -78,6 +78,9 @@ pub struct Checker {
     lost_replicas: Vec<(ReplicaKey, i64)>,
     violation: Option<String>,
     pub committed_batches: usize,
+    /// Per epoch, the replicas that stood as Candidate in it (voted for themselves): two or
+    /// more is a split vote. Statistics, not an invariant: Raft allows splits.
+    candidates_by_epoch: BTreeMap<i32, BTreeSet<i32>>,
 }
 
 impl Checker {
@@ -94,6 +97,7 @@ impl Checker {
             lost_replicas: Vec::new(),
             violation: None,
             committed_batches: 0,
+            candidates_by_epoch: BTreeMap::new(),
         }
     }
 
@@ -155,6 +159,12 @@ impl Checker {
             ));
         }
         *last = Some(state.epoch);
+        if state.leader_id.is_none() && state.voted_key.is_some_and(|k| k.id == id) {
+            self.candidates_by_epoch
+                .entry(state.epoch)
+                .or_default()
+                .insert(id);
+        }
         if let Some(leader) = state.leader_id {
             let known = *self.leaders_by_epoch.entry(state.epoch).or_insert(leader);
             if known != leader {
@@ -165,6 +175,12 @@ impl Checker {
             }
         }
         Ok(())
+    }
+
+    /// (epochs with two or more candidates, epochs with a candidate): how often votes split.
+    pub fn split_votes(&self) -> (usize, usize) {
+        let split = self.candidates_by_epoch.values().filter(|c| c.len() > 1);
+        (split.count(), self.candidates_by_epoch.len())
     }
 
     /// VoteGrantedOnce: a standard vote goes to one candidate per epoch, crash or not.

@@ -48,6 +48,8 @@ pub struct RunStats {
     /// The run had a witness (`with_witness`), and how often it led and handed over.
     pub witness: bool,
     pub witness_handovers: u64,
+    /// Checker::split_votes.
+    pub split_votes: (usize, usize),
 }
 
 pub fn random_net(rng: &mut Prng) -> NetConfig {
@@ -147,6 +149,7 @@ pub fn random_run(seed: u64, size: usize, mutations: Mutations) -> Result<RunSta
             .iter()
             .filter_map(|w| c.nodes[*w as usize].raft().map(|r| r.witness_counts().1))
             .sum(),
+        split_votes: c.checker.split_votes(),
     })
 }
 
@@ -221,6 +224,7 @@ pub fn dynamic_run(
             truncations: c.truncations,
             witness: false,
             witness_handovers: 0,
+            split_votes: c.checker.split_votes(),
         },
         changes: c.checker.committed_changes(&c.voters),
         acks: operator::acks(&c),
@@ -405,6 +409,7 @@ fn run_seeds(size: usize, count: u64) {
     let base = env_u64("RINGRAFT_SIM_BASE", 0);
     let (mut events, mut committed, mut downloads, mut truncations) = (0u64, 0usize, 0, 0);
     let (mut abandoned, mut answers, mut retries, mut witnesses, mut handovers) = (0, 0, 0, 0, 0);
+    let (mut split, mut contested) = (0, 0);
     for seed in base..base + count {
         match random_run(seed, size, Mutations::default()) {
             Ok(stats) => {
@@ -417,6 +422,8 @@ fn run_seeds(size: usize, count: u64) {
                 downloads += stats.snapshot_downloads;
                 abandoned += stats.abandoned_downloads;
                 truncations += stats.truncations;
+                split += stats.split_votes.0;
+                contested += stats.split_votes.1;
             }
             Err(why) => panic!(
                 "seed {seed}, {size} nodes: {why}\nreplay: {}",
@@ -429,7 +436,8 @@ fn run_seeds(size: usize, count: u64) {
          batches, {truncations} divergence truncations, {downloads} snapshot downloads, \
          {abandoned} corrupt downloads abandoned, {answers} fetch-shard answers ({retries} \
          rebuilt after a rewrite); {witnesses} runs with a witness, each ending with a non-witness \
-         leader ({handovers} witness handovers since the last restarts)"
+         leader ({handovers} witness handovers since the last restarts); {split} of \
+         {contested} epochs with a candidate had two or more (split votes)"
     );
     assert!(witnesses > 0, "no run had a witness");
     assert!(answers > 0, "no fetch shard answered");
