@@ -460,6 +460,7 @@ fn run_seeds(size: usize, count: u64) {
 fn run_dynamic_seeds(count: u64) {
     let base = env_u64("RINGRAFT_SIM_BASE", 0);
     let (mut changed, mut events, mut stale) = (0u64, 0u64, 0u64);
+    let (mut split, mut contested) = (0, 0);
     let mut changes = ChangeCounts::default();
     let mut acks = Acks::default();
     for seed in base..base + count {
@@ -468,6 +469,8 @@ fn run_dynamic_seeds(count: u64) {
                 changed += u64::from(stats.changes.any());
                 events += stats.run.events;
                 stale += stats.stale_restarts;
+                split += stats.run.split_votes.0;
+                contested += stats.run.split_votes.1;
                 changes.add(&stats.changes);
                 acks.adds += stats.acks.adds;
                 acks.removes += stats.acks.removes;
@@ -485,7 +488,8 @@ fn run_dynamic_seeds(count: u64) {
         "{count} dynamic seeds: 0 violations, {events} events; {changed} seeds ({}%) committed a \
          voter change; committed: {} adds, {} removes ({} of the leader), {} endpoint updates, \
          {} wiped nodes re-added; operator acks: {} adds, {} removes, {} updates; {} port \
-         changes, {} wipes, {stale} restarts with a stale voter set",
+         changes, {} wipes, {stale} restarts with a stale voter set; {split} of {contested} \
+         epochs with a candidate had two or more (split votes)",
         changed * 100 / count.max(1),
         changes.adds,
         changes.removes,
