@@ -48,6 +48,14 @@ pub const METADATA_LOG_MAX_SNAPSHOT_INTERVAL_MS_DEFAULT: i64 = 3600 * 1000;
 pub const METADATA_LOG_MAX_RECORD_BYTES_BETWEEN_SNAPSHOTS_DEFAULT: i64 = 20 * 1024 * 1024;
 pub const CONNECTIONS_MAX_IDLE_MS_DEFAULT: i64 = 600_000;
 
+/// `ringraft.batch.cache.bytes`: what each fetch shard's cache of recent batches may hold,
+/// batches and entries counted (`log::CACHED_BATCH_OVERHEAD_BYTES`); the raft shard keeps half
+/// as much. The two share the batches' bytes when they hold the same ones, so a node holds at
+/// most this much per fetch shard plus half of it on the raft shard. It is the largest thing
+/// in a node's memory under load, and it fills within a minute or two at a few thousand
+/// records a second; beyond it, memory does not grow with the log.
+pub const BATCH_CACHE_BYTES_DEFAULT: i64 = 64 << 20;
+
 /// glommio reserves this much locked memory per executor for io_uring buffers. glommio's own
 /// default (10 MiB) exceeds a common 8 MiB `ulimit -l`; 512 KiB is the smallest it accepts.
 pub const IO_MEMORY_BYTES_DEFAULT: usize = 512 * 1024;

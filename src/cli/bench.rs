@@ -37,6 +37,9 @@ pub enum BenchCommand {
     /// Fetch fan-out to observers, catch-up and snapshot streaming, against same-run
     /// baselines, with ratios.
     Fetch(super::bench_fetch::FetchBenchArgs),
+    /// A 3-voter quorum under steady load for a long while: each node's memory after the
+    /// warm-up must stay flat (RSS at the end within 10 % of RSS after the warm-up).
+    Soak(super::bench_soak::SoakBenchArgs),
     /// One process of `bench quorum`'s floor (spawned by it).
     #[command(hide = true)]
     QuorumFloorNode(quorum::FloorNodeArgs),
@@ -76,6 +79,7 @@ pub fn run(command: BenchCommand) -> Result<(), CliError> {
         BenchCommand::Log(args) => args,
         BenchCommand::Quorum(args) => return quorum::run(args),
         BenchCommand::Fetch(args) => return super::bench_fetch::run(args),
+        BenchCommand::Soak(args) => return super::bench_soak::run(args),
         BenchCommand::QuorumFloorNode(args) => return quorum::run_floor_node(args),
     };
     std::fs::create_dir_all(&args.dir)

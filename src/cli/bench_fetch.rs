@@ -710,7 +710,8 @@ struct FetchBench<'a> {
     tuning: String,
 }
 
-fn load_average() -> String {
+/// The 1, 5 and 15 minute load averages, as `/proc/loadavg` gives them.
+pub(super) fn load_average() -> String {
     fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|l| {

@@ -1323,8 +1323,13 @@ impl Procs {
         p.status
     }
 
+    /// The process ids, in index order (those still known).
+    pub(super) fn pids(&self) -> Vec<u32> {
+        self.list.iter().flatten().map(|p| p.child.id()).collect()
+    }
+
     /// "X exited early (status): <its last stderr lines>", waiting briefly for the exit.
-    fn early_exit(&mut self, index: usize) -> String {
+    pub(super) fn early_exit(&mut self, index: usize) -> String {
         let deadline = Instant::now() + Duration::from_secs(2);
         while self.exited(index).is_none() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));

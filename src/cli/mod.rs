@@ -5,6 +5,7 @@ pub mod bench;
 pub mod bench_fetch;
 pub mod bench_quorum;
 pub mod bench_report;
+pub mod bench_soak;
 pub mod debug;
 pub mod format;
 pub mod quorum;

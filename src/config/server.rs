@@ -110,6 +110,9 @@ pub struct ServerConfig {
     /// `ringraft.leadership`: `voter` (the default) campaigns like any voter; `witness` votes,
     /// stores and replicates but leaves leading to the other voters (docs/raft.md §15).
     pub witness: bool,
+    /// `ringraft.batch.cache.bytes`: each fetch shard's batch cache; the raft shard's is half
+    /// (`constants::BATCH_CACHE_BYTES_DEFAULT`).
+    pub batch_cache_bytes: i64,
     /// TLS on the controller listeners and on peer connections, when the first controller
     /// listener's security protocol is SSL (`config::tls`).
     pub tls: Option<super::tls::TlsConfig>,
@@ -153,6 +156,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "unstable.api.versions.enable",
     "ringraft.admin.listener",
     "ringraft.leadership",
+    "ringraft.batch.cache.bytes",
 ];
 
 /// The known key an unknown `key` was probably meant to be: the closest by edit distance,
@@ -549,6 +553,11 @@ impl ServerConfig {
                     ))
                 }
             },
+            batch_cache_bytes: l.long(
+                "ringraft.batch.cache.bytes",
+                c::BATCH_CACHE_BYTES_DEFAULT,
+                0,
+            )?,
             tls: None,
             unknown_keys: props
                 .keys()

@@ -15,7 +15,7 @@ use glommio::io::{DmaFile, ReadResult};
 use zerocopy::FromBytes;
 
 use super::publication::{CachedBatch, ReaderReset};
-use crate::log::segment::{glommio_io, INDEX_INTERVAL_BYTES};
+use crate::log::segment::{glommio_io, SparseIndex};
 use crate::net::frame_out::Chunk;
 use crate::records::batch::{batch_size, BatchHeader};
 use crate::records::BatchError;
@@ -28,18 +28,15 @@ const READ_AHEADS: usize = 4;
 #[derive(Debug)]
 struct Segment {
     path: PathBuf,
-    /// (base offset, last offset, position), sparse: one entry per `INDEX_INTERVAL_BYTES`.
-    index: Vec<(i64, i64, usize)>,
-    bytes_since_entry: usize,
+    /// The raft shard's index of the segment when it last reset this reader, extended by the
+    /// appends published since (the same rule, so the same entries and the same bound).
+    index: SparseIndex,
     file: Option<Rc<DmaFile>>,
 }
 
 impl Segment {
     fn lookup(&self, offset: i64) -> usize {
-        match self.index.partition_point(|(base, ..)| *base <= offset) {
-            0 => 0,
-            i => self.index[i - 1].2,
-        }
+        self.index.lookup(offset)
     }
 }
 
@@ -104,8 +101,7 @@ impl LogReader {
                 s.base_offset,
                 Segment {
                     path: s.path.clone(),
-                    index: s.index.to_vec(),
-                    bytes_since_entry: INDEX_INTERVAL_BYTES,
+                    index: (*s.index).clone(),
                     file,
                 },
             );
@@ -127,17 +123,15 @@ impl LogReader {
         for b in batches {
             let segment = self.segments.entry(b.segment).or_insert_with(|| Segment {
                 path: crate::log::layout::segment_file(dir, b.segment),
-                index: Vec::new(),
-                bytes_since_entry: INDEX_INTERVAL_BYTES,
+                index: SparseIndex::default(),
                 file: None,
             });
-            if segment.bytes_since_entry >= INDEX_INTERVAL_BYTES {
-                segment
-                    .index
-                    .push((b.base_offset, b.last_offset, b.position as usize));
-                segment.bytes_since_entry = 0;
-            }
-            segment.bytes_since_entry += b.bytes.len();
+            segment.index.note_bounded(
+                b.base_offset,
+                b.last_offset,
+                b.position as usize,
+                b.bytes.len(),
+            );
             self.push(b.clone());
         }
         self.flushed = self.flushed.max(flushed);
@@ -155,8 +149,8 @@ impl LogReader {
             self.cache.clear();
             self.cache_bytes = 0;
         }
-        self.cache_bytes += b.bytes.len();
-        self.cache.push_back(b);
+        self.cache_bytes += b.cost();
+        crate::log::metadata_log::push_tight(&mut self.cache, b);
     }
 
     /// Keeps the cache within its budget; only durable batches leave it (older ones are read
@@ -165,7 +159,7 @@ impl LogReader {
         while self.cache_bytes > self.budget {
             match self.cache.front() {
                 Some(b) if b.last_offset < self.flushed => {
-                    self.cache_bytes -= b.bytes.len();
+                    self.cache_bytes -= b.cost();
                     self.cache.pop_front();
                 }
                 _ => break,

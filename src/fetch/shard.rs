@@ -28,8 +28,6 @@ use crate::raft::ReplicaKey;
 
 /// How often observers' progress goes to the raft shard (voters' goes at once).
 pub const OBSERVER_PROGRESS_MS: u64 = 50;
-/// The fetch shard's batch cache.
-pub const CACHE_BYTES: usize = 64 << 20;
 
 /// What a serving shard tells the raft shard.
 #[derive(Debug)]
@@ -109,11 +107,17 @@ pub struct Serving {
 
 impl Serving {
     /// `dir`: the partition directory (absolute).
-    pub fn new(dir: PathBuf, generation: Generation, report: ReportSink) -> Rc<Serving> {
+    /// `cache_bytes`: the batch cache's budget (`ringraft.batch.cache.bytes`).
+    pub fn new(
+        dir: PathBuf,
+        cache_bytes: usize,
+        generation: Generation,
+        report: ReportSink,
+    ) -> Rc<Serving> {
         Rc::new(Serving {
             dir,
             view: RefCell::new(None),
-            reader: RefCell::new(LogReader::new(CACHE_BYTES)),
+            reader: RefCell::new(LogReader::new(cache_bytes)),
             parking: RefCell::new(Parking::default()),
             parked: RefCell::new(HashMap::new()),
             published: Published::default(),

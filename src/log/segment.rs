@@ -39,47 +39,84 @@ pub const ZERO_AHEAD_BYTES: usize = 256 << 10;
 /// `index.interval.bytes`).
 pub const INDEX_INTERVAL_BYTES: usize = 4096;
 
-/// Sparse offset and time index of one segment, kept in memory (rebuilt by every recovery
-/// scan, as Kafka rebuilds its own) and written as Kafka's `.index` / `.timeindex` files when
-/// the segment is sealed.
-#[derive(Debug, Clone, Default)]
-pub struct OffsetIndex {
-    /// (base offset, last offset, position) of indexed batches.
+/// Most entries a segment's in-memory offset index holds. When a note would pass it, every
+/// other entry is dropped and the segment's interval doubles (the same rule replayed by a
+/// recovery scan, so both build the same index). The index of a segment of any size then stays
+/// within `INDEX_ENTRIES_MAX` × 24 B = 192 KiB (and its time index within × 16 B), and a lookup
+/// in a full 1 GiB segment (Kafka's `log.segment.bytes`) starts at most 128 KiB before its
+/// batch. How many segments there are is bounded by retention, not here.
+pub const INDEX_ENTRIES_MAX: usize = 8192;
+
+/// The offset part of a segment's sparse index: (base offset, last offset, position) of one
+/// batch per `interval` bytes, never more than `INDEX_ENTRIES_MAX` entries. Shared by the
+/// log (`OffsetIndex`) and the fetch shards' readers, which extend copies of it as they learn
+/// of appends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SparseIndex {
     entries: Vec<(i64, i64, usize)>,
-    /// (max timestamp so far, last offset of the batch that set it); timestamps ascend.
-    time_entries: Vec<(i64, i64)>,
+    /// Bytes between entries: `INDEX_INTERVAL_BYTES`, doubled each time the index was thinned.
+    interval: usize,
     bytes_since_entry: usize,
-    /// The largest batch timestamp so far and the last offset of the batch that carried it.
-    max_timestamp: Option<(i64, i64)>,
 }
 
-impl OffsetIndex {
-    /// Notes a batch appended at `position`; keeps one entry per `INDEX_INTERVAL_BYTES`.
+impl Default for SparseIndex {
+    fn default() -> Self {
+        SparseIndex {
+            entries: Vec::new(),
+            interval: INDEX_INTERVAL_BYTES,
+            bytes_since_entry: 0,
+        }
+    }
+}
+
+impl SparseIndex {
+    /// Notes a batch of `size` bytes at `position`; true if it became an entry.
     pub fn note(
         &mut self,
         base_offset: i64,
         last_offset: i64,
         position: usize,
         size: usize,
-        max_timestamp: i64,
-    ) {
-        if self.max_timestamp.is_none_or(|(ts, _)| max_timestamp > ts) {
-            self.max_timestamp = Some((max_timestamp, last_offset));
-        }
-        if self.entries.is_empty() || self.bytes_since_entry >= INDEX_INTERVAL_BYTES {
+    ) -> bool {
+        let entry = self.entries.is_empty() || self.bytes_since_entry >= self.interval;
+        if entry {
+            assert!(
+                self.entries
+                    .last()
+                    .is_none_or(|(_, last, p)| *last < base_offset && *p < position),
+                "index entries follow the log"
+            );
             self.entries.push((base_offset, last_offset, position));
-            // Like Kafka's timeIndex.maybeAppend: only when the max has grown.
-            let (ts, offset) = self.max_timestamp.expect("set above");
-            if self
-                .time_entries
-                .last()
-                .is_none_or(|(last_ts, _)| ts > *last_ts)
-            {
-                self.time_entries.push((ts, offset));
-            }
             self.bytes_since_entry = 0;
         }
         self.bytes_since_entry += size;
+        entry
+    }
+
+    /// `note`, then thinned if that passed `INDEX_ENTRIES_MAX` (for an index without a time
+    /// part).
+    pub fn note_bounded(
+        &mut self,
+        base_offset: i64,
+        last_offset: i64,
+        position: usize,
+        size: usize,
+    ) {
+        if self.note(base_offset, last_offset, position, size) {
+            self.thin_if_full();
+        }
+    }
+
+    /// Past `INDEX_ENTRIES_MAX`: keeps every other entry and doubles the interval. True if it
+    /// thinned (the time index thins with it).
+    fn thin_if_full(&mut self) -> bool {
+        if self.entries.len() <= INDEX_ENTRIES_MAX {
+            return false;
+        }
+        keep_even(&mut self.entries);
+        self.interval *= 2;
+        assert!(self.entries.len() <= INDEX_ENTRIES_MAX);
+        true
     }
 
     /// (base offset, last offset, position) of the indexed batches.
@@ -95,19 +132,91 @@ impl OffsetIndex {
         }
     }
 
+    /// Drops the entries at or after `position`; the next batch noted becomes an entry.
+    fn truncate(&mut self, position: usize) {
+        self.entries.retain(|(_, _, p)| *p < position);
+        self.bytes_since_entry = self.interval;
+    }
+}
+
+/// Keeps the entries at even positions (the first one stays, so lookups before the second
+/// still find the segment's start).
+fn keep_even<T>(entries: &mut Vec<T>) {
+    let mut i = 0;
+    entries.retain(|_| {
+        i += 1;
+        i % 2 == 1
+    });
+}
+
+/// Sparse offset and time index of one segment, kept in memory (rebuilt by every recovery
+/// scan, as Kafka rebuilds its own) and written as Kafka's `.index` / `.timeindex` files when
+/// the segment is sealed. Bounded by `INDEX_ENTRIES_MAX`.
+#[derive(Debug, Clone, Default)]
+pub struct OffsetIndex {
+    offsets: SparseIndex,
+    /// (max timestamp so far, last offset of the batch that set it); timestamps ascend.
+    time_entries: Vec<(i64, i64)>,
+    /// The largest batch timestamp so far and the last offset of the batch that carried it.
+    max_timestamp: Option<(i64, i64)>,
+}
+
+impl OffsetIndex {
+    /// Notes a batch appended at `position`; keeps one entry per interval.
+    pub fn note(
+        &mut self,
+        base_offset: i64,
+        last_offset: i64,
+        position: usize,
+        size: usize,
+        max_timestamp: i64,
+    ) {
+        if self.max_timestamp.is_none_or(|(ts, _)| max_timestamp > ts) {
+            self.max_timestamp = Some((max_timestamp, last_offset));
+        }
+        if self.offsets.note(base_offset, last_offset, position, size) {
+            // Like Kafka's timeIndex.maybeAppend: only when the max has grown.
+            let (ts, offset) = self.max_timestamp.expect("set above");
+            if self
+                .time_entries
+                .last()
+                .is_none_or(|(last_ts, _)| ts > *last_ts)
+            {
+                self.time_entries.push((ts, offset));
+            }
+            if self.offsets.thin_if_full() {
+                keep_even(&mut self.time_entries);
+            }
+        }
+    }
+
+    /// The offset part, as readers on other shards copy it.
+    pub fn offsets(&self) -> &SparseIndex {
+        &self.offsets
+    }
+
+    /// (base offset, last offset, position) of the indexed batches.
+    pub fn entries(&self) -> &[(i64, i64, usize)] {
+        self.offsets.entries()
+    }
+
+    /// The position of the last indexed batch starting at or before `offset`.
+    pub fn lookup(&self, offset: i64) -> usize {
+        self.offsets.lookup(offset)
+    }
+
     /// Drops what is at or after `position` / `offset` (the segment was truncated there).
     pub fn truncate(&mut self, position: usize, offset: i64) {
-        self.entries.retain(|(_, _, p)| *p < position);
+        self.offsets.truncate(position);
         self.time_entries.retain(|(_, o)| *o < offset);
         self.max_timestamp = self.time_entries.last().copied();
-        self.bytes_since_entry = INDEX_INTERVAL_BYTES;
     }
 
     /// Kafka's `.index`: (int32 last offset − segment base, int32 position) per entry — an
     /// entry names the last offset of the batch that starts at the position.
     pub fn render(&self, base_offset: i64) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.entries.len() * 8);
-        for (_, last, position) in &self.entries {
+        let mut out = Vec::with_capacity(self.offsets.entries.len() * 8);
+        for (_, last, position) in self.offsets.entries() {
             out.extend_from_slice(&((last - base_offset) as i32).to_be_bytes());
             out.extend_from_slice(&(*position as i32).to_be_bytes());
         }
@@ -580,5 +689,38 @@ mod tests {
         index.truncate(15000, 30);
         assert_eq!(index.render_time(0).len(), 2 * 12);
         assert_eq!(index.lookup(35), 10000);
+    }
+
+    #[test]
+    fn a_segment_index_stays_within_its_bound_however_long_the_segment() {
+        // 4 GiB of 4 KiB batches: a million notes, each one an entry until the first thinning.
+        let mut index = OffsetIndex::default();
+        let mut reader = SparseIndex::default();
+        let batches = 1 << 20;
+        for i in 0..batches {
+            let position = i * INDEX_INTERVAL_BYTES;
+            let offset = i as i64;
+            index.note(offset, offset, position, INDEX_INTERVAL_BYTES, offset);
+            reader.note_bounded(offset, offset, position, INDEX_INTERVAL_BYTES);
+            assert!(index.entries().len() <= INDEX_ENTRIES_MAX);
+        }
+        assert!(
+            index.entries().len() > INDEX_ENTRIES_MAX / 2,
+            "thinned, not emptied"
+        );
+        assert!(index.render_time(0).len() <= INDEX_ENTRIES_MAX * 12);
+        // A reader extending a copy with the same batches builds the same index.
+        assert_eq!(index.offsets(), &reader);
+        // The segment's start stays indexed; every lookup lands at or before its batch, at
+        // most one interval (4 GiB / 8192 entries = 512 KiB) before it.
+        assert_eq!(index.entries()[0], (0, 0, 0));
+        for offset in [0i64, 1, 4095, 500_000, (batches - 1) as i64] {
+            let position = index.lookup(offset);
+            let exact = offset as usize * INDEX_INTERVAL_BYTES;
+            assert!(
+                position <= exact && exact - position <= 512 << 10,
+                "{offset}"
+            );
+        }
     }
 }

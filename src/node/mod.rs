@@ -443,6 +443,7 @@ fn spawn_shards(
         partition_dir: crate::log::layout::partition_dir(&config.metadata_dir()),
         log_config: crate::log::LogConfig {
             segment_bytes: config.metadata_log_segment_bytes as usize,
+            cache_bytes: usize::try_from(config.batch_cache_bytes / 2).unwrap_or(usize::MAX),
             ..Default::default()
         },
         index: 0,
@@ -811,6 +812,7 @@ async fn serving_role(
     });
     Ok(Some(crate::fetch::shard::Serving::new(
         dir,
+        ctx.log_config.cache_bytes.saturating_mul(2),
         ctx.generation.clone(),
         report,
     )))

@@ -88,6 +88,9 @@ impl BatchBuilder {
         let (header, _) = BatchHeader::mut_from_prefix(&mut self.buf).expect("header written");
         header.crc = U32::new(crc);
         debug_assert!(self.buf.len() >= BATCH_HEADER_BYTES);
+        // The batch lives on in the log's caches as one allocation: give back the growth room
+        // (up to half of it), which the caches' budgets do not see.
+        self.buf.shrink_to_fit();
         self.buf
     }
 }
