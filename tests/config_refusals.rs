@@ -183,7 +183,9 @@ fn every_log_dir_must_belong_to_this_node() {
     let good = std::fs::read(&meta).unwrap();
     let shown = meta.display().to_string();
     let other_cluster = "AAAAAAAAAAAAAAAAAAAAZA";
-    let cases: Vec<(&str, Box<dyn Fn()>, Vec<String>)> = vec![
+    /// A case's name, how it spoils `extra/meta.properties`, and what the refusal says.
+    type Case<'a> = (&'a str, Box<dyn Fn() + 'a>, Vec<String>);
+    let cases: Vec<Case> = vec![
         (
             "another cluster",
             Box::new(|| set_key(&meta, "cluster.id", other_cluster)),
