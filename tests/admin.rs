@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use ringraft::{Node, RunningNode, ServerConfig};
 
-const CLUSTER_ID: &str = "YWRtaW4tbGlzdGVuZXItdAA";
+const CLUSTER_ID: &str = "YWRtaW4tbGlzdGVuZXItdA";
 
 /// GET `path` on 127.0.0.1:`port`: (status, body).
 fn get(port: u16, path: &str) -> Option<(u16, String)> {

@@ -552,12 +552,28 @@ impl Fleet {
         self.data_dirs[idx(id)].join("__cluster_metadata-0")
     }
 
+    /// Formats node `id` where it runs: format binds its listener for a moment, as start
+    /// does, so in a namespace it runs in that namespace, and elsewhere it waits until a
+    /// killed incarnation's listener is gone.
     fn format(&self, id: i32) {
         let args = ["storage", "format", "-t", &self.cluster_id];
-        let out = common::run(
-            &[&args[..], &["-c", "server.properties"]].concat(),
-            &self.node_dir(id),
-        );
+        let mut command = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &ns.name(id), binary()]);
+                c
+            }
+            None => {
+                common::wait_port_free(self.addrs[idx(id)].port());
+                Command::new(binary())
+            }
+        };
+        let out = command
+            .args(args)
+            .args(["-c", "server.properties"])
+            .current_dir(self.node_dir(id))
+            .output()
+            .unwrap();
         if !out.status.success() {
             let why = String::from_utf8_lossy(&out.stderr);
             self.fail(&format!("cannot format node {id}: {why}"));

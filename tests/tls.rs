@@ -264,10 +264,35 @@ fn key_material_that_cannot_be_used_stops_the_start_naming_the_file() {
             keystore.display(),
             trusted.join("ca.pem").display()
         );
-        let config = common::write_config(dir.path(), port, &extra);
+        // storage format runs start's checks on the config, so it refuses first.
         let _ = std::fs::remove_dir_all(dir.path().join("data"));
-        format_node(config.to_str().unwrap(), dir.path());
-        let err = start_must_fail(&["start", "-c", config.to_str().unwrap()], dir.path());
+        let config = common::write_config(dir.path(), port, &extra);
+        let config = config.to_str().unwrap();
+        let out = run(
+            &[
+                "storage",
+                "format",
+                "-t",
+                common::TEST_CLUSTER_ID,
+                "-c",
+                config,
+            ],
+            dir.path(),
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(why) && err.contains(keystore.to_str().unwrap()),
+            "{err}"
+        );
+        assert!(!dir.path().join("data").exists(), "format wrote nothing");
+        // A directory formatted before the key material went bad: start refuses it.
+        format_node(
+            common::write_config(dir.path(), port, "").to_str().unwrap(),
+            dir.path(),
+        );
+        common::write_config(dir.path(), port, &extra);
+        let err = start_must_fail(&["start", "-c", config], dir.path());
         assert!(err.contains(why), "{}: {err}", keystore.display());
         assert!(err.contains(keystore.to_str().unwrap()), "{err}");
     }

@@ -27,6 +27,7 @@ use crate::ids::{parse_kafka_uuid, random_kafka_uuid};
 use crate::log::bootstrap::{self, BootstrapSnapshot};
 use crate::log::layout;
 use crate::log::meta_properties::{MetaError, MetaProperties};
+use crate::node::storage;
 use crate::protocol::api_versions::{KRAFT_VERSION_FEATURE, KRAFT_VERSION_MAX};
 use crate::records::metadata::FeatureLevelRecord;
 
@@ -107,11 +108,14 @@ pub fn run(args: &FormatArgs) -> Result<(), CliError> {
     parse_kafka_uuid(&args.cluster_id)
         .map_err(|why| CliError::new(format!("cluster id: {why}")))?;
     let plan = plan(&config, args)?;
-    let targets = dirs_to_format(&config, args.ignore_formatted)?;
+    let targets = dirs_to_format(&config, args)?;
     if targets.is_empty() {
         println!("All of the log directories are already formatted.");
         return Ok(());
     }
+    // What start would refuse about this config, refused before anything is written. Skipped
+    // when there is nothing to format, so that `format -g` beside a running node still passes.
+    crate::node::listen::check_config(&config).map_err(|e| CliError::new(e.0))?;
     let records = bootstrap_records();
     println!(
         "Bootstrap metadata: {}",
@@ -264,12 +268,23 @@ fn describe_bootstrap_metadata(records: &[FeatureLevelRecord]) -> String {
     )
 }
 
-/// The directories to format; a formatted one is an error unless `ignore_formatted`.
-fn dirs_to_format(config: &ServerConfig, ignore_formatted: bool) -> Result<Vec<PathBuf>, CliError> {
+/// The directories to format; a formatted one is an error unless `--ignore-formatted`, and
+/// then it must already belong to this cluster and node (Kafka's `MetaPropertiesEnsemble
+/// .verify`). One that holds a log without `meta.properties` is refused (`node::storage`).
+fn dirs_to_format(config: &ServerConfig, args: &FormatArgs) -> Result<Vec<PathBuf>, CliError> {
     let mut out = Vec::new();
     for dir in config.all_log_dirs() {
         match MetaProperties::read(&dir) {
-            Ok(_) if ignore_formatted => {}
+            Ok(meta) if args.ignore_formatted => {
+                storage::check_identity(
+                    &dir,
+                    &meta,
+                    &args.cluster_id,
+                    &format!("--cluster-id is {}", args.cluster_id),
+                    config.node_id,
+                )
+                .map_err(CliError::new)?;
+            }
             Ok(_) => {
                 return Err(CliError::new(format!(
                     "Log directory {} is already formatted. Use --ignore-formatted to ignore \
@@ -277,8 +292,21 @@ fn dirs_to_format(config: &ServerConfig, ignore_formatted: bool) -> Result<Vec<P
                     dir.display()
                 )))
             }
-            Err(MetaError::Missing(_)) => out.push(dir),
-            Err(e) => return Err(CliError::new(format!("cannot format: {e}"))),
+            Err(MetaError::Missing(_)) => {
+                let files = layout::log_files(&dir)
+                    .map_err(|e| CliError::new(format!("cannot read {}: {e}", dir.display())))?;
+                if !files.is_empty() {
+                    let why = storage::unformatted_log(&dir, &files, config.node_id);
+                    return Err(CliError::new(why));
+                }
+                out.push(dir);
+            }
+            Err(e) => {
+                return Err(CliError::new(format!(
+                    "cannot format: {}",
+                    storage::unreadable(&e)
+                )))
+            }
         }
     }
     Ok(out)

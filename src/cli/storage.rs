@@ -127,10 +127,15 @@ fn info(config_path: &Path) -> Result<(), CliError> {
             Err(MetaError::Missing(_)) if !dir.exists() => {
                 problems.push(format!("{} does not exist", dir.display()))
             }
-            Err(MetaError::Missing(_)) => {
-                problems.push(format!("{} is not formatted.", dir.display()))
-            }
-            Err(e) => problems.push(e.to_string()),
+            Err(MetaError::Missing(_)) => match crate::log::layout::log_files(&dir) {
+                Ok(files) if !files.is_empty() => {
+                    let why = crate::node::storage::unformatted_log(&dir, &files, config.node_id);
+                    problems.push(why)
+                }
+                Ok(_) => problems.push(format!("{} is not formatted.", dir.display())),
+                Err(e) => problems.push(format!("cannot read {}: {e}", dir.display())),
+            },
+            Err(e) => problems.push(crate::node::storage::unreadable(&e)),
         }
     }
     if !found.is_empty() {

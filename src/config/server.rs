@@ -631,6 +631,7 @@ impl ServerConfig {
                        controller.quorum.bootstrap.servers";
             return Err(invalid("controller.quorum.voters", "", why));
         }
+        self.validate_static_voters(&l)?;
         if self.metadata_log_segment_bytes < self.metadata_log_segment_min_bytes {
             let value = self.metadata_log_segment_bytes.to_string();
             let why = format!("must be at least metadata.log.segment.min.bytes ({})", {
@@ -652,6 +653,31 @@ impl ServerConfig {
         }
         if self.log_dirs.is_empty() && self.metadata_log_dir.is_none() {
             return Err(invalid("log.dirs", "", "no log directory configured"));
+        }
+        Ok(())
+    }
+
+    /// A static quorum (`controller.quorum.voters` set) names each voter once, and a controller
+    /// of it is one of them: Kafka refuses a controller outside the set ("the node id must be
+    /// included in the set of voters"), which would otherwise wait forever as an observer. With
+    /// `controller.quorum.bootstrap.servers` alone the quorum is dynamic and observers are legal.
+    fn validate_static_voters(&self, l: &Lookup) -> Result<(), ConfigError> {
+        let key = "controller.quorum.voters";
+        let value = l.str(key).unwrap_or("");
+        let voters = &self.controller_quorum_voters;
+        for (i, voter) in voters.iter().enumerate() {
+            if voters[..i].iter().any(|other| other.id == voter.id) {
+                let why = format!("voter {} appears twice; each voter id once", voter.id);
+                return Err(invalid(key, value, why));
+            }
+        }
+        if !voters.is_empty() && !voters.iter().any(|v| v.id == self.node_id) {
+            let why = format!(
+                "node.id={} must be included in the set of voters; add {}@host:port, or use \
+                 controller.quorum.bootstrap.servers for a dynamic quorum it can join",
+                self.node_id, self.node_id
+            );
+            return Err(invalid(key, value, why));
         }
         Ok(())
     }
@@ -785,6 +811,15 @@ mod tests {
         ))
         .unwrap_err();
         assert_eq!(err.key, "controller.quorum.bootstrap.servers");
+        let err = load(&base.replace("node.id=1", "node.id=2")).unwrap_err();
+        assert_eq!(err.key, "controller.quorum.voters");
+        assert!(err.why.contains("node.id=2 must be included"), "{err}");
+        let twice = base.replace(
+            "controller.quorum.voters=1@127.0.0.1:9093",
+            "controller.quorum.voters=1@127.0.0.1:9093,1@127.0.0.1:9095",
+        );
+        let err = load(&twice).unwrap_err();
+        assert!(err.why.contains("voter 1 appears twice"), "{err}");
         let err = load(&base.replace("node.id=1", "node.id=-3")).unwrap_err();
         assert_eq!(err.key, "node.id");
         let err =

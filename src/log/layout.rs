@@ -52,6 +52,30 @@ pub fn parse_snapshot_name(name: &str) -> Option<(i64, i32)> {
     Some((offset.parse().ok()?, epoch.parse().ok()?))
 }
 
+/// The files in `<dir>/__cluster_metadata-0` that only a node that ran writes: segments,
+/// `quorum-state` and snapshots other than the bootstrap one (`storage format` writes that one
+/// before `meta.properties`, so a format that crashed leaves it behind). Empty when there is no
+/// partition directory. A directory that holds any of these holds a log, whatever its
+/// `meta.properties` says.
+pub fn log_files(dir: &Path) -> io::Result<Vec<String>> {
+    let partition = partition_dir(dir);
+    let entries = match std::fs::read_dir(&partition) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut found = Vec::new();
+    for entry in entries {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        let snapshot = parse_snapshot_name(&name).is_some_and(|at| at != (0, 0));
+        if snapshot || name == QUORUM_STATE_FILE || parse_segment_name(&name).is_some() {
+            found.push(name);
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
 /// Writes `partition.metadata` if it is missing (Kafka writes it once, at log creation).
 pub fn ensure_partition_metadata(dir: &Path) -> io::Result<()> {
     let path = dir.join(PARTITION_METADATA_FILE);

@@ -80,6 +80,9 @@ impl MetaProperties {
         if cluster_id.is_empty() {
             return Err("cluster.id is empty".into());
         }
+        // Kafka's cluster ids are UUIDs in base64url (`kafka-storage random-uuid`); `format`
+        // refuses anything else, so a file that holds something else was not written by it.
+        parse_kafka_uuid(&cluster_id).map_err(|e| format!("cluster.id: {e}"))?;
         let node_id = props.get("node.id").ok_or("no node.id key")?;
         let node_id: i32 = node_id
             .trim()
@@ -193,7 +196,14 @@ mod tests {
         assert!(MetaProperties::parse("version=1\nnode.id=1\n")
             .unwrap_err()
             .contains("cluster.id"));
-        let bad_dir = "version=1\nnode.id=1\ncluster.id=abc\ndirectory.id=nope\n";
+        let bad_cluster = "version=1\nnode.id=1\ncluster.id=abc\n";
+        let why = MetaProperties::parse(bad_cluster).unwrap_err();
+        assert!(
+            why.contains("cluster.id") && why.contains("base64url"),
+            "{why}"
+        );
+        let bad_dir =
+            "version=1\nnode.id=1\ncluster.id=MkU3OEVBNTcwNTJENDM2Qg\ndirectory.id=nope\n";
         assert!(MetaProperties::parse(bad_dir)
             .unwrap_err()
             .contains("directory.id"));

@@ -10,6 +10,7 @@ pub mod admin;
 pub mod admin_http;
 pub mod executor;
 pub mod handle;
+pub mod listen;
 pub mod load;
 pub mod metrics;
 pub mod notify;
@@ -22,7 +23,7 @@ pub mod route;
 pub mod storage;
 
 use std::fmt;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -176,31 +177,11 @@ pub(crate) fn start(
         dir = %config.metadata_dir().display(),
         "storage ready"
     );
-    let listen = resolve_listeners(&config)?;
     // Bound here, once: a port another process holds fails the start now.
-    let mut bound = Vec::new();
-    for (name, addr) in listen {
-        let listener = server::bind(&name, addr).map_err(NodeError)?;
-        bound.push((addr, Arc::new(listener)));
-    }
-    let admin = match &config.admin_listener {
-        None => None,
-        Some(hp) => {
-            let addr = (hp.host.as_str(), hp.port)
-                .to_socket_addrs()
-                .ok()
-                .and_then(|mut a| a.next())
-                .ok_or_else(|| {
-                    NodeError(format!(
-                        "ringraft.admin.listener: cannot resolve {}:{}",
-                        hp.host, hp.port
-                    ))
-                })?;
-            let listener = server::bind("ringraft.admin.listener", addr).map_err(NodeError)?;
-            info!(%addr, "admin listener (/metrics, /livez, /readyz)");
-            Some(Arc::new(listener))
-        }
-    };
+    let listen::Bound {
+        controller: bound,
+        admin,
+    } = listen::bind(&config)?;
     let setup = raft_setup(&config, &identity.meta)?;
     let mut listeners: Vec<_> = bound.iter().map(|(_, l)| l.clone()).collect();
     listeners.extend(admin.clone());
@@ -274,24 +255,6 @@ pub(crate) fn init_tracing(format: LogFormat) {
             .try_init(),
         LogFormat::Json => builder.json().with_current_span(true).try_init(),
     };
-}
-
-fn resolve_listeners(config: &ServerConfig) -> Result<Vec<(String, SocketAddr)>, NodeError> {
-    let mut out = Vec::new();
-    for listener in config.controller_listeners() {
-        let host = if listener.host.is_empty() {
-            "0.0.0.0"
-        } else {
-            listener.host.as_str()
-        };
-        let addr = (host, listener.port)
-            .to_socket_addrs()
-            .map_err(|e| NodeError(format!("listeners: cannot resolve {listener}: {e}")))?
-            .next()
-            .ok_or_else(|| NodeError(format!("listeners: {listener} resolves to no address")))?;
-        out.push((listener.name.clone(), addr));
-    }
-    Ok(out)
 }
 
 /// SIGTERM/SIGINT set the stop flag; a second one while stopping exits at once.
@@ -392,13 +355,7 @@ fn raft_setup(
     raft.auto_join = config.auto_join_enable;
     raft.witness = config.witness;
     raft.static_voters = !config.controller_quorum_voters.is_empty();
-    let tls = match &config.tls {
-        None => None,
-        Some(tls) => Some(
-            crate::net::tls::Tls::new(tls)
-                .map_err(|e| NodeError(format!("TLS on the controller listener: {e}")))?,
-        ),
-    };
+    let tls = listen::tls(config)?;
     Ok(RaftSetup {
         config: raft,
         static_voters,

@@ -1,14 +1,18 @@
 //! The node's storage identity at start: the metadata directory must be formatted (the
 //! embedded default formats itself on first start), its node.id must match the config, it gets
 //! a directory id if an older format left none, and it is locked against a second process.
+//! Every `log.dirs` entry must carry the same cluster and node ids. A directory that holds a
+//! log but lost its `meta.properties` is never formatted, here or by `storage format`.
 
 use std::fs::{File, OpenOptions};
+use std::path::Path;
 
 use tracing::info;
 
 use super::NodeError;
 use crate::config::ServerConfig;
-use crate::ids::{random_kafka_uuid, uuid_to_kafka_string};
+use crate::ids::{parse_kafka_uuid, random_kafka_uuid, uuid_to_kafka_string};
+use crate::log::layout;
 use crate::log::meta_properties::{MetaError, MetaProperties};
 
 /// The formatted, locked metadata directory. Dropping it releases the lock.
@@ -39,41 +43,160 @@ pub enum Format {
 
 pub fn prepare(config: &ServerConfig, format: &Format) -> Result<Identity, NodeError> {
     let dir = config.metadata_dir();
-    let shown = dir.display();
-    let meta = match MetaProperties::read(&dir) {
-        Ok(meta) => meta,
-        Err(MetaError::Missing(_)) if *format != Format::Never => {
-            let cluster_id = match format {
-                Format::Cluster(id) => id.clone(),
-                _ => uuid_to_kafka_string(&random_kafka_uuid()),
-            };
-            let meta = MetaProperties::format_new(&dir, &cluster_id, config.node_id)
-                .map_err(|e| NodeError(format!("cannot format {shown}: {e}")))?;
-            info!(dir = %shown, cluster_id = %cluster_id, "formatted on first start");
-            meta
-        }
-        Err(MetaError::Missing(_)) => {
-            return Err(NodeError(format!(
-                "{shown} is not formatted. Format it first: ringraft storage format -t \
-                 $(ringraft storage random-uuid) -c <this config>"
-            )))
-        }
-        Err(e) => {
-            return Err(NodeError(format!(
-                "cannot read the metadata directory: {e}"
-            )))
-        }
+    let format_as = match format {
+        Format::Never => None,
+        Format::Random => Some(uuid_to_kafka_string(&random_kafka_uuid())),
+        Format::Cluster(id) => Some(id.clone()),
     };
-    if meta.node_id != config.node_id {
-        return Err(NodeError(format!(
-            "{shown}/meta.properties has node.id={} but the config has node.id={}; this \
-             directory belongs to another node",
-            meta.node_id, config.node_id
-        )));
-    }
+    let meta = read_or_format(config, &dir, format_as)?;
+    check_node_id(&dir, &meta, config.node_id).map_err(NodeError)?;
+    check_log_dirs(config, &meta, format)?;
     let lock = lock_dir(config)?;
     let meta = ensure_directory_id(config, meta)?;
     Ok(Identity { meta, _lock: lock })
+}
+
+/// Reads `<dir>/meta.properties`; formats the directory for `format_as` when it has none and
+/// holds no log. A directory that holds a log without its `meta.properties` is refused
+/// whatever `format_as` says: formatting it would stamp a new cluster id onto that log.
+fn read_or_format(
+    config: &ServerConfig,
+    dir: &Path,
+    format_as: Option<String>,
+) -> Result<MetaProperties, NodeError> {
+    let shown = dir.display();
+    match MetaProperties::read(dir) {
+        Ok(meta) => Ok(meta),
+        Err(MetaError::Missing(_)) => {
+            let files = layout::log_files(dir)
+                .map_err(|e| NodeError(format!("cannot read {}: {e}", shown)))?;
+            if !files.is_empty() {
+                return Err(NodeError(unformatted_log(dir, &files, config.node_id)));
+            }
+            let Some(cluster_id) = format_as else {
+                return Err(NodeError(not_formatted(config, dir)));
+            };
+            parse_kafka_uuid(&cluster_id)
+                .map_err(|why| NodeError(format!("cannot format {shown}: cluster id: {why}")))?;
+            let meta = MetaProperties::format_new(dir, &cluster_id, config.node_id)
+                .map_err(|e| NodeError(format!("cannot format {shown}: {e}")))?;
+            info!(dir = %shown, cluster_id = %cluster_id, "formatted on first start");
+            Ok(meta)
+        }
+        Err(e) => Err(NodeError(unreadable(&e))),
+    }
+}
+
+fn not_formatted(config: &ServerConfig, dir: &Path) -> String {
+    if dir == config.metadata_dir() {
+        return format!(
+            "{} is not formatted. Format it first: ringraft storage format -t \
+             $(ringraft storage random-uuid) -c <this config>",
+            dir.display()
+        );
+    }
+    format!(
+        "{} (log.dirs) is not formatted. Format it for this node's cluster: ringraft storage \
+         format -g -t <cluster.id of {}/meta.properties> -c <this config>",
+        dir.display(),
+        config.metadata_dir().display()
+    )
+}
+
+/// Kafka reads every log directory's `meta.properties` at start and refuses one that is
+/// missing, unreadable or names another cluster or node (`MetaPropertiesEnsemble.verify`).
+/// ringraft keeps nothing in `log.dirs`, but a wrong entry is still a wrong config.
+fn check_log_dirs(
+    config: &ServerConfig,
+    metadata: &MetaProperties,
+    format: &Format,
+) -> Result<(), NodeError> {
+    let metadata_dir = config.metadata_dir();
+    let whose = format!(
+        "{}/meta.properties has cluster.id={}",
+        metadata_dir.display(),
+        metadata.cluster_id
+    );
+    for dir in config.all_log_dirs() {
+        if dir == metadata_dir {
+            continue;
+        }
+        let format_as = (*format != Format::Never).then(|| metadata.cluster_id.clone());
+        let meta = read_or_format(config, &dir, format_as)?;
+        check_identity(&dir, &meta, &metadata.cluster_id, &whose, config.node_id)
+            .map_err(NodeError)?;
+    }
+    Ok(())
+}
+
+/// `meta` (read from `dir`) must carry `cluster_id` (which `whose` names with its source:
+/// "X/meta.properties has cluster.id=…" or "--cluster-id is …") and the config's `node_id`.
+pub fn check_identity(
+    dir: &Path,
+    meta: &MetaProperties,
+    cluster_id: &str,
+    whose: &str,
+    node_id: i32,
+) -> Result<(), String> {
+    if meta.cluster_id != cluster_id {
+        return Err(format!(
+            "{}/meta.properties has cluster.id={} but {whose}; this \
+             directory belongs to another cluster: point log.dirs at this node's own directories",
+            dir.display(),
+            meta.cluster_id
+        ));
+    }
+    check_node_id(dir, meta, node_id)
+}
+
+fn check_node_id(dir: &Path, meta: &MetaProperties, node_id: i32) -> Result<(), String> {
+    if meta.node_id != node_id {
+        return Err(format!(
+            "{}/meta.properties has node.id={} but the config has node.id={node_id}; this \
+             directory belongs to another node",
+            dir.display(),
+            meta.node_id
+        ));
+    }
+    Ok(())
+}
+
+/// One line for a `meta.properties` that cannot be read or parsed, with what to do.
+pub fn unreadable(error: &MetaError) -> String {
+    match error {
+        MetaError::Missing(path) => format!("{} does not exist", path.display()),
+        MetaError::Io(path, e) => format!(
+            "cannot read {}: {e}; it must be readable by the user that runs ringraft",
+            path.display()
+        ),
+        MetaError::Invalid { path, why } => format!(
+            "{} is malformed ({why}); restore it from a backup, or write version=1, this \
+             node's node.id and the cluster's cluster.id (as in another controller's \
+             meta.properties)",
+            path.display()
+        ),
+    }
+}
+
+/// One line for a directory with no `meta.properties` that holds a log (`files`, from
+/// `layout::log_files`). The log does not record its cluster id, so the advice is to restore
+/// the file, never to format: a format would stamp a new cluster id onto the old log.
+pub fn unformatted_log(dir: &Path, files: &[String], node_id: i32) -> String {
+    const SHOWN: usize = 3;
+    let mut listed = files[..files.len().min(SHOWN)].join(", ");
+    if files.len() > SHOWN {
+        listed.push_str(&format!(" and {} more", files.len() - SHOWN));
+    }
+    format!(
+        "{}/meta.properties is missing but {}/{} holds a metadata log ({listed}): restore \
+         meta.properties with this cluster's id (version=1, node.id={node_id}, and the \
+         cluster.id that `ringraft storage info` shows on another controller, or that this \
+         node logged at its last start as `storage ready cluster_id=`); do not format this \
+         directory: that would stamp a new cluster id onto its log",
+        dir.display(),
+        dir.display(),
+        layout::PARTITION_DIR
+    )
 }
 
 /// Locks the metadata directory (`flock` on `<dir>/.lock`) against a second process.
