@@ -56,7 +56,10 @@ impl fmt::Display for UntrustedOr<'_> {
 /// formatting characters.
 fn is_hazard(c: char) -> bool {
     c.is_control()
-        || matches!(c, '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{feff}')
+        || matches!(
+            c,
+            '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{feff}'
+        )
         || ('\u{202a}'..='\u{202e}').contains(&c)
         || ('\u{2066}'..='\u{2069}').contains(&c)
 }
@@ -181,7 +184,10 @@ mod tests {
         let shown = Untrusted("a\nb\r\tc\u{1b}[31m\u{7f}\u{85}\u{202e}\\\"d").to_string();
         assert_eq!(shown, r#""a\nb\r\tc\u{1b}[31m\u{7f}\u{85}\u{202e}\\\"d""#);
         assert!(!shown.chars().any(is_hazard));
-        assert_eq!(Untrusted("plain-id_1.2:3").to_string(), "\"plain-id_1.2:3\"");
+        assert_eq!(
+            Untrusted("plain-id_1.2:3").to_string(),
+            "\"plain-id_1.2:3\""
+        );
         assert_eq!(UntrustedOr(None).to_string(), "none");
     }
 

@@ -868,7 +868,10 @@ fn io_errors_name_the_file() {
     let dir = TempDir::new("log-io-path");
     let file = dir.path().join("no-such-dir").join("quorum-state");
     let err = ringraft::log::durable::replace_file(&file, b"x").unwrap_err();
-    assert!(err.to_string().contains(&*file.display().to_string()), "{err}");
+    assert!(
+        err.to_string().contains(&*file.display().to_string()),
+        "{err}"
+    );
     let err = run({
         let file = file.clone();
         async move {
@@ -877,11 +880,14 @@ fn io_errors_name_the_file() {
                 .unwrap_err()
         }
     });
-    assert!(err.to_string().contains(&*file.display().to_string()), "{err}");
+    assert!(
+        err.to_string().contains(&*file.display().to_string()),
+        "{err}"
+    );
     // A segment that cannot be created says which.
     let partition = dir.path().join("not-a-dir");
     std::fs::write(&partition, b"a file").unwrap();
-    let err = run(async move { MetadataLog::open(&partition, small()).await.err() })
-        .expect("refused");
+    let err =
+        run(async move { MetadataLog::open(&partition, small()).await.err() }).expect("refused");
     assert!(err.to_string().contains("not-a-dir"), "{err}");
 }

@@ -55,12 +55,14 @@ pub async fn serve(listener: TcpListener, state: Rc<AdminState>, stop: StopSigna
             None => return,
             Some(Ok(stream)) => {
                 let state = state.clone();
-                glommio::spawn_local(async move {
-                    if let Err(e) = connection(stream, &state).await {
-                        debug!(error = %e, "admin connection");
+                glommio::spawn_local(
+                    async move {
+                        if let Err(e) = connection(stream, &state).await {
+                            debug!(error = %e, "admin connection");
+                        }
                     }
-                }
-                .in_current_span())
+                    .in_current_span(),
+                )
                 .detach();
             }
             Some(Err(e)) => {

@@ -72,8 +72,7 @@ impl PeerTransport {
         let current = self.peers.get(&to).is_some_and(|p| p.endpoint == endpoint);
         if !current {
             let (tx, rx) = mpsc::unbounded();
-            let span =
-                tracing::info_span!("peer", id = to, host = %crate::logsafe::Untrusted(&endpoint.host),
+            let span = tracing::info_span!("peer", id = to, host = %crate::logsafe::Untrusted(&endpoint.host),
                     port = endpoint.port);
             let task = peer_task(
                 endpoint.clone(),
