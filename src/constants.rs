@@ -89,6 +89,23 @@ pub const EPOCH_STEP_MAX: i32 = 1 << 10;
 /// interval per kind of claim (a flood of forged frames must not flood the log).
 pub const COMPLAINT_INTERVAL_MS: u64 = 10_000;
 
+/// The most bytes of one string from outside (a peer, a client, a file) that one log field
+/// shows (`logsafe::Untrusted`); the rest is counted, not shown. A cluster id is 22 bytes and a
+/// host name at most 253, so no honest value is cut.
+pub const LOGGED_TEXT_BYTES_MAX: usize = 256;
+
+/// The most bytes any one field or message of a text log line shows (`logsafe::SafeFields`,
+/// the guarantee at the sink for log sites that forgot `Untrusted`). Above
+/// `LOGGED_TEXT_BYTES_MAX` escaped (at most 6 characters a byte, `\u{1b}`) and its
+/// `…(+N bytes)` tail, so the sink never cuts what a call site already capped.
+pub const LOGGED_FIELD_BYTES_MAX: usize = 4096;
+
+/// A repeated warning is said at most once per this interval per shard (`logsafe::RateLimit`),
+/// with the count of the ones not said.
+pub const REPEATED_WARNING_INTERVAL_MS: u64 = 1000;
+
+const _: () = assert!(LOGGED_TEXT_BYTES_MAX * 8 < LOGGED_FIELD_BYTES_MAX);
+
 /// The most cores a tuning file may name (a sanity bound, not a hardware limit).
 pub const SHARDS_MAX: usize = 256;
 

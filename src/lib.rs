@@ -29,6 +29,7 @@ pub mod embed;
 pub mod fetch;
 pub mod ids;
 pub mod log;
+pub mod logsafe;
 pub mod membership;
 pub mod net;
 pub mod node;

@@ -750,3 +750,144 @@ fn the_fetch_reader_reads_every_batch_once_within_max_bytes() {
         });
     }
 }
+
+/// What `future` logs at WARN and above (level, fields and message, one line each), and what
+/// it returns: recovery must name what it rebuilt or refused (issue: Hardening II, item 4).
+fn warnings_of<T: Send + 'static>(
+    future: impl std::future::Future<Output = T> + 'static,
+) -> (String, T) {
+    use std::sync::{Arc, Mutex};
+    #[derive(Clone, Default)]
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let sink = Sink::default();
+    let out = run({
+        let sink = sink.clone();
+        async move {
+            let subscriber = tracing_subscriber::fmt()
+                .with_max_level(tracing::Level::WARN)
+                .with_ansi(false)
+                .with_writer(move || sink.clone())
+                .finish();
+            let _guard = tracing::subscriber::set_default(subscriber);
+            future.await
+        }
+    });
+    let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+    (text, out)
+}
+
+#[test]
+fn rebuilt_index_files_are_named_at_warn_with_why() {
+    let (_dir, path, _) = written_log("log-index-warn");
+    let sealed = first_segment(&path);
+    let index = sealed.with_extension("index");
+    let time_index = sealed.with_extension("timeindex");
+    std::fs::remove_file(&index).unwrap();
+    std::fs::write(&time_index, b"garbage").unwrap();
+    let (logged, ()) = warnings_of({
+        let path = path.clone();
+        async move {
+            MetadataLog::open(&path, small()).await.unwrap();
+        }
+    });
+    for (file, why) in [(&index, "missing"), (&time_index, "differ")] {
+        let line = logged
+            .lines()
+            .find(|l| l.contains(&*file.display().to_string()))
+            .unwrap_or_else(|| panic!("{} not named:\n{logged}", file.display()));
+        assert!(line.contains("WARN") && line.contains(why), "{line}");
+    }
+}
+
+#[test]
+fn a_damaged_leader_epoch_checkpoint_is_named_at_warn() {
+    let (_dir, path, _) = written_log("log-epoch-warn");
+    let checkpoint = path.join("leader-epoch-checkpoint");
+    std::fs::write(&checkpoint, "0\n1\n7 zz\n").unwrap();
+    let (logged, ()) = warnings_of({
+        let path = path.clone();
+        async move {
+            MetadataLog::open(&path, small()).await.unwrap();
+        }
+    });
+    let line = logged
+        .lines()
+        .find(|l| l.contains(&*checkpoint.display().to_string()))
+        .unwrap_or_else(|| panic!("checkpoint not named:\n{logged}"));
+    assert!(line.contains("WARN") && line.contains("parse"), "{line}");
+    // Rebuilt from the batches: epoch 2 from offset 0.
+    assert_eq!(std::fs::read_to_string(&checkpoint).unwrap(), "0\n1\n2 0\n");
+    // A checkpoint behind the batches (a crash before its write) is normal: not said.
+    std::fs::write(&checkpoint, "0\n0\n").unwrap();
+    let (logged, ()) = warnings_of(async move {
+        MetadataLog::open(&path, small()).await.unwrap();
+    });
+    assert!(!logged.contains("checkpoint"), "{logged}");
+}
+
+#[test]
+fn a_deleted_segment_in_the_middle_is_named_as_missing() {
+    let (_dir, path, _) = written_log("log-missing");
+    run({
+        let path = path.clone();
+        async move {
+            let (log, _) = MetadataLog::open(&path, small()).await.unwrap();
+            for i in 0..80 {
+                log.append_as_leader(batch(3, i as u8), 2).unwrap();
+            }
+            log.flush(log.end_offset()).await.unwrap();
+            log.close().await.unwrap();
+        }
+    });
+    let all = segments(&path);
+    assert!(all.len() >= 3, "{all:?}");
+    let gone = all[1].clone();
+    std::fs::remove_file(&gone).unwrap();
+    let err = run(async move { MetadataLog::open(&path, small()).await.err() }).expect("refused");
+    match &err {
+        LogError::MissingSegment { path, reason } => {
+            assert_eq!(path, &gone, "{err}");
+            assert!(reason.contains(&*all[0].display().to_string()), "{err}");
+        }
+        other => panic!("expected a missing segment, got {other}"),
+    }
+    assert!(err.to_string().contains("missing"), "{err}");
+}
+
+#[test]
+fn io_errors_name_the_file() {
+    let dir = TempDir::new("log-io-path");
+    let file = dir.path().join("no-such-dir").join("quorum-state");
+    let err = ringraft::log::durable::replace_file(&file, b"x").unwrap_err();
+    assert!(
+        err.to_string().contains(&*file.display().to_string()),
+        "{err}"
+    );
+    let err = run({
+        let file = file.clone();
+        async move {
+            ringraft::log::durable::replace_file_async(&file, b"x")
+                .await
+                .unwrap_err()
+        }
+    });
+    assert!(
+        err.to_string().contains(&*file.display().to_string()),
+        "{err}"
+    );
+    // A segment that cannot be created says which.
+    let partition = dir.path().join("not-a-dir");
+    std::fs::write(&partition, b"a file").unwrap();
+    let err =
+        run(async move { MetadataLog::open(&partition, small()).await.err() }).expect("refused");
+    assert!(err.to_string().contains("not-a-dir"), "{err}");
+}

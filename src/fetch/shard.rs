@@ -16,7 +16,9 @@ use tracing::{error, warn};
 use super::publication::{Generation, Publication};
 use super::reader::{self, LogReader};
 use super::view::{FetchView, Parking, Ticket};
+use crate::constants::COMPLAINT_INTERVAL_MS;
 use crate::log::snapshot_io::SnapshotFile;
+use crate::logsafe::{RateLimit, ReplicaShown, Untrusted, UntrustedOr};
 use crate::net::dispatch::RaftCall;
 use crate::net::frame_out::{Chunk, LocalFrame};
 use crate::net::raft_rpc;
@@ -102,7 +104,12 @@ pub struct Serving {
     /// (snapshot id, position, the read).
     snapshot_ahead: RefCell<Option<SnapshotAhead>>,
     started: Instant,
-    last_complaint: Cell<Option<Instant>>,
+    /// "named another cluster" (a flood of forged frames must not flood the log).
+    wrong_cluster_said: RateLimit,
+    /// "not serving a corrupt snapshot": every FetchSnapshot of a follower asks again.
+    corrupt_snapshot_said: RateLimit,
+    /// "cannot read the log for a fetch".
+    unreadable_said: RateLimit,
 }
 
 impl Serving {
@@ -128,7 +135,9 @@ impl Serving {
             snapshot: RefCell::new(None),
             snapshot_ahead: RefCell::new(None),
             started: Instant::now(),
-            last_complaint: Cell::new(None),
+            wrong_cluster_said: RateLimit::new(Duration::from_millis(COMPLAINT_INTERVAL_MS)),
+            corrupt_snapshot_said: RateLimit::repeated_warning(),
+            unreadable_said: RateLimit::repeated_warning(),
         })
     }
 
@@ -232,21 +241,16 @@ impl Serving {
     }
 
     fn complain(&self, what: &str, replica: i32, theirs: &Option<String>) {
-        let now = Instant::now();
-        let quiet = self
-            .last_complaint
-            .get()
-            .is_some_and(|t| now.duration_since(t) < Duration::from_secs(10));
-        if !quiet {
-            self.last_complaint.set(Some(now));
+        if let Some(unsaid) = self.wrong_cluster_said.due(Instant::now()) {
             let ours = self
                 .view
                 .borrow()
                 .as_ref()
                 .map(|v| v.facts.cluster_id.clone())
                 .unwrap_or_default();
-            let theirs = crate::types::OrNone(theirs.as_deref());
-            warn!(replica, theirs = %theirs, ours = %ours,
+            // The peer's cluster id is theirs to choose: escaped and cut (`logsafe`).
+            warn!(replica = %ReplicaShown(replica), theirs = %UntrustedOr(theirs.as_deref()),
+                ours = %Untrusted(&ours), unsaid,
                 "{what} named another cluster; answered INCONSISTENT_CLUSTER_ID");
         }
     }
@@ -341,7 +345,10 @@ impl Serving {
                     match reader::read(&self.reader, offset, max_bytes).await {
                         Ok(chunks) => chunks,
                         Err(e) => {
-                            warn!(offset, error = %e, "cannot read the log for a fetch");
+                            if let Some(unsaid) = self.unreadable_said.due(Instant::now()) {
+                                warn!(offset, error = %e, unsaid,
+                                    "cannot read the log for a fetch");
+                            }
                             Vec::new()
                         }
                     }
@@ -409,7 +416,9 @@ impl Serving {
                 Ok(Some(chunk)) => chunks.push(Chunk::Read(chunk)),
                 Ok(None) => {}
                 Err(e) => {
-                    error!(error = %e, "not serving a corrupt snapshot");
+                    if let Some(unsaid) = self.corrupt_snapshot_said.due(Instant::now()) {
+                        error!(error = %e, unsaid, "not serving a corrupt snapshot");
+                    }
                     resp.partition_error = ErrorCode::SNAPSHOT_NOT_FOUND;
                     resp.size = -1;
                 }

@@ -7,7 +7,12 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::Path;
 
+/// Errors name the file (`segment::with_path`).
 pub fn replace_file(path: &Path, contents: &[u8]) -> io::Result<()> {
+    replace_unnamed(path, contents).map_err(|e| super::segment::with_path(path, e))
+}
+
+fn replace_unnamed(path: &Path, contents: &[u8]) -> io::Result<()> {
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -31,6 +36,11 @@ pub fn replace_file(path: &Path, contents: &[u8]) -> io::Result<()> {
 /// `replace_file` on the glommio ring, for shards that must never block (the raft shard):
 /// the same steps and the same guarantee when it returns Ok.
 pub async fn replace_file_async(path: &Path, contents: &[u8]) -> io::Result<()> {
+    let result = replace_unnamed_async(path, contents).await;
+    result.map_err(|e| super::segment::with_path(path, e))
+}
+
+async fn replace_unnamed_async(path: &Path, contents: &[u8]) -> io::Result<()> {
     // glommio 0.9 opens relative to dirfd -1, not the working directory: only absolute paths
     // work. `std::path::absolute` touches no disk.
     let path = &std::path::absolute(path)?;

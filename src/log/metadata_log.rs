@@ -68,6 +68,9 @@ pub enum LogError {
         position: usize,
         reason: String,
     },
+    /// A segment in the middle of the log is gone (deleted by hand, or lost): `path` is the
+    /// file that should hold the offsets that are missing. Not repaired: the offsets are lost.
+    MissingSegment { path: PathBuf, reason: String },
     /// Bytes handed to append are not acceptable batches here.
     InvalidAppend(String),
     /// A read or truncation outside the log, or below the caller's floor.
@@ -88,6 +91,9 @@ impl fmt::Display for LogError {
                     "{} is corrupt at byte {position}: {reason}",
                     path.display()
                 )
+            }
+            LogError::MissingSegment { path, reason } => {
+                write!(f, "segment {} is missing: {reason}", path.display())
             }
             LogError::InvalidAppend(why) => write!(f, "invalid append: {why}"),
             LogError::OutOfRange(why) => write!(f, "out of range: {why}"),

@@ -16,7 +16,8 @@ use super::epoch_cache::EpochCache;
 use super::layout;
 use super::metadata_log::{LogError, RecoveryReport};
 use super::scan::{scan_segment, ScanEnd};
-use super::segment::OffsetIndex;
+use super::segment::{with_path, OffsetIndex};
+use tracing::warn;
 
 /// One segment as recovery left it.
 pub(super) struct RecoveredSegment {
@@ -37,10 +38,11 @@ pub(super) struct Recovered {
 
 /// Recovers `partition_dir` (created if missing). See the module doc.
 pub(super) fn recover(partition_dir: &Path) -> Result<Recovered, LogError> {
-    std::fs::create_dir_all(partition_dir)?;
-    layout::ensure_partition_metadata(partition_dir)?;
-    remove_transient_files(partition_dir)?;
-    let bases = segment_bases(partition_dir)?;
+    let at = |e| with_path(partition_dir, e);
+    std::fs::create_dir_all(partition_dir).map_err(at)?;
+    layout::ensure_partition_metadata(partition_dir).map_err(at)?;
+    remove_transient_files(partition_dir).map_err(at)?;
+    let bases = segment_bases(partition_dir).map_err(at)?;
     let mut report = RecoveryReport {
         segments: bases.len().max(1),
         ..Default::default()
@@ -58,13 +60,15 @@ pub(super) fn recover(partition_dir: &Path) -> Result<Recovered, LogError> {
                 reason,
             });
         }
-        let file = std::fs::File::open(&path)?;
-        let map = if file.metadata()?.len() == 0 {
+        let at = |e| with_path(&path, e);
+        let file = std::fs::File::open(&path).map_err(at)?;
+        let file_len = file.metadata().map_err(at)?.len() as usize;
+        let map = if file_len == 0 {
             None
         } else {
             // SAFETY of the map (sys::map_read_only): nothing writes this file while it is
             // mapped; the map is dropped below, before any segment is opened for writing.
-            Some(crate::sys::map_read_only(&file)?)
+            Some(crate::sys::map_read_only(&file).map_err(at)?)
         };
         let bytes: &[u8] = map.as_deref().unwrap_or(&[]);
         let scan = scan_segment(bytes, base, epochs.latest_epoch().unwrap_or(-1)).map_err(|c| {
@@ -105,9 +109,26 @@ pub(super) fn recover(partition_dir: &Path) -> Result<Recovered, LogError> {
             // are space a crash during a roll left allocated; a batch cut short whose first
             // bytes happen to be zeros looks the same, and is told apart here, naming this
             // file rather than the next one.
+            if next < following && file_len == scan.valid_bytes {
+                // This segment ends cleanly on a batch and the next starts later: the segment
+                // that held the offsets between is gone. Named as missing, not as damage to
+                // this one.
+                let reason = format!(
+                    "offsets {next} to {} are in no segment: {} ends cleanly at offset {next} \
+                     and the next segment ({}) starts at {following}",
+                    following - 1,
+                    path.display(),
+                    layout::segment_file(partition_dir, following).display()
+                );
+                return Err(LogError::MissingSegment {
+                    path: layout::segment_file(partition_dir, next),
+                    reason,
+                });
+            }
             if next != following {
                 let reason = format!(
-                    "its batches end at offset {next}, but the next segment ({}) starts at                      {following}",
+                    "its batches end at offset {next}, but the next segment ({}) starts at \
+                     {following}",
                     layout::segment_file(partition_dir, following).display()
                 );
                 return Err(LogError::Corrupt {
@@ -116,7 +137,7 @@ pub(super) fn recover(partition_dir: &Path) -> Result<Recovered, LogError> {
                     reason,
                 });
             }
-            if file.metadata()?.len() as usize != scan.valid_bytes {
+            if file_len != scan.valid_bytes {
                 trim_sealed(&path, scan.valid_bytes as u64)?;
             }
             restore_index_files(partition_dir, base, &index)?;
@@ -137,11 +158,43 @@ pub(super) fn recover(partition_dir: &Path) -> Result<Recovered, LogError> {
             index: OffsetIndex::default(),
         });
     }
+    check_epoch_checkpoint(partition_dir, &epochs);
     Ok(Recovered {
         segments,
         epochs,
         report,
     })
+}
+
+/// The leader-epoch cache is rebuilt from the batch headers and written over the checkpoint
+/// when the log opens; a checkpoint that does not parse, or that disagrees with the batches
+/// (not merely behind them: a crash before its write leaves it behind, and that is normal), is
+/// damage worth saying, with the file and why.
+fn check_epoch_checkpoint(dir: &Path, rebuilt: &EpochCache) {
+    let path = dir.join(layout::LEADER_EPOCH_CHECKPOINT_FILE);
+    let text = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return,
+        Err(e) => {
+            warn!(file = %path.display(), error = %e,
+                "cannot read the leader-epoch checkpoint; rebuilt from the batches");
+            return;
+        }
+    };
+    let why = match std::str::from_utf8(&text)
+        .map_err(|e| e.to_string())
+        .and_then(EpochCache::parse)
+    {
+        Err(e) => format!("it does not parse ({})", crate::logsafe::escaped(&e, 256)),
+        Ok(found) if rebuilt.entries().starts_with(found.entries()) => return,
+        Ok(found) => format!(
+            "its entries {:?} disagree with the batches' {:?}",
+            found.entries(),
+            rebuilt.entries()
+        ),
+    };
+    warn!(file = %path.display(), why = %why,
+        "the leader-epoch checkpoint is damaged; rebuilt from the batches");
 }
 
 /// Cuts the zeroed tail a crash during a roll left in sealed segment `path`, durably. An
@@ -195,9 +248,19 @@ fn restore_index_files(dir: &Path, base: i64, index: &OffsetIndex) -> io::Result
         (layout::time_index_file(dir, base), index.render_time(base)),
     ];
     for (path, want) in files {
-        if std::fs::read(&path).ok().as_deref() != Some(want.as_slice()) {
-            super::durable::replace_file(&path, &want)?;
-        }
+        let why = match std::fs::read(&path) {
+            Ok(found) if found == want => continue,
+            Ok(found) => format!(
+                "{} bytes that differ from the {} its segment's batches give",
+                found.len(),
+                want.len()
+            ),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => "it is missing".to_string(),
+            Err(e) => format!("it cannot be read ({e})"),
+        };
+        // Said: a rebuilt index means a crash during a seal, or damage to the disk.
+        warn!(file = %path.display(), why = %why, "rebuilt an index file from its segment");
+        super::durable::replace_file(&path, &want)?;
     }
     Ok(())
 }

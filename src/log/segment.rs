@@ -240,7 +240,7 @@ pub async fn open_reader(path: &Path) -> io::Result<Rc<DmaFile>> {
         .read(true)
         .dma_open(path)
         .await
-        .map_err(glommio_io)?;
+        .map_err(|e| with_path(path, glommio_io(e)))?;
     Ok(Rc::new(file))
 }
 
@@ -325,8 +325,19 @@ impl ActiveSegment {
         len: usize,
         preallocate_bytes: usize,
     ) -> io::Result<ActiveSegment> {
-        assert!(preallocate_bytes % PAGE_BYTES == 0 && preallocate_bytes > 0);
         let path = layout::segment_file(dir, base_offset);
+        Self::open_unnamed(path.clone(), base_offset, len, preallocate_bytes)
+            .await
+            .map_err(|e| with_path(&path, e))
+    }
+
+    async fn open_unnamed(
+        path: PathBuf,
+        base_offset: i64,
+        len: usize,
+        preallocate_bytes: usize,
+    ) -> io::Result<ActiveSegment> {
+        assert!(preallocate_bytes % PAGE_BYTES == 0 && preallocate_bytes > 0);
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -385,6 +396,11 @@ impl ActiveSegment {
     /// Writes every queued byte and fdatasyncs. On return Ok, `flushed_len == len` as of the
     /// call. Errors are final: see the module doc.
     pub async fn flush(&mut self) -> io::Result<()> {
+        let result = self.flush_unnamed().await;
+        result.map_err(|e| with_path(&self.path, e))
+    }
+
+    async fn flush_unnamed(&mut self) -> io::Result<()> {
         if self.flushed_len == self.len {
             return Ok(());
         }
@@ -510,6 +526,12 @@ impl ActiveSegment {
     /// Cuts the segment to `len` bytes (a batch boundary), dropping buffered bytes beyond it.
     /// Durable on return.
     pub async fn truncate(&mut self, len: usize) -> io::Result<()> {
+        let path = self.path.clone();
+        let result = self.truncate_unnamed(len).await;
+        result.map_err(|e| with_path(&path, e))
+    }
+
+    async fn truncate_unnamed(&mut self, len: usize) -> io::Result<()> {
         assert!(len <= self.len, "truncate beyond the end");
         self.flush().await?;
         let dir = self.path.parent().expect("segment in a dir").to_owned();
@@ -523,7 +545,14 @@ impl ActiveSegment {
 
     /// Flushes, trims the file to its data, writes its index files, and closes it: ready to be
     /// mapped as a sealed segment. Returns the segment's path.
-    pub async fn seal(mut self, index: &OffsetIndex) -> io::Result<PathBuf> {
+    pub async fn seal(self, index: &OffsetIndex) -> io::Result<PathBuf> {
+        let path = self.path.clone();
+        self.seal_unnamed(index)
+            .await
+            .map_err(|e| with_path(&path, e))
+    }
+
+    async fn seal_unnamed(mut self, index: &OffsetIndex) -> io::Result<PathBuf> {
         self.flush().await?;
         self.file
             .truncate(self.len as u64)
@@ -548,8 +577,9 @@ impl ActiveSegment {
             self.path.parent().expect("segment in a dir").to_owned(),
             self.base_offset,
         );
-        self.file.close().await.map_err(glommio_io)?;
-        self.dsync.close().await.map_err(glommio_io)?;
+        let at = |e| with_path(&self.path, glommio_io(e));
+        self.file.close().await.map_err(at)?;
+        self.dsync.close().await.map_err(at)?;
         for path in [
             layout::segment_file(&dir, base),
             layout::index_file(&dir, base),
@@ -557,7 +587,7 @@ impl ActiveSegment {
         ] {
             match glommio::io::remove(&path).await {
                 Err(glommio::GlommioError::IoError(e)) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(glommio_io(e)),
+                Err(e) => return Err(with_path(&path, glommio_io(e))),
                 Ok(()) => {}
             }
         }
@@ -648,6 +678,16 @@ async fn join_all<F: std::future::Future + Unpin>(futures: &mut [F]) -> Vec<F::O
     })
     .await;
     outputs.into_iter().map(|o| o.expect("completed")).collect()
+}
+
+/// `e` with the file it concerns: "No space left on device" alone does not say which disk.
+/// An error that already names the file is returned as it is.
+pub fn with_path(path: &Path, e: io::Error) -> io::Error {
+    let shown = path.display().to_string();
+    if e.to_string().contains(&shown) {
+        return e;
+    }
+    io::Error::new(e.kind(), format!("{shown}: {e}"))
 }
 
 pub fn glommio_io(e: glommio::GlommioError<()>) -> io::Error {

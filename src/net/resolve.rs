@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 
 use tracing::warn;
 
+use crate::logsafe::{RateLimit, Untrusted};
 use crate::types::Endpoint;
 
 /// Resolves a peer's endpoint. An address needs no lookup; a host name is looked up on a
@@ -27,13 +28,20 @@ pub async fn resolve(endpoint: &Endpoint) -> Option<SocketAddr> {
             );
         });
     if let Err(e) = spawned {
-        warn!(host = %endpoint.host, error = %e, "cannot start a resolver thread");
+        warn!(host = %Untrusted(&endpoint.host), error = %e, "cannot start a resolver thread");
         return None;
     }
     match rx.await {
         Ok(Ok(addr)) => addr,
         Ok(Err(e)) => {
-            warn!(host = %endpoint.host, port = endpoint.port, error = %e, "cannot resolve a peer");
+            thread_local! {
+                static SAID: RateLimit = const { RateLimit::repeated_warning() };
+            }
+            // Every reconnect of a peer whose name does not resolve asks again.
+            if let Some(unsaid) = SAID.with(|said| said.due(std::time::Instant::now())) {
+                warn!(host = %Untrusted(&endpoint.host), port = endpoint.port, error = %e,
+                    unsaid, "cannot resolve a peer");
+            }
             None
         }
         Err(_) => None,

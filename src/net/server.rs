@@ -67,6 +67,11 @@ pub struct Connections<S: Service> {
     metrics: Option<crate::node::metrics::SharedMetrics>,
     /// The listener's TLS (`security.protocol` SSL): every connection handshakes first.
     tls: Option<Tls>,
+    /// The span current where these connections were made (the shard's
+    /// `ringraft{node shard}`): a spawned task does not inherit its spawner's span, so every
+    /// connection and handshake task enters this one, and every line it logs names the node
+    /// and shard whatever the log level.
+    span: tracing::Span,
 }
 
 /// The task queues connections run in: voters' ahead of observers', so that a thousand
@@ -116,6 +121,7 @@ impl<S: Service> Connections<S> {
             queues,
             metrics: None,
             tls: None,
+            span: tracing::Span::current(),
         })
     }
 
@@ -195,6 +201,7 @@ impl<S: Service> Connections<S> {
                 }
             }
         };
+        let handshake = handshake.instrument(self.span.clone());
         let spawned = match self.queues {
             Some(q) => self.gate.spawn_into(handshake, q.voters),
             None => self.gate.spawn(handshake),
@@ -209,13 +216,15 @@ impl<S: Service> Connections<S> {
 
     fn spawn(self: &Rc<Self>, conn: Conn, class: PeerClass) {
         let this = self.clone();
-        let span = tracing::debug_span!("conn", peer = %conn.peer);
+        // Under the shard's span even when this debug span is off (at info, the default).
+        let span = tracing::debug_span!(parent: &self.span, "conn", peer = %conn.peer);
         let task = async move {
             if let Some((conn, next)) = serve_connection(&this, conn, class).await {
                 this.spawn(conn, next);
             }
         }
-        .instrument(span);
+        .instrument(span)
+        .instrument(self.span.clone());
         let spawned = match self.queues {
             Some(q) => self.gate.spawn_into(task, q.of(class)),
             None => self.gate.spawn(task),

@@ -412,24 +412,13 @@ impl AsyncWrite for Stream {
 /// were not said in between: a scanner cannot flood the log.
 pub fn handshake_failed(peer: &str, error: &io::Error) {
     thread_local! {
-        static LAST: std::cell::Cell<Option<(std::time::Instant, u64)>> =
-            const { std::cell::Cell::new(None) };
+        static SAID: crate::logsafe::RateLimit = const { crate::logsafe::RateLimit::repeated_warning() };
     }
-    LAST.with(|last| {
-        let now = std::time::Instant::now();
-        match last.get() {
-            Some((at, quiet)) if now.duration_since(at) < Duration::from_secs(1) => {
-                last.set(Some((at, quiet + 1)));
-                tracing::debug!(%peer, error = %error, "TLS handshake failed");
-            }
-            previous => {
-                let unsaid = previous.map_or(0, |(_, quiet)| quiet);
-                tracing::warn!(%peer, error = %error, unsaid,
-                    "TLS handshake failed; the connection is closed");
-                last.set(Some((now, 0)));
-            }
-        }
-    });
+    match SAID.with(|said| said.due(std::time::Instant::now())) {
+        None => tracing::debug!(%peer, error = %error, "TLS handshake failed"),
+        Some(unsaid) => tracing::warn!(%peer, error = %error, unsaid,
+            "TLS handshake failed; the connection is closed"),
+    }
 }
 
 /// A throwaway certificate authority and certificates it signs, for benchmarks and tests:

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use futures_lite::{future, AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
-use tracing::debug;
+use tracing::{debug, Instrument};
 
 use super::metrics::{RaftStats, SharedMetrics};
 use crate::net::stop::StopSignal;
@@ -55,11 +55,14 @@ pub async fn serve(listener: TcpListener, state: Rc<AdminState>, stop: StopSigna
             None => return,
             Some(Ok(stream)) => {
                 let state = state.clone();
-                glommio::spawn_local(async move {
-                    if let Err(e) = connection(stream, &state).await {
-                        debug!(error = %e, "admin connection");
+                glommio::spawn_local(
+                    async move {
+                        if let Err(e) = connection(stream, &state).await {
+                            debug!(error = %e, "admin connection");
+                        }
                     }
-                })
+                    .in_current_span(),
+                )
                 .detach();
             }
             Some(Err(e)) => {

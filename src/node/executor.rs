@@ -222,6 +222,10 @@ pub struct Executor<S: Storage + 'static, T: Transport, C: Clock> {
     server_state: ServerState,
     cluster_id: String,
     wire: WireCalls,
+    /// "not serving a corrupt snapshot" and "cannot read the log for a fetch": every follower
+    /// asks again many times a second (`logsafe::RateLimit`; logs only, so the real clock).
+    corrupt_snapshot_said: crate::logsafe::RateLimit,
+    unreadable_said: crate::logsafe::RateLimit,
     commits: BTreeMap<i64, Vec<oneshot::Sender<Result<i64, ClientError>>>>,
     listeners: Vec<Box<dyn StateMachine>>,
     /// The state machine given before the run hears the latest snapshot first.
@@ -270,6 +274,8 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
             clock,
             server_state,
             cluster_id,
+            corrupt_snapshot_said: crate::logsafe::RateLimit::repeated_warning(),
+            unreadable_said: crate::logsafe::RateLimit::repeated_warning(),
             wire: WireCalls {
                 next: WIRE_TOKENS_FROM,
                 calls: HashMap::new(),
@@ -947,7 +953,11 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
                     match self.storage.read(offset, max_bytes).await {
                         Ok(batches) => batches,
                         Err(e) => {
-                            warn!(offset, error = %e, "cannot read the log for a fetch");
+                            let now = std::time::Instant::now();
+                            if let Some(unsaid) = self.unreadable_said.due(now) {
+                                warn!(offset, error = %e, unsaid,
+                                    "cannot read the log for a fetch");
+                            }
                             Vec::new()
                         }
                     }
@@ -962,7 +972,10 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
                 } => match self.storage.read_snapshot(id, position, max_bytes).await {
                     Ok(chunk) => chunk.into_iter().collect(),
                     Err(e) => {
-                        error!(error = %e, "not serving a corrupt snapshot");
+                        let now = std::time::Instant::now();
+                        if let Some(unsaid) = self.corrupt_snapshot_said.due(now) {
+                            error!(error = %e, unsaid, "not serving a corrupt snapshot");
+                        }
                         r.partition_error = ErrorCode::SNAPSHOT_NOT_FOUND;
                         r.size = -1;
                         r.bytes = SnapshotBytes::None;

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use tracing::{info, warn};
+use tracing::{info, warn, Instrument};
 
 use super::handle::RaftHandle;
 use super::unix_millis;
@@ -180,7 +180,7 @@ pub async fn run(spec: LoadSpec, handle: RaftHandle, local_id: i32, stop: StopSi
                     record_bytes: spec.record_bytes,
                 };
                 let task = append(handle.clone(), stats.clone(), batch);
-                glommio::spawn_local(task).detach();
+                glommio::spawn_local(task.in_current_span()).detach();
             }
             if now >= next_report {
                 report(&spec, &stats, start);
@@ -237,7 +237,7 @@ async fn append(handle: RaftHandle, stats: Rc<RefCell<Stats>>, batch: Batch) {
             let every = stats.snapshot_every;
             if every > 0 && before / every != stats.committed_records / every {
                 let task = snapshot(handle.clone(), last_offset + 1);
-                glommio::spawn_local(task).detach();
+                glommio::spawn_local(task.in_current_span()).detach();
             }
             stats.committed_end = stats.committed_end.max(last_offset + 1);
             if let Some(file) = stats.acks.as_mut() {

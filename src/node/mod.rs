@@ -250,9 +250,13 @@ pub(crate) fn init_tracing(format: LogFormat) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     let _ = match format {
+        // Escaped at the sink: no field or message can break the line (`logsafe`).
         LogFormat::Text => builder
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .fmt_fields(crate::logsafe::safe_fields())
             .try_init(),
+        // JSON escapes every control character itself; strings from outside are cut at their
+        // log sites (`logsafe::Untrusted`).
         LogFormat::Json => builder.json().with_current_span(true).try_init(),
     };
 }

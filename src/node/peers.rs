@@ -72,8 +72,8 @@ impl PeerTransport {
         let current = self.peers.get(&to).is_some_and(|p| p.endpoint == endpoint);
         if !current {
             let (tx, rx) = mpsc::unbounded();
-            let span =
-                tracing::info_span!("peer", id = to, host = %endpoint.host, port = endpoint.port);
+            let span = tracing::info_span!("peer", id = to, host = %crate::logsafe::Untrusted(&endpoint.host),
+                    port = endpoint.port);
             let task = peer_task(
                 endpoint.clone(),
                 rx,
@@ -140,7 +140,12 @@ async fn peer_task(
     // Since when connecting has failed, and whether that was said (once, after a while).
     let mut unreachable_since: Option<Instant> = None;
     let mut warned = false;
-    let shown = format!("{}:{}", endpoint.host, endpoint.port);
+    // The host may come from a peer (an announced listener): escaped and cut (`logsafe`).
+    let shown = format!(
+        "{}:{}",
+        crate::logsafe::Untrusted(&endpoint.host),
+        endpoint.port
+    );
     while let Some((id, request)) = requests.next().await {
         if matches!(request, Request::ApiVersions) {
             // The leader's probe of a voter being added asks afresh (docs/membership.md §4).

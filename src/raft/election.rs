@@ -7,6 +7,7 @@ use super::message::{
     Token, VoteRequest, VoteResponse,
 };
 use super::types::{OffsetAndEpoch, ReplicaKey};
+use crate::logsafe::{ReplicaShown, Untrusted};
 use crate::protocol::errors::ErrorCode;
 
 /// How long a Prospective waits before asking a voter that refused its pre-vote again.
@@ -49,11 +50,13 @@ impl Raft {
             .as_deref()
             .is_none_or(|id| id == self.config.cluster_id);
         if !ok {
-            let ours = self.config.cluster_id.clone();
-            let theirs = cluster_id.clone().unwrap_or_default();
+            // Theirs is the peer's to choose: escaped and cut (`logsafe`).
+            let ours = Untrusted(&self.config.cluster_id).to_string();
+            let theirs = Untrusted(cluster_id.as_deref().unwrap_or_default()).to_string();
+            let peer = ReplicaShown(peer);
             self.complain_isolated("INCONSISTENT_CLUSTER_ID sent", || {
                 format!(
-                    "replica {peer} sent cluster id {theirs:?}, ours is {ours:?}; answered \
+                    "replica {peer} sent cluster id {theirs}, ours is {ours}; answered \
                      INCONSISTENT_CLUSTER_ID"
                 )
             });
@@ -324,14 +327,14 @@ impl Raft {
                 || error == ErrorCode::INCONSISTENT_VOTER_SET
                 || partition_error == ErrorCode::INCONSISTENT_VOTER_SET
             {
-                let ours = self.config.cluster_id.clone();
+                let ours = Untrusted(&self.config.cluster_id).to_string();
                 let address = self
                     .address_of(from)
-                    .map(|e| format!("{}:{}", e.host, e.port));
+                    .map(|e| format!("{}:{}", Untrusted(&e.host), e.port));
                 self.complain_isolated("isolation answer received", || {
                     format!(
                         "replica {from} ({}) answered {}: it does not share our cluster id \
-                         {ours:?} or our voter set",
+                         {ours} or our voter set",
                         address.unwrap_or_else(|| "no address".into()),
                         error.name()
                     )

@@ -201,12 +201,17 @@ pub struct Node {
 
 impl Node {
     pub fn start(args: &[&str], cwd: &Path, port: u16) -> Node {
+        Node::start_logging(args, cwd, port, "debug")
+    }
+
+    /// `start` with `RUST_LOG=filter` (the default level of a real node is info).
+    pub fn start_logging(args: &[&str], cwd: &Path, port: u16, filter: &str) -> Node {
         wait_port_free(port);
         let log = cwd.join(format!("node-{}.log", nanos()));
         let child = Command::new(binary())
             .args(args)
             .current_dir(cwd)
-            .env("RUST_LOG", "debug")
+            .env("RUST_LOG", filter)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
