@@ -580,9 +580,11 @@ impl Bench<'_> {
         self.cpus[index % self.cpus.len()]
     }
 
+    /// A progress line, flushed at once (stdout may be a file or a pipe that a person tails).
     pub(super) fn say(&self, text: &str) {
         if !self.args.common.json {
             println!("{text}");
+            let _ = std::io::Write::flush(&mut std::io::stdout());
         }
     }
 

@@ -254,6 +254,7 @@ fn progress(bench: &Bench<'_>, args: &SoakBenchArgs, t: f64, series: &[NodeSerie
             json!({"t_s": t.round(), "rss_kib": rss, "anon_kib": anon, "committed": n,
                    "load": load_average()})
         );
+        let _ = std::io::Write::flush(&mut std::io::stdout());
     } else {
         bench.say(&format!(
             "  {:>5.0} s  RSS/anon MiB per node: {}  committed {n}  load {}",

@@ -22,7 +22,7 @@ use bytes::Bytes;
 use glommio::io::{BufferedFile, DmaFile, OpenOptions};
 
 use super::layout;
-use super::segment::glommio_io;
+use super::segment::{glommio_io, with_path};
 use crate::raft::OffsetAndEpoch;
 use crate::records::control::{control_batch, ControlRecord};
 use crate::records::snapshot::SnapshotCheck;
@@ -64,7 +64,7 @@ impl PartFile {
             .mode(0o400)
             .buffered_open(&part)
             .await
-            .map_err(glommio_io)?;
+            .map_err(|e| with_path(&part, glommio_io(e)))?;
         Ok(PartFile {
             file,
             part,
@@ -85,7 +85,7 @@ impl PartFile {
                 .file
                 .write_at(bytes[at..].to_vec(), self.written)
                 .await
-                .map_err(glommio_io)?;
+                .map_err(|e| with_path(&self.part, glommio_io(e)))?;
             if n == 0 {
                 let why = format!("short write to {}", self.part.display());
                 return Err(io::Error::new(io::ErrorKind::WriteZero, why));
@@ -99,10 +99,8 @@ impl PartFile {
     /// fdatasync, close, rename into place, sync the directory; returns the size.
     pub async fn finish(self) -> io::Result<u64> {
         let what = |step: &str, e: glommio::GlommioError<()>| {
-            io::Error::new(
-                glommio_io(e).kind(),
-                format!("{step} {}", self.part.display()),
-            )
+            let e = glommio_io(e);
+            io::Error::new(e.kind(), format!("{step} {}: {e}", self.part.display()))
         };
         super::failpoint::check("snapshot-fsync")?;
         self.file
@@ -116,7 +114,7 @@ impl PartFile {
         let dir = self.done.parent().expect("a snapshot in a directory");
         glommio::io::Directory::open(dir)
             .await
-            .map_err(glommio_io)?
+            .map_err(|e| with_path(dir, glommio_io(e)))?
             .sync()
             .await
             .map_err(|e| what("syncing the directory of", e))?;

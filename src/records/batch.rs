@@ -321,6 +321,12 @@ fn varint(bytes: &mut &[u8]) -> Result<i32, BatchError> {
     i32::try_from(value).map_err(|_| BatchError::BadRecords("varint out of 32-bit range"))
 }
 
+/// How many bytes `put_varlong` writes for `value`.
+pub fn varlong_len(value: i64) -> usize {
+    let raw = ((value << 1) ^ (value >> 63)) as u64;
+    (64 - raw.leading_zeros() as usize).max(1).div_ceil(7)
+}
+
 /// Appends a zig-zag varint.
 pub fn put_varlong(out: &mut Vec<u8>, value: i64) {
     let mut raw = ((value << 1) ^ (value >> 63)) as u64;
