@@ -1,5 +1,19 @@
 //! Every limit and default in one place, with the relationships between them checked at compile
 //! time. Kafka's defaults are named after their config keys (docs/tools.md §5).
+//!
+//! What a running node holds in memory, and what bounds it (`ringraft bench soak` checks that
+//! it stays flat under load):
+//!
+//! | what | bound |
+//! |---|---|
+//! | recent batches on the raft shard and each fetch shard | `ringraft.batch.cache.bytes` (`BATCH_CACHE_BYTES_DEFAULT`), counting each entry's cost (`log::CACHED_BATCH_OVERHEAD_BYTES`) |
+//! | a segment's sparse offset and time index, per copy | `log::segment::INDEX_ENTRIES_MAX` entries |
+//! | how many segments and snapshots | the log on disk: retention (`metadata.max.retention.*`) |
+//! | appends waiting for their commit | those in flight: answered at commit, or failed at a leader change |
+//! | requests whose round trip is timed | `node::executor` `SENT_TRACKED_MAX` |
+//! | partly read request frames of all connections | `queued.max.request.bytes` |
+//! | the leader-epoch cache, the voter history | one entry per epoch / per voter change, dropped with the log prefix they describe |
+//! | metrics | fixed series, two-sample windows (`node::metrics::Window`) |
 
 /// `socket.request.max.bytes`: the largest request frame a server accepts (Kafka: 100 MiB).
 pub const SOCKET_REQUEST_MAX_BYTES_DEFAULT: i32 = 100 * 1024 * 1024;

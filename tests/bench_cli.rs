@@ -147,3 +147,41 @@ fn bench_fetch_json_and_check() {
     );
     assert_eq!(code, Some(3), "{stderr}");
 }
+
+#[test]
+fn bench_soak_json_and_check() {
+    let dir = common::TempDir::new("bench-soak");
+    let (code, result, stderr) = bench(
+        &[
+            "soak",
+            "--minutes",
+            "0.1",
+            "--warmup-minutes",
+            "0.05",
+            "--sample-seconds",
+            "1",
+            "--throughput",
+            "500",
+            "--json",
+            "--check",
+            "--goal",
+            "rss_growth=0.5",
+        ],
+        &dir,
+    );
+    assert_eq!(result["bench"], "soak", "{result}");
+    let nodes = result["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 3, "{result}");
+    for node in nodes {
+        assert!(
+            node["rss_kib_after_warmup"].as_u64().unwrap() > 0,
+            "{result}"
+        );
+        assert!(node["rss_kib_end"].as_u64().unwrap() > 0, "{result}");
+    }
+    assert!(result["committed"].as_u64().unwrap() > 0, "{result}");
+    // Memory never halves under load: the made-impossible goal is missed, and --check says so.
+    assert_eq!(goal(&result, "rss_growth")["met"], false, "{result}");
+    assert_eq!(goal(&result, "anon_growth")["bound"], 1.1, "{result}");
+    assert_eq!(code, Some(3), "{stderr}");
+}

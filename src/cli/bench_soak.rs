@@ -26,12 +26,12 @@ const GROWTH_MAX_DEFAULT: f64 = 1.10;
 
 #[derive(Debug, Args)]
 pub struct SoakBenchArgs {
-    /// Minutes measured after the warm-up.
-    #[arg(long, default_value_t = 30)]
-    pub minutes: u64,
+    /// Minutes measured after the warm-up (fractions allowed).
+    #[arg(long, default_value_t = 30.0)]
+    pub minutes: f64,
     /// Minutes of warm-up: the memory at its end is the baseline.
-    #[arg(long, default_value_t = 2)]
-    pub warmup_minutes: u64,
+    #[arg(long, default_value_t = 2.0)]
+    pub warmup_minutes: f64,
     /// Records per second (open loop, as `bench quorum`).
     #[arg(long, default_value_t = 2000)]
     pub throughput: u64,
@@ -104,9 +104,13 @@ pub fn worst_growth(pairs: &[(u64, u64)]) -> Option<f64> {
 }
 
 pub fn run(args: SoakBenchArgs) -> Result<(), CliError> {
-    if args.minutes == 0 || args.throughput == 0 || args.sample_seconds == 0 {
+    if !(args.minutes > 0.0 && args.warmup_minutes >= 0.0)
+        || args.throughput == 0
+        || args.sample_seconds == 0
+    {
         return Err(CliError::new(
-            "--minutes, --throughput and --sample-seconds must be at least 1",
+            "--minutes must be above 0, --warmup-minutes at least 0, and --throughput and \
+             --sample-seconds at least 1",
         ));
     }
     let mut goals = goal_list(None, None);
@@ -117,7 +121,7 @@ pub fn run(args: SoakBenchArgs) -> Result<(), CliError> {
             .and_then(|_| signal_hook::flag::register(signal, interrupted.clone()))
             .map_err(|e| CliError::new(format!("cannot install a signal handler: {e}")))?;
     }
-    let total = Duration::from_secs((args.warmup_minutes + args.minutes) * 60);
+    let total = Duration::from_secs_f64((args.warmup_minutes + args.minutes) * 60.0);
     args.common
         .announce("bench soak", total + Duration::from_secs(5));
     let exe = std::env::current_exe()
@@ -171,7 +175,7 @@ fn soak(
     bench: &Bench<'_>,
     total: Duration,
 ) -> Result<(Vec<Goal>, Vec<PhasePlot>), String> {
-    let warmup_s = (args.warmup_minutes * 60) as f64;
+    let warmup_s = args.warmup_minutes * 60.0;
     bench.say(&format!(
         "bench soak: 3 voters, {} records/s × {} B, {} min warm-up then {} min measured, \
          memory sampled every {} s, batch cache {}",
@@ -197,16 +201,22 @@ fn soak(
     let started = Instant::now();
     let mut next_sample = started;
     let mut committed: u64 = 0;
-    while started.elapsed() < total {
+    let end = started + total;
+    loop {
         bench.check_interrupted()?;
         drain(&nodes.events, &mut committed).map_err(|i| nodes.procs.early_exit(i))?;
-        if Instant::now() >= next_sample {
-            let t = started.elapsed().as_secs_f64();
+        let now = Instant::now();
+        // One sample per interval, and the last one at the end, whatever the interval.
+        if now >= next_sample || now >= end {
+            let t = now.duration_since(started).as_secs_f64();
             for (i, pid) in pids.iter().enumerate() {
                 let m = memory_of(*pid).ok_or_else(|| nodes.procs.early_exit(i))?;
                 series[i].samples.push((t, m));
             }
             progress(bench, args, t, &series, committed);
+            if now >= end {
+                break;
+            }
             next_sample += Duration::from_secs(args.sample_seconds);
         }
         std::thread::sleep(Duration::from_millis(100));
