@@ -19,10 +19,24 @@ use crate::constants::{
 /// A string from outside, shown in a log field as a quoted, escaped string of at most
 /// `LOGGED_TEXT_BYTES_MAX` bytes of the original: `"abc\n\u{1b}[31m"…(+9000 bytes)`. Quotes
 /// and backslashes are escaped too, so the text can neither end its field nor fake an escape.
+/// Plain text (a host name, a cluster id: nothing but letters, digits and `-_.:`, within the
+/// cap) is shown as it is, so that the common case reads and parses as before.
 pub struct Untrusted<'a>(pub &'a str);
+
+/// Whether `text` can be shown bare: non-empty, within the cap, and only `[A-Za-z0-9-_.:]`.
+fn is_plain(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= LOGGED_TEXT_BYTES_MAX
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
+}
 
 impl fmt::Display for Untrusted<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if is_plain(self.0) {
+            return f.write_str(self.0);
+        }
         f.write_char('"')?;
         let rest = write_escaped(f, self.0, LOGGED_TEXT_BYTES_MAX, true)?;
         f.write_char('"')?;
@@ -184,10 +198,10 @@ mod tests {
         let shown = Untrusted("a\nb\r\tc\u{1b}[31m\u{7f}\u{85}\u{202e}\\\"d").to_string();
         assert_eq!(shown, r#""a\nb\r\tc\u{1b}[31m\u{7f}\u{85}\u{202e}\\\"d""#);
         assert!(!shown.chars().any(is_hazard));
-        assert_eq!(
-            Untrusted("plain-id_1.2:3").to_string(),
-            "\"plain-id_1.2:3\""
-        );
+        assert_eq!(Untrusted("plain-id_1.2:3").to_string(), "plain-id_1.2:3");
+        assert_eq!(Untrusted("two words").to_string(), "\"two words\"");
+        assert_eq!(Untrusted("").to_string(), "\"\"");
+        assert_eq!(Untrusted("a=b").to_string(), "\"a=b\"");
         assert_eq!(UntrustedOr(None).to_string(), "none");
     }
 
