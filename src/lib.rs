@@ -1,21 +1,35 @@
 //! ringraft: a KRaft (Apache Kafka metadata quorum) node for Linux, thread-per-core on glommio.
 //!
 //! ```text
-//!  clients / peers ─TCP─► net::server (acceptor shards; one socket per listener per process)
-//!                           │ net::frame: int32 frames, size checked before reading, memory
-//!                           │   bounded by queued.max.request.bytes
-//!                           ▼
-//!                         net::dispatch ─► protocol (checked decoders, ApiVersions table)
-//!                           │ RaftService (node::handle::RaftHandle)
-//!                           ▼
-//!     node::executor ── the one loop: feeds raft/ + membership/ (pure cores) and runs every
-//!       │   │   │        Ready in order: persist → (flush started) → send → persisted → deliver
+//!  clients / peers ─TCP─► net::server on acceptor shards (one socket per listener per process;
+//!                          │  an acceptor without the fetch role hands connections to one)
+//!                          │ net::frame: int32 frames, size checked before reading, memory
+//!                          │   bounded by queued.max.request.bytes
+//!                          ▼
+//!                        net::dispatch ─► protocol (checked decoders, ApiVersions table)
+//!                          ▼
+//!                        node::route ─┬─ Fetch ──────► fetch::shard::Serving (fetch role, this
+//!                                     │                  shard): answers from the latest
+//!                                     │                  Publication, batch cache, segment reads
+//!                                     ├─ FetchSnapshot ► Serving (snapshot role, here or on
+//!                                     │                  another shard over a channel)
+//!                                     └─ the rest ───► node::handle::RaftHandle ─► raft shard
+//!                                                                   ▲
+//!  embed (Node, StateMachine, RaftHandle for applications) ─────────┘
+//!
+//!  raft shard: node::executor ── the one loop: feeds raft/ + membership/ (pure cores) and
+//!       │   │   │   │            runs every Ready in order: persist → (flush started) → send
+//!       │   │   │   │            → persisted → deliver
+//!       │   │   │   └─ Publish: node::publish → every Serving (fetch/snapshot shards)
 //!       │   │   └─ Transport: node::peers (outbound connections)  [tests/sim: its network]
 //!       │   └──── Clock: node::raft_shard (glommio timers)          [tests/sim: simulated time]
 //!       └──────── Storage: node::raft_storage over log/              [tests/sim: SimLog disk]
 //!                    log::metadata_log (segments on DMA files, batch cache, reads through the
 //!                    ring), log::snapshot_io, quorum-state; log::recovery at start
 //! ```
+//!
+//! `docs/architecture.md` walks the write path and the read path through these boxes;
+//! `docs/design.md` holds the rules the code cites.
 //!
 //! `records` holds RecordBatch v2 and `ValidBatches` (a batch checked once where it entered);
 //! `types` the values every layer shares; `config` turns server.properties and tuning files

@@ -1,5 +1,5 @@
 //! `ringraft bench log`: the log's write path against the disk's own floor, measured in one run
-//! on the same filesystem (DESIGN.md §5). Absolute times move 10–20× on a shared machine; the
+//! on the same filesystem (docs/design.md §5). Absolute times move 10–20× on a shared machine; the
 //! ratios are what to read.
 //!
 //! Floors: (a) blocking O_DIRECT|O_DSYNC 4 KiB writes into pre-allocated, pre-zeroed blocks —

@@ -1,7 +1,7 @@
 //! `ringraft bench soak`: a 3-voter quorum under a steady load for a long while, each node's
 //! memory sampled from `/proc`, and a goal that memory after the warm-up stays flat: at the end
 //! each node's resident set is within `--growth-max` (10 %) of what it was when the warm-up
-//! ended (DESIGN.md §5). The baseline is the same node, measured in the same run.
+//! ended (docs/design.md §5). The baseline is the same node, measured in the same run.
 //!
 //! What it reads, per node: `VmRSS` (everything resident) and `RssAnon` (the anonymous part:
 //! the heap, stacks and the rings' buffers; file pages of the log are not in it). What fills a

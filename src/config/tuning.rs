@@ -50,7 +50,7 @@ pub struct ShardPlan {
 #[serde(deny_unknown_fields)]
 pub struct Tuning {
     /// Microseconds an idle executor spins before sleeping. Keep 0 on machines with few cores:
-    /// a spinning shard steals the CPU its neighbour needs (DESIGN.md §4 measured 4× worse
+    /// a spinning shard steals the CPU its neighbour needs (docs/design.md §4 measured 4× worse
     /// append latency on 2 vCPUs).
     #[serde(default)]
     pub spin_before_park_us: u64,

@@ -1,4 +1,4 @@
-//! Small files replaced atomically (DESIGN.md §3 rule 2): write `<name>.tmp`, fsync it, rename
+//! Small files replaced atomically (docs/design.md §3 rule 2): write `<name>.tmp`, fsync it, rename
 //! it over `<name>`, fsync the directory. When `replace_file` returns Ok, the new content is
 //! durable and a crash at any point leaves either the old or the new file, never a mix.
 //! An fsync error is returned, never retried: the caller stops (rule 4).

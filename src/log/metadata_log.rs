@@ -8,7 +8,7 @@
 //!   Flushes are group commits: one task writes and fdatasyncs everything appended so far while
 //!   the others wait, and usually find their data already covered.
 //! - An I/O error from `flush`, `truncate_to` or `delete_before` (`LogError::Io`) means durable
-//!   state is unknown: the caller must stop the process (DESIGN.md §3 rule 4).
+//!   state is unknown: the caller must stop the process (docs/design.md §3 rule 4).
 //! - `open` recovers (`recovery`): it validates every batch, truncates a torn tail (reported),
 //!   and refuses a log with corruption in the middle (`LogError::Corrupt`, naming file and
 //!   byte).

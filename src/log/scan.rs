@@ -1,4 +1,4 @@
-//! Validating the bytes of one segment at recovery (DESIGN.md §3 rules 5–6, docs/storage.md
+//! Validating the bytes of one segment at recovery (docs/design.md §3 rules 5–6, docs/storage.md
 //! §11): every batch's length, magic and CRC, offsets contiguous from the segment's base, epochs
 //! never decreasing. What ends the valid prefix decides what happens next:
 //! - the end of the file, or only zeros after it (pre-allocated space): a clean end;

@@ -213,7 +213,7 @@ impl<'a> Batch<'a> {
 }
 
 /// Writes `base_offset` and `partition_leader_epoch` into a batch in place. Neither is covered by
-/// the CRC, so the batch stays valid and nothing is re-encoded (DESIGN.md §2 zero-copy append).
+/// the CRC, so the batch stays valid and nothing is re-encoded (docs/design.md §2 zero-copy append).
 pub fn assign_in_place(batch: &mut [u8], base_offset: i64, partition_leader_epoch: i32) {
     assert!(batch.len() >= BATCH_HEADER_BYTES, "not a batch");
     batch[0..8].copy_from_slice(&base_offset.to_be_bytes());
