@@ -32,17 +32,34 @@ pub fn uuid_to_kafka_string(uuid: &Uuid) -> String {
     URL_SAFE_NO_PAD.encode(uuid.as_bytes())
 }
 
+/// Why a text is not Kafka's form of a UUID. The text is kept to show it (escaped: it may
+/// come from a file or a peer).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UuidTextError {
+    #[error("{0:?} is not a 22-character base64url UUID")]
+    Length(String),
+    #[error("{text:?} is not a base64url UUID: {why}")]
+    Base64 {
+        text: String,
+        why: base64::DecodeError,
+    },
+}
+
 /// Parses Kafka's text form; the error says why the text is not one.
-pub fn parse_kafka_uuid(text: &str) -> Result<Uuid, String> {
+pub fn parse_kafka_uuid(text: &str) -> Result<Uuid, UuidTextError> {
+    // 22 base64 characters without padding always decode to 16 bytes.
     if text.len() != 22 {
-        return Err(format!("{text:?} is not a 22-character base64url UUID"));
+        return Err(UuidTextError::Length(text.to_owned()));
     }
     let bytes = URL_SAFE_NO_PAD
         .decode(text)
-        .map_err(|e| format!("{text:?} is not a base64url UUID: {e}"))?;
+        .map_err(|why| UuidTextError::Base64 {
+            text: text.to_owned(),
+            why,
+        })?;
     let bytes: [u8; 16] = bytes
         .try_into()
-        .map_err(|_| format!("{text:?} is not 16 bytes"))?;
+        .map_err(|_| UuidTextError::Length(text.to_owned()))?;
     Ok(Uuid::from_bytes(bytes))
 }
 

@@ -616,7 +616,8 @@ impl Bench<'_> {
             let pki = self.dir.join("pki");
             fs::create_dir_all(&pki)
                 .map_err(|e| format!("cannot create {}: {e}", pki.display()))?;
-            crate::net::tls::write_throwaway_pki(&pki, &["node-1", "node-2", "node-3"])?;
+            crate::net::tls::write_throwaway_pki(&pki, &["node-1", "node-2", "node-3"])
+                .map_err(|e| e.to_string())?;
             self.say(
                 "TLS phases: TLS 1.3, ECDSA P-256 certificates from a throwaway CA, \
                       ssl.client.auth=required on every connection",

@@ -115,7 +115,7 @@ pub fn run(args: &FormatArgs) -> Result<(), CliError> {
     }
     // What start would refuse about this config, refused before anything is written. Skipped
     // when there is nothing to format, so that `format -g` beside a running node still passes.
-    crate::node::listen::check_config(&config).map_err(|e| CliError::new(e.0))?;
+    crate::node::listen::check_config(&config).map_err(|e| CliError::new(e.to_string()))?;
     let records = bootstrap_records();
     println!(
         "Bootstrap metadata: {}",
@@ -283,7 +283,7 @@ fn dirs_to_format(config: &ServerConfig, args: &FormatArgs) -> Result<Vec<PathBu
                     &format!("--cluster-id is {}", args.cluster_id),
                     config.node_id,
                 )
-                .map_err(CliError::new)?;
+                .map_err(|e| CliError::new(e.to_string()))?;
             }
             Ok(_) => {
                 return Err(CliError::new(format!(

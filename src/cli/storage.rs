@@ -56,7 +56,8 @@ fn repair_quorum_state(config_path: &Path, epoch: Option<i32>) -> Result<(), Cli
     let config = super::load_config(config_path)?;
     let meta =
         MetaProperties::read(&config.metadata_dir()).map_err(|e| CliError::new(e.to_string()))?;
-    let _lock = crate::node::storage::lock_dir(&config).map_err(|e| CliError::new(e.0))?;
+    let _lock =
+        crate::node::storage::lock_dir(&config).map_err(|e| CliError::new(e.to_string()))?;
     let dir = layout::partition_dir(&config.metadata_dir());
     let old = QuorumStateData::read_if_present(&dir).ok().flatten();
     let log_epoch = largest_log_epoch(&dir)?;

@@ -12,7 +12,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use uuid::Uuid;
 
 use super::ServerConfig;
-use crate::ids::{parse_kafka_uuid, uuid_to_kafka_string};
+use crate::ids::{parse_kafka_uuid, uuid_to_kafka_string, UuidTextError};
 use crate::protocol::api_versions::KRAFT_VERSION_MAX;
 use crate::records::control::{Endpoint, Voter, VotersRecord};
 
@@ -26,44 +26,89 @@ pub struct DynamicVoter {
     pub directory_id: Uuid,
 }
 
+/// Why a text is not one voter, `id@host:port:directoryid`; `text` is the entry as given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{text:?}: {why}")]
+pub struct VoterTextError {
+    pub text: String,
+    pub why: VoterTextWhy,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VoterTextWhy {
+    #[error("expected id@host:port:directoryid")]
+    NoAt,
+    #[error("the node id {0:?} is not an integer")]
+    NodeId(String),
+    #[error("the node id must not be negative")]
+    NegativeNodeId,
+    #[error("'[' without a closing ']'")]
+    UnclosedBracket,
+    #[error("the host is empty")]
+    EmptyHost,
+    #[error("expected :port:directoryid after the host")]
+    NoPortOrDirectory,
+    #[error("the port {0:?} is not in 0..65535")]
+    Port(String),
+    #[error("{0}")]
+    DirectoryId(UuidTextError),
+    #[error("{0} is a reserved directory id (KIP-858), not one a log directory can have")]
+    ReservedDirectoryId(String),
+}
+
+/// Why `--initial-controllers` is not a voter set.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VotersTextError {
+    #[error(transparent)]
+    Voter(#[from] VoterTextError),
+    #[error("node id {0} appears more than once")]
+    Twice(i32),
+    #[error("no voters given")]
+    Empty,
+}
+
+/// `--standalone` on a config without a controller listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the config names no controller listener")]
+pub struct NoControllerListener;
+
 impl DynamicVoter {
     /// Parses one `id@host:port:directoryid` (host may be `[ipv6]`). Surrounding blanks are
     /// ignored, as Kafka ignores them.
-    pub fn parse(text: &str) -> Result<DynamicVoter, String> {
+    pub fn parse(text: &str) -> Result<DynamicVoter, VoterTextError> {
+        use VoterTextWhy as Why;
         let text = text.trim();
-        let (id, rest) = text
-            .split_once('@')
-            .ok_or_else(|| format!("{text:?}: expected id@host:port:directoryid"))?;
-        let node_id: i32 = id
-            .parse()
-            .map_err(|_| format!("{text:?}: the node id {id:?} is not an integer"))?;
+        let refuse = |why| VoterTextError {
+            text: text.to_owned(),
+            why,
+        };
+        let (id, rest) = text.split_once('@').ok_or_else(|| refuse(Why::NoAt))?;
+        let node_id: i32 = id.parse().map_err(|_| refuse(Why::NodeId(id.to_owned())))?;
         if node_id < 0 {
-            return Err(format!("{text:?}: the node id must not be negative"));
+            return Err(refuse(Why::NegativeNodeId));
         }
         // A bracketed host runs to ']'; any other host to the first ':' (so an IPv6 literal
         // needs its brackets, as in Kafka).
         let (host, rest) = match rest.strip_prefix('[') {
             Some(bracketed) => bracketed
                 .split_once(']')
-                .ok_or_else(|| format!("{text:?}: '[' without a closing ']'"))?,
+                .ok_or_else(|| refuse(Why::UnclosedBracket))?,
             None => rest.split_at(rest.find(':').unwrap_or(rest.len())),
         };
         if host.is_empty() {
-            return Err(format!("{text:?}: the host is empty"));
+            return Err(refuse(Why::EmptyHost));
         }
         let (port, directory) = rest
             .strip_prefix(':')
             .and_then(|r| r.split_once(':'))
-            .ok_or_else(|| format!("{text:?}: expected :port:directoryid after the host"))?;
+            .ok_or_else(|| refuse(Why::NoPortOrDirectory))?;
         let port: u16 = port
             .parse()
-            .map_err(|_| format!("{text:?}: the port {port:?} is not in 0..65535"))?;
-        let directory_id = parse_kafka_uuid(directory).map_err(|why| format!("{text:?}: {why}"))?;
+            .map_err(|_| refuse(Why::Port(port.to_owned())))?;
+        let directory_id =
+            parse_kafka_uuid(directory).map_err(|why| refuse(Why::DirectoryId(why)))?;
         if is_reserved(&directory_id) {
-            return Err(format!(
-                "{text:?}: {directory} is a reserved directory id (KIP-858), not one a log \
-                 directory can have"
-            ));
+            return Err(refuse(Why::ReservedDirectoryId(directory.to_owned())));
         }
         Ok(DynamicVoter {
             node_id,
@@ -75,12 +120,15 @@ impl DynamicVoter {
 
     /// The voter `--standalone` makes of this node: its first effective advertised controller
     /// listener (`localhost` when that listener names no host) and `directory_id`.
-    pub fn standalone(config: &ServerConfig, directory_id: Uuid) -> Result<DynamicVoter, String> {
+    pub fn standalone(
+        config: &ServerConfig,
+        directory_id: Uuid,
+    ) -> Result<DynamicVoter, NoControllerListener> {
         let listener = config
             .effective_advertised_controller_listeners()
             .into_iter()
             .next()
-            .ok_or("the config names no controller listener")?;
+            .ok_or(NoControllerListener)?;
         let host = if listener.host.is_empty() {
             "localhost".to_owned()
         } else {
@@ -124,17 +172,17 @@ impl std::fmt::Display for DynamicVoter {
 /// Parses `--initial-controllers`: comma-separated voters, empty entries skipped (blank ones
 /// are not: Kafka refuses them too), at least one voter, no node id twice. Two voters may share
 /// a directory id (Kafka accepts that too: the replica key is the pair).
-pub fn parse_dynamic_voters(text: &str) -> Result<Vec<DynamicVoter>, String> {
+pub fn parse_dynamic_voters(text: &str) -> Result<Vec<DynamicVoter>, VotersTextError> {
     let mut voters: Vec<DynamicVoter> = Vec::new();
     for entry in text.trim().split(',').filter(|e| !e.is_empty()) {
         let voter = DynamicVoter::parse(entry)?;
         if voters.iter().any(|v| v.node_id == voter.node_id) {
-            return Err(format!("node id {} appears more than once", voter.node_id));
+            return Err(VotersTextError::Twice(voter.node_id));
         }
         voters.push(voter);
     }
     if voters.is_empty() {
-        return Err("no voters given".into());
+        return Err(VotersTextError::Empty);
     }
     Ok(voters)
 }
@@ -255,7 +303,7 @@ mod tests {
         // The same directory id twice is accepted; the same node id twice is not.
         assert!(parse_dynamic_voters(&format!("1@h:1:{DIR_A},2@h:2:{DIR_A}")).is_ok());
         let twice = parse_dynamic_voters(&format!("1@h:1:{DIR_A},1@h:2:{DIR_B}"));
-        assert!(twice.unwrap_err().contains("more than once"));
+        assert!(twice.unwrap_err().to_string().contains("more than once"));
     }
 
     #[test]
@@ -277,7 +325,7 @@ mod tests {
             ("1@h:1:nope", "22-character"),
             ("1@h:1:AAAAAAAAAAAAAAAAAAAAAA", "reserved"),
         ] {
-            let err = parse_dynamic_voters(text).unwrap_err();
+            let err = parse_dynamic_voters(text).unwrap_err().to_string();
             assert!(err.contains(says), "{text:?}: {err}");
         }
     }

@@ -28,11 +28,11 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-fn invalid(key: &str, value: &str, why: impl Into<String>) -> ConfigError {
+fn invalid(key: &str, value: &str, why: impl ToString) -> ConfigError {
     ConfigError {
         key: key.to_owned(),
         value: value.to_owned(),
-        why: why.into(),
+        why: why.to_string(),
     }
 }
 
@@ -273,20 +273,31 @@ impl Lookup<'_> {
 
 /// Parses `host:port`, `[v6]:port` or `:port` (empty host). Errors carry no key: the caller
 /// adds it.
-pub fn parse_host_port(text: &str) -> Result<(String, u16), String> {
+pub fn parse_host_port(text: &str) -> Result<(String, u16), HostPortError> {
     let (host, port) = if let Some(rest) = text.strip_prefix('[') {
-        let (host, rest) = rest.split_once(']').ok_or("unclosed '[' in an IPv6 host")?;
-        let port = rest
-            .strip_prefix(':')
-            .ok_or("missing ':port' after the IPv6 host")?;
+        let (host, rest) = rest.split_once(']').ok_or(HostPortError::UnclosedBracket)?;
+        let port = rest.strip_prefix(':').ok_or(HostPortError::NoPortAfterV6)?;
         (host, port)
     } else {
-        text.rsplit_once(':').ok_or("expected host:port")?
+        text.rsplit_once(':').ok_or(HostPortError::NoColon)?
     };
     let port: u16 = port
         .parse()
-        .map_err(|_| format!("port {port:?} is not in 0..65535"))?;
+        .map_err(|_| HostPortError::Port(port.to_owned()))?;
     Ok((host.to_owned(), port))
+}
+
+/// Why a text is not `host:port`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostPortError {
+    #[error("unclosed '[' in an IPv6 host")]
+    UnclosedBracket,
+    #[error("missing ':port' after the IPv6 host")]
+    NoPortAfterV6,
+    #[error("expected host:port")]
+    NoColon,
+    #[error("port {0:?} is not in 0..65535")]
+    Port(String),
 }
 
 fn parse_listener(key: &str, text: &str) -> Result<Listener, ConfigError> {

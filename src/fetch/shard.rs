@@ -439,14 +439,12 @@ impl Serving {
         id: crate::raft::OffsetAndEpoch,
         position: u64,
         max_bytes: usize,
-    ) -> Result<Option<glommio::io::ReadResult>, String> {
+    ) -> Result<Option<glommio::io::ReadResult>, crate::log::snapshot_io::SnapshotFileError> {
         let current = self.snapshot.borrow().clone().filter(|s| s.id == id);
         let file = match current {
             Some(file) => file,
             None => {
-                let file = SnapshotFile::open(&self.dir, id)
-                    .await
-                    .map_err(|e| format!("snapshot {e}"))?;
+                let file = SnapshotFile::open(&self.dir, id).await?;
                 let file = Rc::new(file);
                 let old = self.snapshot.borrow_mut().replace(file.clone());
                 if let Some(old) = old.and_then(|o| Rc::try_unwrap(o).ok()) {
@@ -487,6 +485,6 @@ impl Serving {
             Ok(None) => {}
             Err(_) => *self.snapshot.borrow_mut() = None,
         }
-        chunk.map_err(|e| format!("snapshot {e}"))
+        chunk
     }
 }

@@ -46,7 +46,10 @@ pub enum BootstrapError {
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: io::Error },
     #[error("{path} is not a valid bootstrap snapshot: {why}")]
-    Invalid { path: PathBuf, why: String },
+    Invalid {
+        path: PathBuf,
+        why: super::FileFormatError,
+    },
 }
 
 /// The bootstrap snapshot's path in a partition directory.
@@ -103,22 +106,25 @@ pub fn read(partition_dir: &Path) -> Result<Option<BootstrapSnapshot>, Bootstrap
 }
 
 /// Decodes the bytes of a bootstrap snapshot file.
-pub fn parse(mut bytes: &[u8]) -> Result<BootstrapSnapshot, String> {
+pub fn parse(mut bytes: &[u8]) -> Result<BootstrapSnapshot, super::FileFormatError> {
+    use super::FileFormatError::Shape;
     let mut batches = Vec::new();
     while !bytes.is_empty() {
-        let (batch, rest) = Batch::parse(bytes).map_err(|e| e.to_string())?;
+        let (batch, rest) = Batch::parse(bytes)?;
         batches.push(batch);
         bytes = rest;
     }
     let Some((footer, body)) = batches.split_last() else {
-        return Err("no batches".into());
+        return Err(Shape("no batches"));
     };
-    let footer = decode_control_batch(footer).map_err(|e| format!("last batch: {e}"))?;
+    let footer = decode_control_batch(footer)?;
     if body.is_empty() || footer != [ControlRecord::SnapshotFooter] {
-        return Err("the last batch is not a lone SnapshotFooter after a header".into());
+        return Err(Shape(
+            "the last batch is not a lone SnapshotFooter after a header",
+        ));
     }
     if !body[0].is_control() {
-        return Err("the first batch is not a control batch".into());
+        return Err(Shape("the first batch is not a control batch"));
     }
     let mut snapshot = BootstrapSnapshot {
         kraft_version: 0,
@@ -127,17 +133,17 @@ pub fn parse(mut bytes: &[u8]) -> Result<BootstrapSnapshot, String> {
     };
     for (i, batch) in body.iter().enumerate() {
         if !batch.is_control() {
-            for record in batch.records().map_err(|e| e.to_string())? {
-                let record = record.map_err(|e| e.to_string())?;
+            for record in batch.records()? {
+                let record = record?;
                 snapshot
                     .records
                     .push(record.value.unwrap_or_default().to_vec());
             }
             continue;
         }
-        let controls = decode_control_batch(batch).map_err(|e| e.to_string())?;
+        let controls = decode_control_batch(batch)?;
         if i == 0 && !matches!(controls.first(), Some(ControlRecord::SnapshotHeader { .. })) {
-            return Err("the first record is not a SnapshotHeader".into());
+            return Err(Shape("the first record is not a SnapshotHeader"));
         }
         for control in controls {
             match control {
@@ -223,7 +229,10 @@ mod tests {
         let bytes = fs::read(&file).unwrap();
         assert!(parse(&bytes[..bytes.len() - 1]).is_err());
         let footer_only = &bytes[bytes.len() - 75..];
-        assert!(parse(footer_only).unwrap_err().contains("header"));
+        assert!(parse(footer_only)
+            .unwrap_err()
+            .to_string()
+            .contains("header"));
         assert!(parse(&[]).is_err());
         fs::remove_dir_all(&dir).unwrap();
     }

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use super::durable;
 use super::layout::LEADER_EPOCH_CHECKPOINT_FILE;
+use super::FileFormatError;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EpochCache {
@@ -71,25 +72,35 @@ impl EpochCache {
         out
     }
 
-    pub fn parse(text: &str) -> Result<EpochCache, String> {
+    pub fn parse(text: &str) -> Result<EpochCache, FileFormatError> {
         let mut lines = text.lines();
-        if lines.next() != Some("0") {
-            return Err("version line is not 0".into());
+        match lines.next() {
+            Some("0") => {}
+            Some(other) => return Err(FileFormatError::value("the version line", other, "0")),
+            None => return Err(FileFormatError::Missing("version line")),
         }
-        let count: usize = lines
-            .next()
-            .and_then(|l| l.trim().parse().ok())
-            .ok_or("bad count")?;
+        let count = lines.next().ok_or(FileFormatError::Missing("count line"))?;
+        let count: usize = count
+            .trim()
+            .parse()
+            .map_err(|_| FileFormatError::value("the count", count, "a number"))?;
         let mut cache = EpochCache::default();
         for _ in 0..count {
-            let line = lines.next().ok_or("fewer entries than the count")?;
+            let line = lines
+                .next()
+                .ok_or(FileFormatError::Shape("fewer entries than the count"))?;
             let (epoch, offset) = line
                 .split_once(' ')
-                .ok_or("entry is not '<epoch> <offset>'")?;
-            let epoch: i32 = epoch.parse().map_err(|_| "bad epoch")?;
-            let offset: i64 = offset.trim().parse().map_err(|_| "bad offset")?;
+                .ok_or_else(|| FileFormatError::value("an entry", line, "'<epoch> <offset>'"))?;
+            let epoch: i32 = epoch
+                .parse()
+                .map_err(|_| FileFormatError::value("an epoch", epoch, "a 32-bit integer"))?;
+            let offset: i64 = offset
+                .trim()
+                .parse()
+                .map_err(|_| FileFormatError::value("an offset", offset, "a 64-bit integer"))?;
             if cache.latest_epoch().is_some_and(|latest| epoch <= latest) {
-                return Err("epochs do not ascend".into());
+                return Err(FileFormatError::Shape("epochs do not ascend"));
             }
             cache.entries.push((epoch, offset));
         }

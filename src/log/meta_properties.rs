@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use uuid::Uuid;
 
 use super::durable;
+use super::FileFormatError;
 use crate::config::Properties;
 use crate::ids::{parse_kafka_uuid, uuid_to_kafka_string};
 
@@ -30,7 +31,10 @@ pub struct MetaProperties {
 pub enum MetaError {
     Missing(PathBuf),
     Io(PathBuf, io::Error),
-    Invalid { path: PathBuf, why: String },
+    Invalid {
+        path: PathBuf,
+        why: super::FileFormatError,
+    },
 }
 
 impl fmt::Display for MetaError {
@@ -59,38 +63,50 @@ impl MetaProperties {
         Self::parse(&text).map_err(|why| MetaError::Invalid { path, why })
     }
 
-    pub fn parse(text: &str) -> Result<MetaProperties, String> {
+    pub fn parse(text: &str) -> Result<MetaProperties, FileFormatError> {
         let props = Properties::parse(text);
-        let version = props.get("version").ok_or("no version key")?;
+        let version = props
+            .get("version")
+            .ok_or(FileFormatError::Missing("version key"))?;
         let version: u32 = version
             .trim()
             .parse()
-            .map_err(|_| format!("bad version {version:?}"))?;
+            .map_err(|_| FileFormatError::value("version", version, "not a number"))?;
         if version != 1 {
-            return Err(format!(
-                "version {version} is not a KRaft directory (version 1); a ZooKeeper-era \
-                 directory cannot be used by a KRaft controller"
+            return Err(FileFormatError::value(
+                "version",
+                version,
+                "not a KRaft directory (version 1); a ZooKeeper-era directory cannot be \
+                 used by a KRaft controller",
             ));
         }
         let cluster_id = props
             .get("cluster.id")
-            .ok_or("no cluster.id key")?
+            .ok_or(FileFormatError::Missing("cluster.id key"))?
             .trim()
             .to_owned();
         if cluster_id.is_empty() {
-            return Err("cluster.id is empty".into());
+            return Err(FileFormatError::value(
+                "cluster.id",
+                "",
+                "a cluster id cannot be empty",
+            ));
         }
         // Kafka's cluster ids are UUIDs in base64url (`kafka-storage random-uuid`); `format`
         // refuses anything else, so a file that holds something else was not written by it.
-        parse_kafka_uuid(&cluster_id).map_err(|e| format!("cluster.id: {e}"))?;
-        let node_id = props.get("node.id").ok_or("no node.id key")?;
+        parse_kafka_uuid(&cluster_id).map_err(FileFormatError::uuid("cluster.id"))?;
+        let node_id = props
+            .get("node.id")
+            .ok_or(FileFormatError::Missing("node.id key"))?;
         let node_id: i32 = node_id
             .trim()
             .parse()
-            .map_err(|_| format!("bad node.id {node_id:?}"))?;
+            .map_err(|_| FileFormatError::value("node.id", node_id, "not a 32-bit integer"))?;
         let directory_id = props
             .get("directory.id")
-            .map(|text| parse_kafka_uuid(text.trim()).map_err(|e| format!("directory.id: {e}")))
+            .map(|text| {
+                parse_kafka_uuid(text.trim()).map_err(FileFormatError::uuid("directory.id"))
+            })
             .transpose()?;
         Ok(MetaProperties {
             version,
@@ -191,13 +207,15 @@ mod tests {
         assert!(
             MetaProperties::parse("version=0\nbroker.id=1\ncluster.id=x\n")
                 .unwrap_err()
+                .to_string()
                 .contains("ZooKeeper")
         );
         assert!(MetaProperties::parse("version=1\nnode.id=1\n")
             .unwrap_err()
+            .to_string()
             .contains("cluster.id"));
         let bad_cluster = "version=1\nnode.id=1\ncluster.id=abc\n";
-        let why = MetaProperties::parse(bad_cluster).unwrap_err();
+        let why = MetaProperties::parse(bad_cluster).unwrap_err().to_string();
         assert!(
             why.contains("cluster.id") && why.contains("base64url"),
             "{why}"
@@ -206,6 +224,7 @@ mod tests {
             "version=1\nnode.id=1\ncluster.id=MkU3OEVBNTcwNTJENDM2Qg\ndirectory.id=nope\n";
         assert!(MetaProperties::parse(bad_dir)
             .unwrap_err()
+            .to_string()
             .contains("directory.id"));
     }
 }

@@ -1,6 +1,6 @@
 //! `quorum-state` (docs/storage.md §9): the epoch, leader and vote that must survive a crash.
 //! One line of JSON, replaced atomically (temp, fsync, rename, fsync dir): when `write` returns
-//! Ok the new state is durable, which is what lets a vote be sent (DESIGN.md §3 rule 1).
+//! Ok the new state is durable, which is what lets a vote be sent (docs/design.md §3 rule 1).
 
 use std::fmt;
 use std::fs;
@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::durable;
+use super::FileFormatError;
 use crate::ids::{parse_kafka_uuid, uuid_to_kafka_string};
 
 /// The persisted election state. `data_version` 0 (kraft.version 0) has no voted directory id;
@@ -43,7 +44,16 @@ impl Default for QuorumStateData {
 #[derive(Debug)]
 pub enum QuorumStateError {
     Io(PathBuf, io::Error),
-    Invalid(PathBuf, String),
+    Invalid(PathBuf, FileFormatError),
+    /// The file parses but holds something the log beside it contradicts (see
+    /// [`QuorumStateData::check_against_log`]).
+    Rewound {
+        path: PathBuf,
+        /// The file's epoch; `None` when the file is missing.
+        file_epoch: Option<i32>,
+        /// The largest epoch of the log's batches and snapshots.
+        log_epoch: i32,
+    },
 }
 
 impl fmt::Display for QuorumStateError {
@@ -51,11 +61,44 @@ impl fmt::Display for QuorumStateError {
         match self {
             QuorumStateError::Io(p, e) => write!(f, "{}: {e}", p.display()),
             QuorumStateError::Invalid(p, why) => write!(f, "{}: {why}", p.display()),
+            QuorumStateError::Rewound {
+                path,
+                file_epoch: None,
+                log_epoch,
+            } => write!(
+                f,
+                "{} is missing, but the metadata log beside it holds epoch {log_epoch}: this \
+                 node may have voted in that epoch or a later one. {REPAIR}",
+                path.display()
+            ),
+            QuorumStateError::Rewound {
+                path,
+                file_epoch: Some(epoch),
+                log_epoch,
+            } => write!(
+                f,
+                "{} says epoch {epoch}, but the metadata log beside it holds epoch \
+                 {log_epoch}: the file was rewound or replaced. {REPAIR}",
+                path.display()
+            ),
         }
     }
 }
 
-impl std::error::Error for QuorumStateError {}
+impl std::error::Error for QuorumStateError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            QuorumStateError::Io(_, e) => Some(e),
+            QuorumStateError::Invalid(_, e) => Some(e),
+            QuorumStateError::Rewound { .. } => None,
+        }
+    }
+}
+
+const REPAIR: &str = "If the file was lost and you accept that this node forgets any vote it \
+                      cast, repair it explicitly: ringraft storage repair-quorum-state -c \
+                      <server.properties> --epoch <the quorum's current epoch> (README: \
+                      \"Repairing quorum-state\")";
 
 impl QuorumStateData {
     /// The JSON line Kafka writes for this data version.
@@ -84,24 +127,37 @@ impl QuorumStateData {
     }
 
     /// Parses the first line of the file.
-    pub fn from_json(text: &str) -> Result<QuorumStateData, String> {
-        let line = text.lines().next().ok_or("empty file")?;
-        let value: Value = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
-        let int = |key: &str| -> Result<i64, String> {
-            value
-                .get(key)
-                .and_then(Value::as_i64)
-                .ok_or_else(|| format!("missing integer {key}"))
+    pub fn from_json(text: &str) -> Result<QuorumStateData, FileFormatError> {
+        let line = text
+            .lines()
+            .next()
+            .ok_or(FileFormatError::Missing("JSON line"))?;
+        let value: Value = serde_json::from_str(line)
+            .map_err(|_| FileFormatError::value("the line", line, "not a JSON object"))?;
+        let int = |key: &'static str| -> Result<i64, FileFormatError> {
+            match value.get(key) {
+                None => Err(FileFormatError::Missing(key)),
+                Some(v) => v
+                    .as_i64()
+                    .ok_or_else(|| FileFormatError::value(key, v, "an integer")),
+            }
         };
-        let i32_of = |key: &str| -> Result<i32, String> {
-            i32::try_from(int(key)?).map_err(|_| format!("{key} out of range"))
+        let i32_of = |key: &'static str| -> Result<i32, FileFormatError> {
+            let v = int(key)?;
+            i32::try_from(v).map_err(|_| FileFormatError::value(key, v, "a 32-bit integer"))
         };
         let data_version = int("data_version")?;
         if !(0..=1).contains(&data_version) {
-            return Err(format!("unknown data_version {data_version}"));
+            return Err(FileFormatError::value(
+                "data_version",
+                data_version,
+                "0 or 1 (a later Kafka's file?)",
+            ));
         }
         let voted_directory_id = match value.get("votedDirectoryId").and_then(Value::as_str) {
-            Some(text) => parse_kafka_uuid(text)?,
+            Some(text) => {
+                parse_kafka_uuid(text).map_err(FileFormatError::uuid("votedDirectoryId"))?
+            }
             None => Uuid::nil(),
         };
         let current_voters = value
@@ -141,7 +197,7 @@ impl QuorumStateData {
             Err(e) => return Err(QuorumStateError::Io(path, e)),
         };
         if state.leader_epoch < 0 {
-            let why = format!("leaderEpoch {} is negative", state.leader_epoch);
+            let why = FileFormatError::value("leaderEpoch", state.leader_epoch, "negative");
             let path = partition_dir.join(super::layout::QUORUM_STATE_FILE);
             return Err(QuorumStateError::Invalid(path, why));
         }
@@ -158,24 +214,15 @@ impl QuorumStateData {
         state: Option<&Self>,
         partition_dir: &Path,
         history_epoch: i32,
-    ) -> Result<(), String> {
-        let repair = "If the file was lost and you accept that this node forgets any vote it \
-                      cast, repair it explicitly: ringraft storage repair-quorum-state -c \
-                      <server.properties> --epoch <the quorum's current epoch> (README: \
-                      \"Repairing quorum-state\")";
-        let path = partition_dir.join(super::layout::QUORUM_STATE_FILE);
+    ) -> Result<(), QuorumStateError> {
+        let rewound = |file_epoch| QuorumStateError::Rewound {
+            path: partition_dir.join(super::layout::QUORUM_STATE_FILE),
+            file_epoch,
+            log_epoch: history_epoch,
+        };
         match state {
-            None if history_epoch >= 0 => Err(format!(
-                "{} is missing, but the metadata log beside it holds epoch {history_epoch}: \
-                 this node may have voted in that epoch or a later one. {repair}",
-                path.display()
-            )),
-            Some(s) if s.leader_epoch < history_epoch => Err(format!(
-                "{} says epoch {}, but the metadata log beside it holds epoch \
-                 {history_epoch}: the file was rewound or replaced. {repair}",
-                path.display(),
-                s.leader_epoch
-            )),
+            None if history_epoch >= 0 => Err(rewound(None)),
+            Some(s) if s.leader_epoch < history_epoch => Err(rewound(Some(s.leader_epoch))),
             _ => Ok(()),
         }
     }
@@ -227,10 +274,14 @@ mod tests {
             QuorumStateData::check_against_log(None, dir, -1).is_ok(),
             "a new log"
         );
-        let missing = QuorumStateData::check_against_log(None, dir, 3).unwrap_err();
+        let missing = QuorumStateData::check_against_log(None, dir, 3)
+            .unwrap_err()
+            .to_string();
         assert!(missing.contains("/d/quorum-state is missing"), "{missing}");
         assert!(missing.contains("repair-quorum-state"), "{missing}");
-        let rewound = QuorumStateData::check_against_log(Some(&at(1)), dir, 5).unwrap_err();
+        let rewound = QuorumStateData::check_against_log(Some(&at(1)), dir, 5)
+            .unwrap_err()
+            .to_string();
         assert!(
             rewound.contains("says epoch 1") && rewound.contains("epoch 5"),
             "{rewound}"

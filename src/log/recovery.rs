@@ -181,10 +181,11 @@ fn check_epoch_checkpoint(dir: &Path, rebuilt: &EpochCache) {
             return;
         }
     };
-    let why = match std::str::from_utf8(&text)
-        .map_err(|e| e.to_string())
-        .and_then(EpochCache::parse)
-    {
+    let parsed = match std::str::from_utf8(&text) {
+        Ok(text) => EpochCache::parse(text).map_err(|e| e.to_string()),
+        Err(_) => Err("it is not UTF-8".to_owned()),
+    };
+    let why = match parsed {
         Err(e) => format!("it does not parse ({})", crate::logsafe::escaped(&e, 256)),
         Ok(found) if rebuilt.entries().starts_with(found.entries()) => return,
         Ok(found) => format!(

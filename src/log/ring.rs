@@ -64,14 +64,15 @@ pub struct RingReport {
 pub async fn prepare(dir: &Path) -> io::Result<RingReport> {
     use std::os::unix::fs::MetadataExt;
     let dev = std::fs::metadata(dir)?.dev();
-    let io_poll = device_io_poll(libc::major(dev), libc::minor(dev));
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let io_poll = device_io_poll(major, minor);
     // One scratch file per shard: several shards of a process prepare the same directory.
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let pid = std::process::id();
     let scratch = dir.join(format!("{SCRATCH_PREFIX}{pid}-{n}"));
     remove_stale_scratch(dir, pid);
-    if io_poll.as_deref() != Ok("1") {
+    if io_poll.as_deref() != Some("1") {
         // A page of data, so that glommio's probe read reaches the device (see above). Written
         // before the shard serves anything; this runs at start-up only.
         std::fs::write(&scratch, [0u8; PAGE_BYTES])?;
@@ -85,7 +86,7 @@ pub async fn prepare(dir: &Path) -> io::Result<RingReport> {
     let ring = observe_ring(&scratch).await;
     let _ = glommio::io::remove(&scratch).await;
     Ok(RingReport {
-        io_poll: io_poll.unwrap_or_else(|why| why),
+        io_poll: io_poll.unwrap_or_else(|| format!("no queue/io_poll for device {major}:{minor}")),
         ring: ring?,
     })
 }
@@ -108,18 +109,19 @@ fn remove_stale_scratch(dir: &Path, pid: u32) {
     }
 }
 
-/// `queue/io_poll` of the device `major:minor` (of its disk when it is a partition).
-fn device_io_poll(major: u32, minor: u32) -> Result<String, String> {
+/// `queue/io_poll` of the device `major:minor` (of its disk when it is a partition); `None`
+/// when sysfs has none.
+fn device_io_poll(major: u32, minor: u32) -> Option<String> {
     let base = format!("/sys/dev/block/{major}:{minor}");
     for path in [
         format!("{base}/queue/io_poll"),
         format!("{base}/../queue/io_poll"),
     ] {
         if let Ok(text) = std::fs::read_to_string(&path) {
-            return Ok(text.trim().to_owned());
+            return Some(text.trim().to_owned());
         }
     }
-    Err(format!("no queue/io_poll for device {major}:{minor}"))
+    None
 }
 
 /// Writes and reads one page of `scratch` and asks glommio which ring counted them.

@@ -5,12 +5,12 @@
 //! as it fills. Appended batches are queued as shared `Bytes` and copied once, straight into
 //! the flush's aligned buffers. Space ahead of the write position is pre-allocated in chunks (reading as
 //! zeros) and made durable once, so a data flush neither grows the file nor allocates blocks
-//! (DESIGN.md §4: appends into pre-allocated blocks are ~30 % cheaper). Sealed segments are
+//! (docs/design.md §4: appends into pre-allocated blocks are ~30 % cheaper). Sealed segments are
 //! trimmed to their data and read through the ring like every other segment (`open_reader`).
 //!
 //! Durability: `ActiveSegment::flush` returns Ok only after `fdatasync` covered every byte
 //! appended before the call. An error from it means the data may not be durable and the caller
-//! must stop (DESIGN.md §3 rule 4); it is never retried here.
+//! must stop (docs/design.md §3 rule 4); it is never retried here.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -415,7 +415,7 @@ impl ActiveSegment {
         }
         // Big flushes go out as WRITE_CHUNK_BYTES writes, WRITE_QUEUE_DEPTH of them in flight at
         // all times (a new one starts as each completes): bandwidth comes from I/O in flight
-        // (DESIGN.md §4: QD1 0.5 GB/s, QD8 1.0 GB/s).
+        // (docs/design.md §4: QD1 0.5 GB/s, QD8 1.0 GB/s).
         let writing = std::time::Instant::now();
         let chunks: Vec<(usize, usize)> = (0..padded)
             .step_by(WRITE_CHUNK_BYTES)
@@ -681,13 +681,22 @@ async fn join_all<F: std::future::Future + Unpin>(futures: &mut [F]) -> Vec<F::O
 }
 
 /// `e` with the file it concerns: "No space left on device" alone does not say which disk.
-/// An error that already names the file is returned as it is.
+/// The kind stays the OS's; an error that already carries a path is returned as it is.
 pub fn with_path(path: &Path, e: io::Error) -> io::Error {
-    let shown = path.display().to_string();
-    if e.to_string().contains(&shown) {
+    if e.get_ref().is_some_and(|inner| inner.is::<PathIoError>()) {
         return e;
     }
-    io::Error::new(e.kind(), format!("{shown}: {e}"))
+    let kind = e.kind();
+    let path = path.to_path_buf();
+    io::Error::new(kind, PathIoError { path, source: e })
+}
+
+/// An I/O error and the file it happened to (inside the `io::Error` that `with_path` returns).
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {source}", path.display())]
+pub struct PathIoError {
+    pub path: std::path::PathBuf,
+    pub source: io::Error,
 }
 
 pub fn glommio_io(e: glommio::GlommioError<()>) -> io::Error {

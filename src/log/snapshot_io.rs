@@ -12,7 +12,7 @@
 //!
 //! Durability: `PartFile::finish` and `SnapshotStream::finish` return Ok only once the file is
 //! complete, durable and visible under its final name. An fsync error is returned, never
-//! retried: the caller stops the node (DESIGN.md §3 rule 4).
+//! retried: the caller stops the node (docs/design.md §3 rule 4).
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -23,10 +23,10 @@ use glommio::io::{BufferedFile, DmaFile, OpenOptions};
 
 use super::layout;
 use super::segment::{glommio_io, with_path};
-use crate::raft::OffsetAndEpoch;
 use crate::records::control::{control_batch, ControlRecord};
 use crate::records::snapshot::SnapshotCheck;
 use crate::records::BatchBuilder;
+use crate::types::OffsetAndEpoch;
 
 /// Bytes a snapshot stream gathers before it writes them (fewer, larger writes).
 const STREAM_BUFFER_BYTES: usize = 1 << 20;

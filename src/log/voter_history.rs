@@ -2,22 +2,33 @@
 //! bootstrap checkpoint (at offset −1), the latest snapshot's header (at its end − 1), then every
 //! KRaftVersion and Voters record in the log past that snapshot. Start-up only.
 
-use super::metadata_log::MetadataLog;
-use super::snapshot::{SnapshotId, SnapshotReader};
+use super::metadata_log::{LogError, MetadataLog};
+use super::snapshot::{SnapshotError, SnapshotId, SnapshotReader};
 use crate::membership::history::membership_records_in;
-use crate::membership::MembershipRecord;
-use crate::raft::OffsetAndEpoch;
+use crate::membership::{MembershipError, MembershipRecord};
 use crate::records::control::ControlRecord;
+use crate::types::OffsetAndEpoch;
+
+/// Why the voter-set history on disk cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum VoterRecordsError {
+    #[error("snapshot {0}")]
+    Snapshot(#[from] SnapshotError),
+    #[error("reading the log at {offset} for voter records: {source}")]
+    Read { offset: i64, source: LogError },
+    #[error("a membership record in the log: {0}")]
+    Membership(#[from] MembershipError),
+}
 
 /// The membership records on disk, in offset order: the bootstrap checkpoint (at −1), the
 /// latest snapshot's header (at its end − 1), then every control record in the log.
 pub async fn voter_records(
     log: &MetadataLog,
     latest: Option<OffsetAndEpoch>,
-) -> Result<Vec<MembershipRecord>, String> {
+) -> Result<Vec<MembershipRecord>, VoterRecordsError> {
     let dir = log.dir();
-    let header = |id: SnapshotId| -> Result<Vec<ControlRecord>, String> {
-        let reader = SnapshotReader::open(dir, id).map_err(|e| format!("snapshot {e}"))?;
+    let header = |id: SnapshotId| -> Result<Vec<ControlRecord>, SnapshotError> {
+        let reader = SnapshotReader::open(dir, id)?;
         Ok(reader.header().to_vec())
     };
     let mut out = Vec::new();
@@ -56,7 +67,7 @@ pub async fn voter_records(
         let chunks = log
             .read(offset, 8 << 20)
             .await
-            .map_err(|e| format!("reading the log at {offset} for voter records: {e}"))?;
+            .map_err(|source| VoterRecordsError::Read { offset, source })?;
         let mut next = offset;
         for chunk in chunks {
             out.extend(

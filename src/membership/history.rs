@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use uuid::Uuid;
 
 use super::voter_set::{KRaftRange, Voter, VoterSet};
+use super::MembershipError;
 use crate::records::batch::Batch;
 use crate::records::control::{self, decode_control_batch, ControlRecord, VotersRecord};
 use crate::types::{Endpoint, ReplicaKey};
@@ -59,7 +60,7 @@ impl VoterHistory {
     pub fn from_records(
         static_set: VoterSet,
         records: &[MembershipRecord],
-    ) -> Result<Self, String> {
+    ) -> Result<Self, MembershipError> {
         let mut history = VoterHistory::new(static_set);
         for r in records {
             history.apply(r.offset, &r.record, false)?;
@@ -158,11 +159,11 @@ impl VoterHistory {
         offset: i64,
         record: &ControlRecord,
         check_overlap: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), MembershipError> {
         match record {
             ControlRecord::KRaftVersion { kraft_version } => {
                 if !(0..=1).contains(kraft_version) {
-                    return Err(format!("kraft.version {kraft_version} is not supported"));
+                    return Err(MembershipError::UnsupportedKraftVersion(*kraft_version));
                 }
                 self.levels.push((offset, *kraft_version));
             }
@@ -171,9 +172,7 @@ impl VoterHistory {
                 if check_overlap {
                     if let Some((prev_offset, prev)) = self.sets.last() {
                         if *prev_offset >= 0 && !overlapping_majority(prev, &set) {
-                            return Err(format!(
-                                "the voter set at {offset} changes more than one voter"
-                            ));
+                            return Err(MembershipError::NotOverlapping { offset });
                         }
                     }
                 }
@@ -186,16 +185,16 @@ impl VoterHistory {
 
     /// Applies the membership records of every control batch in `bytes` (whole batches).
     /// Returns how many sets were applied.
-    pub fn apply_batches(&mut self, bytes: &[u8]) -> Result<usize, String> {
+    pub fn apply_batches(&mut self, bytes: &[u8]) -> Result<usize, MembershipError> {
         let mut rest = bytes;
         let mut applied = 0;
         while !rest.is_empty() {
-            let (batch, after) = Batch::parse(rest).map_err(|e| e.to_string())?;
+            let (batch, after) = Batch::parse(rest)?;
             rest = after;
             if !batch.is_control() {
                 continue;
             }
-            let records = decode_control_batch(&batch).map_err(|e| e.to_string())?;
+            let records = decode_control_batch(&batch)?;
             for (i, record) in records.iter().enumerate() {
                 let offset = batch.base_offset() + i as i64;
                 if matches!(record, ControlRecord::Voters(_)) {
@@ -250,7 +249,7 @@ pub fn overlapping_majority(old: &VoterSet, new: &VoterSet) -> bool {
     added <= 1 && removed <= 1
 }
 
-pub fn voter_set_from_record(record: &VotersRecord) -> Result<VoterSet, String> {
+pub fn voter_set_from_record(record: &VotersRecord) -> Result<VoterSet, MembershipError> {
     let voters = record
         .voters
         .iter()
@@ -300,16 +299,16 @@ pub fn voters_record(set: &VoterSet) -> VotersRecord {
 
 /// The membership records of every control batch in `bytes` (whole batches, as in a log
 /// segment), with their offsets.
-pub fn membership_records_in(bytes: &[u8]) -> Result<Vec<MembershipRecord>, String> {
+pub fn membership_records_in(bytes: &[u8]) -> Result<Vec<MembershipRecord>, MembershipError> {
     let mut out = Vec::new();
     let mut rest = bytes;
     while !rest.is_empty() {
-        let (batch, after) = Batch::parse(rest).map_err(|e| e.to_string())?;
+        let (batch, after) = Batch::parse(rest)?;
         rest = after;
         if !batch.is_control() {
             continue;
         }
-        let records = decode_control_batch(&batch).map_err(|e| e.to_string())?;
+        let records = decode_control_batch(&batch)?;
         for (i, record) in records.into_iter().enumerate() {
             if matches!(
                 record,
@@ -326,11 +325,11 @@ pub fn membership_records_in(bytes: &[u8]) -> Result<Vec<MembershipRecord>, Stri
 }
 
 /// The membership records of a snapshot's (or checkpoint's) first batch.
-pub fn snapshot_header_records(bytes: &[u8]) -> Result<Vec<ControlRecord>, String> {
-    let (batch, _) = Batch::parse(bytes).map_err(|e| e.to_string())?;
-    let records = decode_control_batch(&batch).map_err(|e| e.to_string())?;
+pub fn snapshot_header_records(bytes: &[u8]) -> Result<Vec<ControlRecord>, MembershipError> {
+    let (batch, _) = Batch::parse(bytes)?;
+    let records = decode_control_batch(&batch)?;
     if !matches!(records.first(), Some(ControlRecord::SnapshotHeader { .. })) {
-        return Err("the first batch does not start with a SnapshotHeader".into());
+        return Err(MembershipError::NoSnapshotHeader);
     }
     Ok(records
         .into_iter()

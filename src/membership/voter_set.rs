@@ -2,6 +2,7 @@
 //! listeners raft connects to (docs/raft.md §1, docs/membership.md §2). Static sets come from
 //! `controller.quorum.voters`; KIP-853 sets from the log (the membership issue).
 
+use super::MembershipError;
 use crate::types::{Endpoint, ReplicaKey};
 
 /// The kraft.version levels a voter supports (VotersRecord's KRaftVersionFeature).
@@ -53,10 +54,10 @@ pub struct VoterSet {
 
 impl VoterSet {
     /// A set of distinct node ids, sorted by id. Errors name the duplicate.
-    pub fn new(mut voters: Vec<Voter>) -> Result<VoterSet, String> {
+    pub fn new(mut voters: Vec<Voter>) -> Result<VoterSet, MembershipError> {
         voters.sort_by_key(|v| v.key.id);
         if let Some(pair) = voters.windows(2).find(|w| w[0].key.id == w[1].key.id) {
-            return Err(format!("voter {} appears twice", pair[0].key.id));
+            return Err(MembershipError::DuplicateVoter(pair[0].key.id));
         }
         Ok(VoterSet { voters })
     }
@@ -100,7 +101,7 @@ impl VoterSet {
     }
 
     /// This set plus `voter` (its id must be new).
-    pub fn with_voter(&self, voter: Voter) -> Result<VoterSet, String> {
+    pub fn with_voter(&self, voter: Voter) -> Result<VoterSet, MembershipError> {
         let mut voters = self.voters.clone();
         voters.push(voter);
         VoterSet::new(voters)

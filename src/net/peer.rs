@@ -27,7 +27,7 @@ use crate::constants::SOCKET_REQUEST_MAX_BYTES_DEFAULT;
 use crate::protocol::api_versions::{ApiVersionsRequest, ApiVersionsResponse};
 use crate::protocol::header::{decode_response_header, RequestHeader};
 use crate::protocol::request::encode_request_frame;
-use crate::protocol::{apis, ApiKey, ApiSpec, ErrorCode, Reader, Writer};
+use crate::protocol::{apis, AnswerError, ApiKey, ApiSpec, ErrorCode, Reader, Writer};
 
 /// The largest response frame accepted from a peer (size prefix excluded). Larger announced
 /// sizes are refused before anything is allocated. Same bound as `socket.request.max.bytes`.
@@ -71,7 +71,7 @@ pub enum PeerError {
     },
     /// The answer does not parse (bad frame size, bad header, bad ApiVersions body).
     #[error("cannot decode the answer of peer {peer}: {what}")]
-    Decode { peer: SocketAddr, what: String },
+    Decode { peer: SocketAddr, what: AnswerError },
     /// No version of `key` that both sides speak: `ours` is our range (or the single version a
     /// request asked for), `theirs` the peer's range, `None` when the peer does not serve it.
     #[error(
@@ -376,10 +376,8 @@ impl PeerConnection {
                     peer,
                     what: match size.to_be_bytes() {
                         // A TLS record header (alert or handshake, version 3.x) read as a size.
-                        [0x15 | 0x16, 0x03, ..] => "the peer answered with TLS: its listener is \
-                            SSL, so connect with security.protocol=SSL"
-                            .to_string(),
-                        _ => format!("response frame size {size} outside 0..={max}"),
+                        [0x15 | 0x16, 0x03, ..] => AnswerError::Tls,
+                        _ => AnswerError::FrameSize { size, max },
                     },
                 }),
                 Err(FrameError::Io(source)) => Err(PeerError::Io { peer, source }),
@@ -421,22 +419,28 @@ async fn with_timeout<T>(limit: Duration, fut: impl Future<Output = T>) -> Optio
 
 /// Splits a response frame (size prefix excluded) into its correlation id and body. The body is
 /// a view of `frame`, not a copy.
-fn strip_response_header(frame: &Bytes, header_version: i16) -> Result<(i32, Bytes), String> {
+fn strip_response_header(frame: &Bytes, header_version: i16) -> Result<(i32, Bytes), AnswerError> {
     let mut r = Reader::new(frame);
     let correlation_id =
-        decode_response_header(&mut r, header_version).map_err(|e| format!("header: {e}"))?;
+        decode_response_header(&mut r, header_version).map_err(AnswerError::Header)?;
     Ok((correlation_id, frame.slice(r.position()..)))
 }
 
 /// Reads an ApiVersions answer to a request sent at `version`. A peer that does not serve that
 /// version answers in the v0 format (docs/wire.md §6), so a body that does not parse at
 /// `version` is read again at v0, as Kafka's `ApiVersionsResponse.parse` does.
-fn decode_api_versions(body: &[u8], version: i16) -> Result<ApiVersionsResponse, String> {
+fn decode_api_versions(body: &[u8], version: i16) -> Result<ApiVersionsResponse, AnswerError> {
+    let failed = |source| AnswerError::Body {
+        key: ApiKey::API_VERSIONS,
+        version,
+        source,
+    };
     match ApiVersionsResponse::decode(&mut Reader::new(body), version) {
         Ok(response) => Ok(response),
-        Err(first) if version != 0 => ApiVersionsResponse::decode(&mut Reader::new(body), 0)
-            .map_err(|_| format!("ApiVersions v{version} response: {first}")),
-        Err(first) => Err(format!("ApiVersions v0 response: {first}")),
+        Err(first) if version != 0 => {
+            ApiVersionsResponse::decode(&mut Reader::new(body), 0).map_err(|_| failed(first))
+        }
+        Err(first) => Err(failed(first)),
     }
 }
 

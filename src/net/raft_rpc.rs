@@ -669,10 +669,18 @@ pub fn encode_request(request: &Request, version: i16, w: &mut Writer) {
 
 /// Decodes a peer's response body to `key` at `version` into the core's form. A response
 /// without our partition keeps its top-level error and says "no leader known".
-pub fn decode_response(key: ApiKey, version: i16, body: &Bytes) -> Result<Response, String> {
+pub fn decode_response(
+    key: ApiKey,
+    version: i16,
+    body: &Bytes,
+) -> Result<Response, crate::protocol::AnswerError> {
     let mut r = Reader::new(body);
     let named = |name: &str| name == METADATA_TOPIC_NAME;
-    let err = |e: crate::protocol::DecodeError| format!("{} v{version}: {e}", key.name());
+    let err = |source| crate::protocol::AnswerError::Body {
+        key,
+        version,
+        source,
+    };
     Ok(match key {
         ApiKey::ADD_RAFT_VOTER => {
             let a = arv::AddRaftVoterResponse::decode(&mut r, version, body).map_err(err)?;
@@ -794,7 +802,7 @@ pub fn decode_response(key: ApiKey, version: i16, body: &Bytes) -> Result<Respon
                 leader_endpoints: leader_from_nodes(leader_id, &f.node_endpoints),
             })
         }
-        other => return Err(format!("{} is not a raft RPC", other.name())),
+        other => return Err(crate::protocol::AnswerError::NotRaft(other)),
     })
 }
 

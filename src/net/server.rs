@@ -7,6 +7,7 @@
 
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_lite::future;
@@ -35,24 +36,48 @@ pub struct ConnectionLimits {
 /// Binds and listens on `addr` once for the whole process, without SO_REUSEPORT: a second
 /// process cannot take a port this one holds (Kafka's "Address already in use"). Each acceptor
 /// shard accepts on its own descriptor of the same socket (`for_shard`).
-pub fn bind(name: &str, addr: SocketAddr) -> Result<std::net::TcpListener, String> {
-    let listener = std::net::TcpListener::bind(addr).map_err(|e| {
-        let why = match e.kind() {
-            std::io::ErrorKind::AddrInUse => "Address already in use".to_string(),
-            _ => e.to_string(),
-        };
-        format!("Socket server failed to bind to {addr} (listener {name}): {why}.")
-    })?;
-    listener
-        .set_nonblocking(true)
-        .map_err(|e| format!("listener {name} on {addr}: {e}"))?;
+pub fn bind(name: &str, addr: SocketAddr) -> Result<std::net::TcpListener, BindError> {
+    let failed = |source| BindError {
+        name: name.to_owned(),
+        addr,
+        source,
+    };
+    let listener = std::net::TcpListener::bind(addr).map_err(failed)?;
+    listener.set_nonblocking(true).map_err(failed)?;
     Ok(listener)
 }
 
+/// A listener that cannot be bound: Kafka's words, with the OS's error (and its kind) kept.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "Socket server failed to bind to {addr} (listener {name}): {}.",
+    shown(source)
+)]
+pub struct BindError {
+    pub name: String,
+    pub addr: SocketAddr,
+    pub source: std::io::Error,
+}
+
+/// Kafka says "Address already in use" without the errno that Rust appends.
+fn shown(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::AddrInUse => "Address already in use".to_string(),
+        _ => e.to_string(),
+    }
+}
+
 /// This shard's descriptor of a listener `bind` made.
-pub fn for_shard(listener: &std::net::TcpListener) -> Result<TcpListener, String> {
-    let own = listener.try_clone().map_err(|e| e.to_string())?;
+pub fn for_shard(listener: &std::net::TcpListener) -> std::io::Result<TcpListener> {
+    let own = listener.try_clone()?;
     Ok(crate::sys::glommio_listener(own))
+}
+
+/// What the node counts of its connections' traffic (`node::metrics` implements it): `net`
+/// reports through this, and does not know the node's metrics.
+pub trait ServerProbe {
+    /// One request of `api`, `bytes` long, answered with `answered` bytes.
+    fn request(&self, api: &str, bytes: usize, answered: usize);
 }
 
 /// What every connection task on one shard shares.
@@ -64,7 +89,7 @@ pub struct Connections<S: Service> {
     gate: Gate,
     queues: Option<Queues>,
     /// Requests and bytes per API (`node::metrics`), when the node keeps metrics.
-    metrics: Option<crate::node::metrics::SharedMetrics>,
+    metrics: Option<Arc<dyn ServerProbe>>,
     /// The listener's TLS (`security.protocol` SSL): every connection handshakes first.
     tls: Option<Tls>,
     /// The span current where these connections were made (the shard's
@@ -140,7 +165,7 @@ impl<S: Service> Connections<S> {
         limits: ConnectionLimits,
         stop: StopSignal,
         queues: Option<Queues>,
-        metrics: crate::node::metrics::SharedMetrics,
+        metrics: Arc<dyn ServerProbe>,
     ) -> Rc<Self> {
         let mut connections = Self::new(service, state, limits, stop, queues);
         Rc::get_mut(&mut connections)

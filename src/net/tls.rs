@@ -12,7 +12,7 @@
 //! frame is gathered into one buffer and encrypted, because rustls copies it into records anyway.
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -51,12 +51,65 @@ impl std::fmt::Debug for Tls {
     }
 }
 
+/// Why the TLS material cannot be used: each names the file or key it came from (`origin`).
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("a listener needs a keystore")]
+    NoKeystore,
+    #[error("cannot read the {what} {}: {source}", path.display())]
+    Read {
+        what: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+    #[error("{origin}: bad PEM certificate: {source}")]
+    BadCertificate {
+        origin: String,
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("{origin}: no certificate (BEGIN CERTIFICATE) in it")]
+    NoCertificate { origin: String },
+    #[error("{origin}: the private key is encrypted; give an unencrypted PKCS#8 key")]
+    EncryptedKey { origin: String },
+    #[error("{origin}: no usable private key (BEGIN PRIVATE KEY): {source}")]
+    NoKey {
+        origin: String,
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("{origin}: a certificate cannot be trusted: {source}")]
+    Untrusted {
+        origin: String,
+        source: rustls::Error,
+    },
+    #[error("TLS versions: {0}")]
+    Versions(rustls::Error),
+    #[error("the trust store cannot verify {side}: {source}")]
+    Verifier {
+        side: &'static str,
+        source: rustls::server::VerifierBuilderError,
+    },
+    #[error("{origin}: the private key does not fit the first certificate: {source}")]
+    KeyMismatch {
+        origin: String,
+        source: rustls::Error,
+    },
+}
+
+/// Why `write_throwaway_pki` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PkiError {
+    #[error("cannot make a throwaway certificate: {0}")]
+    Certificate(#[from] rcgen::Error),
+    #[error("cannot write {}: {source}", path.display())]
+    Write { path: PathBuf, source: io::Error },
+}
+
 impl Tls {
     /// Reads the key, the chain and the trust store, and builds both sides. Every error names
     /// the file (or the inline key) and what is wrong with it.
-    pub fn new(config: &TlsConfig) -> Result<Tls, String> {
+    pub fn new(config: &TlsConfig) -> Result<Tls, TlsError> {
         let Some(keystore) = &config.keystore else {
-            return Err("a listener needs a keystore".into());
+            return Err(TlsError::NoKeystore);
         };
         let identity = read_keystore(keystore)?;
         Self::build(config, Some(identity))
@@ -64,12 +117,12 @@ impl Tls {
 
     /// The client side only, for a tool: it presents the keystore's certificate when the
     /// configuration has one.
-    pub fn client(config: &TlsConfig) -> Result<Tls, String> {
+    pub fn client(config: &TlsConfig) -> Result<Tls, TlsError> {
         let identity = config.keystore.as_ref().map(read_keystore).transpose()?;
         Self::build(config, identity)
     }
 
-    fn build(config: &TlsConfig, identity: Option<Identity>) -> Result<Tls, String> {
+    fn build(config: &TlsConfig, identity: Option<Identity>) -> Result<Tls, TlsError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let roots = Arc::new(read_truststore(&config.truststore)?);
         let mut versions: Vec<&'static rustls::SupportedProtocolVersion> = Vec::new();
@@ -79,9 +132,9 @@ impl Tls {
         if config.tls12 {
             versions.push(&rustls::version::TLS12);
         }
-        let tls_error = |what: &str, e: rustls::Error| format!("{what}: {e}");
-        let mismatch = |source: &str, e: rustls::Error| {
-            format!("{source}: the private key does not fit the first certificate: {e}")
+        let mismatch = |origin: &str, source| TlsError::KeyMismatch {
+            origin: origin.to_owned(),
+            source,
         };
 
         let acceptor = match &identity {
@@ -89,7 +142,7 @@ impl Tls {
             Some((chain, key, source)) => {
                 let server = rustls::ServerConfig::builder_with_provider(provider.clone())
                     .with_protocol_versions(&versions)
-                    .map_err(|e| tls_error("TLS versions", e))?;
+                    .map_err(TlsError::Versions)?;
                 let server = match config.client_auth {
                     ClientAuth::None => server.with_no_client_auth(),
                     auth => {
@@ -102,9 +155,10 @@ impl Tls {
                         } else {
                             builder
                         };
-                        let verifier = builder
-                            .build()
-                            .map_err(|e| format!("the trust store cannot verify clients: {e}"))?;
+                        let verifier = builder.build().map_err(|source| TlsError::Verifier {
+                            side: "clients",
+                            source,
+                        })?;
                         server.with_client_cert_verifier(verifier)
                     }
                 };
@@ -116,10 +170,13 @@ impl Tls {
         };
         let verifier = WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
             .build()
-            .map_err(|e| format!("the trust store cannot verify servers: {e}"))?;
+            .map_err(|source| TlsError::Verifier {
+                side: "servers",
+                source,
+            })?;
         let client = rustls::ClientConfig::builder_with_provider(provider)
             .with_protocol_versions(&versions)
-            .map_err(|e| tls_error("TLS versions", e))?
+            .map_err(TlsError::Versions)?
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(PeerVerifier {
                 inner: verifier,
@@ -272,37 +329,44 @@ pub fn normalize_pem(text: &str) -> String {
     out
 }
 
-fn read_pem_file(path: &Path, what: &str) -> Result<String, String> {
-    std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read the {what} {}: {e}", path.display()))
+fn read_pem_file(path: &Path, what: &'static str) -> Result<String, TlsError> {
+    std::fs::read_to_string(path).map_err(|source| TlsError::Read {
+        what,
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
-fn certificates(pem: &str, source: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+fn certificates(pem: &str, origin: &str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let origin = || origin.to_owned();
     let certs = CertificateDer::pem_slice_iter(pem.as_bytes())
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("{source}: bad PEM certificate: {e}"))?;
+        .map_err(|source| TlsError::BadCertificate {
+            origin: origin(),
+            source,
+        })?;
     if certs.is_empty() {
-        return Err(format!(
-            "{source}: no certificate (BEGIN CERTIFICATE) in it"
-        ));
+        return Err(TlsError::NoCertificate { origin: origin() });
     }
     Ok(certs)
 }
 
-fn private_key(pem: &str, source: &str) -> Result<PrivateKeyDer<'static>, String> {
+fn private_key(pem: &str, origin: &str) -> Result<PrivateKeyDer<'static>, TlsError> {
     if pem.contains("ENCRYPTED PRIVATE KEY") {
-        return Err(format!(
-            "{source}: the private key is encrypted; give an unencrypted PKCS#8 key"
-        ));
+        return Err(TlsError::EncryptedKey {
+            origin: origin.to_owned(),
+        });
     }
-    PrivateKeyDer::from_pem_slice(pem.as_bytes())
-        .map_err(|e| format!("{source}: no usable private key (BEGIN PRIVATE KEY): {e}"))
+    PrivateKeyDer::from_pem_slice(pem.as_bytes()).map_err(|source| TlsError::NoKey {
+        origin: origin.to_owned(),
+        source,
+    })
 }
 
 /// A certificate chain, its private key, and where they were read from (for errors).
 type Identity = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>, String);
 
-fn read_keystore(store: &KeyStore) -> Result<Identity, String> {
+fn read_keystore(store: &KeyStore) -> Result<Identity, TlsError> {
     match store {
         KeyStore::File(path) => {
             let pem = normalize_pem(&read_pem_file(path, "keystore (ssl.keystore.location)")?);
@@ -318,7 +382,7 @@ fn read_keystore(store: &KeyStore) -> Result<Identity, String> {
     }
 }
 
-fn read_truststore(store: &TrustStore) -> Result<RootCertStore, String> {
+fn read_truststore(store: &TrustStore) -> Result<RootCertStore, TlsError> {
     let (pem, source) = match store {
         TrustStore::File(path) => (
             read_pem_file(path, "truststore (ssl.truststore.location)")?,
@@ -328,9 +392,10 @@ fn read_truststore(store: &TrustStore) -> Result<RootCertStore, String> {
     };
     let mut roots = RootCertStore::empty();
     for cert in certificates(&normalize_pem(&pem), &source)? {
-        roots
-            .add(cert)
-            .map_err(|e| format!("{source}: a certificate cannot be trusted: {e}"))?;
+        roots.add(cert).map_err(|e| TlsError::Untrusted {
+            origin: source.clone(),
+            source: e,
+        })?;
     }
     Ok(roots)
 }
@@ -424,12 +489,12 @@ pub fn handshake_failed(peer: &str, error: &io::Error) {
 /// A throwaway certificate authority and certificates it signs, for benchmarks and tests:
 /// `ca.pem` (the trust store) and `<name>.pem` for each of `names` (an unencrypted PKCS#8 key
 /// and its certificate, naming 127.0.0.1 and localhost), written into `dir`.
-pub fn write_throwaway_pki(dir: &Path, names: &[&str]) -> Result<(), String> {
+pub fn write_throwaway_pki(dir: &Path, names: &[&str]) -> Result<(), PkiError> {
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-    let e = |e: rcgen::Error| format!("cannot make a throwaway certificate: {e}");
+    let e = PkiError::Certificate;
     let write = |file: &str, text: &str| {
         let path = dir.join(file);
-        std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+        std::fs::write(&path, text).map_err(|source| PkiError::Write { path, source })
     };
     let ca_key = KeyPair::generate().map_err(e)?;
     let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(e)?;

@@ -16,7 +16,7 @@
 //! on the flush wait for it. Readys are released strictly in order, so a message never
 //! overtakes the durability of anything produced before it.
 //!
-//! A storage error is `Fatal`: the loop ends with it and the node stops (DESIGN.md §3 rule 4).
+//! A storage error is `Fatal`: the loop ends with it and the node stops (docs/design.md §3 rule 4).
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -30,7 +30,7 @@ use futures_lite::{future, Stream, StreamExt};
 use tracing::{error, info, warn};
 
 use super::handle::{AppendCheck, ClientError, ExecutorInput};
-use crate::embed::{CommittedBatch, QuorumStatus, StateMachine};
+use super::machine::{CommittedBatch, QuorumStatus, StateMachine};
 use crate::net::dispatch::{RaftCall, ServerState};
 use crate::net::frame_out::SharedFrame;
 use crate::net::raft_rpc;
@@ -53,16 +53,7 @@ const SNAPSHOT_LOAD_CHUNK_BYTES: usize = 1 << 20;
 /// How long a graceful stop waits for the resignation to be acknowledged (docs/raft.md §14).
 pub const SHUTDOWN_GRACE_MS: u64 = 1500;
 
-/// A storage failure: what is durable is unknown, so the node must stop (never retried).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct Fatal(pub String);
-
-/// Why a snapshot chunk cannot be served (a corrupt or vanished file): the answer becomes
-/// SNAPSHOT_NOT_FOUND and the reason is logged.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct Unavailable(pub String);
+pub use super::errors::{Fatal, FatalCause, StorageOp, Unavailable};
 
 /// What the executor needs of durable storage. The node's implementation is the metadata log
 /// on the glommio ring (`node::raft_storage`); the simulator's is an in-memory disk that
@@ -655,7 +646,7 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
         for l in &mut self.listeners {
             l.load_snapshot_begin(id);
         }
-        let unreadable = |e: String| Fatal(format!("cannot load snapshot {id:?}: {e}"));
+        let op = StorageOp::SnapshotLoad { id };
         let mut pending: Vec<u8> = Vec::new();
         let mut position = 0u64;
         loop {
@@ -663,7 +654,7 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
                 .storage
                 .read_snapshot(id, position, SNAPSHOT_LOAD_CHUNK_BYTES)
                 .await
-                .map_err(|e| unreadable(e.0))?;
+                .map_err(Fatal::during(op))?;
             let Some(chunk) = chunk.filter(|c| !c.is_empty()) else {
                 break;
             };
@@ -675,7 +666,7 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
                     break;
                 }
                 let bytes = Bytes::copy_from_slice(&pending[used..used + size]);
-                let batch = CommittedBatch::new(bytes).map_err(unreadable)?;
+                let batch = CommittedBatch::new(bytes).map_err(Fatal::during(op))?;
                 for l in &mut self.listeners {
                     l.load_snapshot_batch(&batch);
                 }
@@ -684,10 +675,11 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
             pending.drain(..used);
         }
         if !pending.is_empty() {
-            return Err(unreadable(format!(
-                "{} bytes of a torn batch at its end",
-                pending.len()
-            )));
+            let torn = crate::records::BatchError::Incomplete {
+                needed: crate::records::batch::batch_size(&pending).unwrap_or(pending.len() + 1),
+                available: pending.len(),
+            };
+            return Err(Fatal::new(op, torn));
         }
         for l in &mut self.listeners {
             l.load_snapshot_end(id);
@@ -723,9 +715,13 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
             leader_change,
             load_snapshot,
         } = ready;
-        let mutations = self.raft.borrow().config().mutations;
+        let send_early = self
+            .raft
+            .borrow()
+            .config()
+            .mutated(|m| m.send_before_persist);
         let mut messages = Some(messages);
-        if mutations.send_before_persist {
+        if send_early {
             // The broken executor the simulator must catch: everything is sent before the
             // election state and the log are durable.
             for m in messages.take().into_iter().flatten() {
@@ -769,6 +765,10 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
                 .pipelined_readys
                 .set(self.probe.pipelined_readys.get() + 1);
         }
+        assert!(
+            self.waiting.back().is_none_or(|w| w.id < id),
+            "Readys begin in the order the core made them"
+        );
         self.waiting.push_back(Waiting {
             id,
             flush_to,
@@ -852,6 +852,10 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
 
     /// Resolves the appends below `hwm` and hands the listeners every batch below it.
     async fn deliver_committed(&mut self, hwm: i64) -> Result<(), Fatal> {
+        assert!(
+            hwm >= self.probe.delivered_high_watermark.get(),
+            "the high watermark never decreases"
+        );
         let resolved: Vec<i64> = self.commits.range(..hwm).map(|(o, _)| *o).collect();
         let now_ms = self.clock.now().mono_ms;
         let started: Vec<i64> = self.commit_started.range(..hwm).map(|(o, _)| *o).collect();
@@ -883,8 +887,10 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
             let mut committed = Vec::new();
             for batch in batches {
                 // Checked when it entered: only the offsets are read, no CRC.
-                let (base, next) = crate::records::batch::offsets_of(&batch)
-                    .ok_or_else(|| Fatal(format!("an unreadable committed batch at {from}")))?;
+                let (base, next) = crate::records::batch::offsets_of(&batch).ok_or_else(|| {
+                    let short = crate::records::BatchError::BadRecords("no batch header");
+                    Fatal::new(StorageOp::Deliver { offset: from }, short)
+                })?;
                 if base >= hwm {
                     break;
                 }
@@ -897,7 +903,7 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
             let unix_ms = crate::types::unix_millis();
             for bytes in committed {
                 let batch = CommittedBatch::new(bytes)
-                    .map_err(|e| Fatal(format!("an unreadable committed batch at {from}: {e}")))?;
+                    .map_err(Fatal::during(StorageOp::Deliver { offset: from }))?;
                 if let Some(m) = self.metrics.as_ref().filter(|_| !batch.is_control()) {
                     let stamped = batch.max_timestamp_ms();
                     if stamped > 0 && unix_ms >= stamped {
@@ -1023,7 +1029,7 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
             match raft.snapshot_id_for(offset) {
                 Ok(id) => (id, raft.membership().snapshot_records(id.offset)),
                 Err(why) => {
-                    let _ = reply.send(Err(ClientError::Invalid(why)));
+                    let _ = reply.send(Err(ClientError::Invalid(why.to_string())));
                     return;
                 }
             }

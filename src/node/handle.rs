@@ -7,7 +7,7 @@
 
 use futures_channel::{mpsc, oneshot};
 
-use crate::embed::{QuorumStatus, StateMachine};
+use super::machine::{QuorumStatus, StateMachine};
 use crate::net::dispatch::RaftCall;
 use crate::net::frame_out::SharedFrame;
 use crate::raft::message::{AddVoterRequest, RemoveVoterRequest, UpdateVoterRequest};

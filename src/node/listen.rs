@@ -28,8 +28,8 @@ pub fn check_config(config: &ServerConfig) -> Result<(), NodeError> {
 
 /// Binds `listeners` (the controller ones) and `ringraft.admin.listener`. Errors name the key.
 pub(crate) fn bind(config: &ServerConfig) -> Result<Bound, NodeError> {
-    let refused = |key: &str, why: String| {
-        NodeError(format!("{key}: {why} Stop what holds it or change {key}."))
+    let refused = |key: &str, why: server::BindError| {
+        NodeError::Refused(format!("{key}: {why} Stop what holds it or change {key}."))
     };
     let mut controller = Vec::new();
     for (name, addr) in resolve_listeners(config)? {
@@ -45,7 +45,7 @@ pub(crate) fn bind(config: &ServerConfig) -> Result<Bound, NodeError> {
                 .ok()
                 .and_then(|mut a| a.next())
                 .ok_or_else(|| {
-                    NodeError(format!("{key}: cannot resolve {}:{}", hp.host, hp.port))
+                    NodeError::Refused(format!("{key}: cannot resolve {}:{}", hp.host, hp.port))
                 })?;
             let listener = server::bind(key, addr).map_err(|why| refused(key, why))?;
             info!(%addr, "admin listener (/metrics, /livez, /readyz)");
@@ -65,9 +65,11 @@ fn resolve_listeners(config: &ServerConfig) -> Result<Vec<(String, SocketAddr)>,
         };
         let addr = (host, listener.port)
             .to_socket_addrs()
-            .map_err(|e| NodeError(format!("listeners: cannot resolve {listener}: {e}")))?
+            .map_err(|e| NodeError::Refused(format!("listeners: cannot resolve {listener}: {e}")))?
             .next()
-            .ok_or_else(|| NodeError(format!("listeners: {listener} resolves to no address")))?;
+            .ok_or_else(|| {
+                NodeError::Refused(format!("listeners: {listener} resolves to no address"))
+            })?;
         out.push((listener.name.clone(), addr));
     }
     Ok(out)
@@ -80,5 +82,5 @@ pub(crate) fn tls(config: &ServerConfig) -> Result<Option<crate::net::tls::Tls>,
     };
     crate::net::tls::Tls::new(tls)
         .map(Some)
-        .map_err(|e| NodeError(format!("TLS on the controller listener: {e}")))
+        .map_err(|e| NodeError::Refused(format!("TLS on the controller listener: {e}")))
 }

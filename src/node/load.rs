@@ -27,8 +27,8 @@ use hdrhistogram::Histogram;
 use tracing::{info, warn, Instrument};
 
 use super::handle::RaftHandle;
+use super::machine::{CommittedBatch, StateMachine};
 use super::unix_millis;
-use crate::embed::{CommittedBatch, StateMachine};
 use crate::net::stop::StopSignal;
 use crate::raft::{LeaderAndEpoch, OffsetAndEpoch};
 

@@ -524,6 +524,12 @@ pub fn shard_labels(index: usize) -> Labels {
 /// A shared handle to one node's metrics.
 pub type SharedMetrics = Arc<Metrics>;
 
+impl crate::net::server::ServerProbe for Metrics {
+    fn request(&self, api: &str, bytes: usize, answered: usize) {
+        Metrics::request(self, api, bytes, answered)
+    }
+}
+
 /// Samples this shard's executor every second into the per-shard series, until `stop`.
 pub async fn sample_shard(
     metrics: SharedMetrics,

@@ -69,7 +69,7 @@ pub async fn build(
     stored: &QuorumStateData,
     to_executor: mpsc::UnboundedSender<ExecutorInput>,
     server_state: ServerState,
-) -> Result<NodeExecutor, String> {
+) -> Result<NodeExecutor, super::ShardError> {
     let dir = log.dir().to_path_buf();
     let snapshots: Vec<(OffsetAndEpoch, u64)> = crate::log::snapshot::list(&dir)
         .unwrap_or_default()
@@ -89,8 +89,7 @@ pub async fn build(
     };
     let latest = snapshots.iter().map(|(id, _)| *id).max();
     let records = crate::log::voter_history::voter_records(&log, latest).await?;
-    let membership = crate::membership::VoterHistory::from_records(setup.static_voters, &records)
-        .map_err(|e| format!("the voter set on disk is invalid: {e}"))?;
+    let membership = crate::membership::VoterHistory::from_records(setup.static_voters, &records)?;
     info!(
         kraft_version = membership.kraft_version(),
         voters = %membership

@@ -11,7 +11,7 @@ use std::rc::Rc;
 use bytes::Bytes;
 use tracing::{info, warn};
 
-use super::executor::{Fatal, Storage, Unavailable};
+use super::executor::{Fatal, FatalCause, Storage, StorageOp, Unavailable};
 use super::handle::SnapshotPart;
 use crate::log::snapshot_io::{PartFile, SnapshotFile, SnapshotStream};
 use crate::log::{MetadataLog, QuorumStateData};
@@ -48,6 +48,7 @@ impl LogStorage {
         position: u64,
         bytes: &Bytes,
     ) -> Result<(), Fatal> {
+        let op = StorageOp::SnapshotDownload { id, position };
         let current = self.download.borrow_mut().take();
         let mut part = match current {
             Some((cid, part)) if cid == id && part.written() == position => part,
@@ -56,45 +57,31 @@ impl LogStorage {
                     old.abandon().await;
                 }
                 if position != 0 {
-                    let why = format!(
-                        "snapshot {}-{} chunk at {position} without its start",
-                        id.offset, id.epoch
-                    );
-                    return Err(Fatal(why));
+                    let why = FatalCause::Contract("a snapshot chunk without its start");
+                    return Err(Fatal::new(op, why));
                 }
                 PartFile::create(&self.dir, id)
                     .await
-                    .map_err(|e| Fatal(format!("cannot create a snapshot part file: {e}")))?
+                    .map_err(Fatal::during(op))?
             }
         };
-        part.write(bytes)
-            .await
-            .map_err(|e| Fatal(format!("writing snapshot {}-{}: {e}", id.offset, id.epoch)))?;
+        part.write(bytes).await.map_err(Fatal::during(op))?;
         *self.download.borrow_mut() = Some((id, part));
         Ok(())
     }
 
     async fn snapshot_complete(&self, id: OffsetAndEpoch) -> Result<(), Fatal> {
         let current = self.download.borrow_mut().take();
+        let op = StorageOp::SnapshotInstall { id };
         let Some((_, part)) = current.filter(|(cid, _)| *cid == id) else {
-            let why = format!(
-                "snapshot {}-{} completed without its bytes",
-                id.offset, id.epoch
-            );
-            return Err(Fatal(why));
+            let why = FatalCause::Contract("a snapshot completed without its bytes");
+            return Err(Fatal::new(op, why));
         };
-        let bytes = part.finish().await.map_err(|e| {
-            Fatal(format!(
-                "installing snapshot {}-{}: {e}",
-                id.offset, id.epoch
-            ))
-        })?;
-        self.log.reset_to(id.offset).await.map_err(|e| {
-            Fatal(format!(
-                "replacing the log with snapshot {}: {e}",
-                id.offset
-            ))
-        })?;
+        let bytes = part.finish().await.map_err(Fatal::during(op))?;
+        self.log
+            .reset_to(id.offset)
+            .await
+            .map_err(Fatal::during(op))?;
         info!(
             offset = id.offset,
             epoch = id.epoch,
@@ -110,7 +97,7 @@ impl Storage for LogStorage {
         quorum_state_data(state)
             .write_async(&self.dir)
             .await
-            .map_err(|e| Fatal(format!("cannot write quorum-state: {e}")))?;
+            .map_err(Fatal::during(StorageOp::PersistElection))?;
         tracing::debug!(
             epoch = state.epoch,
             leader = %crate::types::OrNone(state.leader_id),
@@ -126,17 +113,17 @@ impl Storage for LogStorage {
                 .log
                 .truncate_to(*offset, floor)
                 .await
-                .map_err(|e| Fatal(format!("truncating the log to {offset} failed: {e}"))),
+                .map_err(Fatal::during(StorageOp::Truncate { to: *offset })),
             LogOp::Append(batches) => self
                 .log
                 .append(batches)
                 .map(|_| ())
-                .map_err(|e| Fatal(format!("append failed: {e}"))),
+                .map_err(Fatal::during(StorageOp::Append)),
             LogOp::DeleteBefore(offset) => self
                 .log
                 .delete_before(*offset)
                 .await
-                .map_err(|e| Fatal(format!("deleting the log below {offset} failed: {e}"))),
+                .map_err(Fatal::during(StorageOp::DeleteBelow { offset: *offset })),
             LogOp::SnapshotChunk {
                 id,
                 position,
@@ -166,8 +153,8 @@ impl Storage for LogStorage {
         Box::pin(async move {
             match task.await {
                 Some(Ok(flushed)) => Ok(flushed),
-                Some(Err(e)) => Err(Fatal(format!("metadata log flush failed: {e}"))),
-                None => Err(Fatal("the flush task was cancelled".into())),
+                Some(Err(e)) => Err(Fatal::new(StorageOp::Flush, e)),
+                None => Err(Fatal::new(StorageOp::Flush, FatalCause::Cancelled)),
             }
         })
     }
@@ -184,7 +171,7 @@ impl Storage for LogStorage {
         self.log
             .read(offset, max_bytes)
             .await
-            .map_err(|e| Fatal(format!("reading the log at {offset}: {e}")))
+            .map_err(Fatal::during(StorageOp::Read { offset }))
     }
 
     async fn read_snapshot(
@@ -220,8 +207,7 @@ impl Storage for LogStorage {
         timestamp_ms: i64,
     ) -> Result<Option<(u64, bool)>, Fatal> {
         use futures_lite::StreamExt;
-        let fail =
-            |e: std::io::Error| Fatal(format!("writing snapshot {}-{}: {e}", id.offset, id.epoch));
+        let fail = |e: std::io::Error| Fatal::new(StorageOp::SnapshotWrite { id }, e);
         let mut stream = SnapshotStream::create(&self.dir, id, &header, timestamp_ms)
             .await
             .map_err(fail)?;

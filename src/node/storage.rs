@@ -5,7 +5,7 @@
 //! log but lost its `meta.properties` is never formatted, here or by `storage format`.
 
 use std::fs::{File, OpenOptions};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use tracing::info;
 
@@ -49,7 +49,7 @@ pub fn prepare(config: &ServerConfig, format: &Format) -> Result<Identity, NodeE
         Format::Cluster(id) => Some(id.clone()),
     };
     let meta = read_or_format(config, &dir, format_as)?;
-    check_node_id(&dir, &meta, config.node_id).map_err(NodeError)?;
+    check_node_id(&dir, &meta, config.node_id)?;
     check_log_dirs(config, &meta, format)?;
     let lock = lock_dir(config)?;
     let meta = ensure_directory_id(config, meta)?;
@@ -69,21 +69,26 @@ fn read_or_format(
         Ok(meta) => Ok(meta),
         Err(MetaError::Missing(_)) => {
             let files = layout::log_files(dir)
-                .map_err(|e| NodeError(format!("cannot read {}: {e}", shown)))?;
+                .map_err(|e| NodeError::Refused(format!("cannot read {}: {e}", shown)))?;
             if !files.is_empty() {
-                return Err(NodeError(unformatted_log(dir, &files, config.node_id)));
+                return Err(NodeError::Refused(unformatted_log(
+                    dir,
+                    &files,
+                    config.node_id,
+                )));
             }
             let Some(cluster_id) = format_as else {
-                return Err(NodeError(not_formatted(config, dir)));
+                return Err(NodeError::Refused(not_formatted(config, dir)));
             };
-            parse_kafka_uuid(&cluster_id)
-                .map_err(|why| NodeError(format!("cannot format {shown}: cluster id: {why}")))?;
+            parse_kafka_uuid(&cluster_id).map_err(|why| {
+                NodeError::Refused(format!("cannot format {shown}: cluster id: {why}"))
+            })?;
             let meta = MetaProperties::format_new(dir, &cluster_id, config.node_id)
-                .map_err(|e| NodeError(format!("cannot format {shown}: {e}")))?;
+                .map_err(|e| NodeError::Refused(format!("cannot format {shown}: {e}")))?;
             info!(dir = %shown, cluster_id = %cluster_id, "formatted on first start");
             Ok(meta)
         }
-        Err(e) => Err(NodeError(unreadable(&e))),
+        Err(e) => Err(NodeError::Refused(unreadable(&e))),
     }
 }
 
@@ -123,10 +128,36 @@ fn check_log_dirs(
         }
         let format_as = (*format != Format::Never).then(|| metadata.cluster_id.clone());
         let meta = read_or_format(config, &dir, format_as)?;
-        check_identity(&dir, &meta, &metadata.cluster_id, &whose, config.node_id)
-            .map_err(NodeError)?;
+        check_identity(&dir, &meta, &metadata.cluster_id, &whose, config.node_id)?;
     }
     Ok(())
+}
+
+/// A directory whose `meta.properties` names another cluster or another node.
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    #[error(
+        "{}/meta.properties has cluster.id={found} but {whose}; this directory belongs to \
+         another cluster: point log.dirs at this node's own directories",
+        dir.display()
+    )]
+    Cluster {
+        dir: PathBuf,
+        found: String,
+        /// Where the expected id comes from, with it: "X/meta.properties has cluster.id=…"
+        /// or "--cluster-id is …".
+        whose: String,
+    },
+    #[error(
+        "{}/meta.properties has node.id={found} but the config has node.id={expected}; this \
+         directory belongs to another node",
+        dir.display()
+    )]
+    Node {
+        dir: PathBuf,
+        found: i32,
+        expected: i32,
+    },
 }
 
 /// `meta` (read from `dir`) must carry `cluster_id` (which `whose` names with its source:
@@ -137,26 +168,24 @@ pub fn check_identity(
     cluster_id: &str,
     whose: &str,
     node_id: i32,
-) -> Result<(), String> {
+) -> Result<(), IdentityError> {
     if meta.cluster_id != cluster_id {
-        return Err(format!(
-            "{}/meta.properties has cluster.id={} but {whose}; this \
-             directory belongs to another cluster: point log.dirs at this node's own directories",
-            dir.display(),
-            meta.cluster_id
-        ));
+        return Err(IdentityError::Cluster {
+            dir: dir.to_path_buf(),
+            found: meta.cluster_id.clone(),
+            whose: whose.to_owned(),
+        });
     }
     check_node_id(dir, meta, node_id)
 }
 
-fn check_node_id(dir: &Path, meta: &MetaProperties, node_id: i32) -> Result<(), String> {
+fn check_node_id(dir: &Path, meta: &MetaProperties, node_id: i32) -> Result<(), IdentityError> {
     if meta.node_id != node_id {
-        return Err(format!(
-            "{}/meta.properties has node.id={} but the config has node.id={node_id}; this \
-             directory belongs to another node",
-            dir.display(),
-            meta.node_id
-        ));
+        return Err(IdentityError::Node {
+            dir: dir.to_path_buf(),
+            found: meta.node_id,
+            expected: node_id,
+        });
     }
     Ok(())
 }
@@ -207,9 +236,9 @@ pub fn lock_dir(config: &ServerConfig) -> Result<File, NodeError> {
         .truncate(false)
         .write(true)
         .open(&path)
-        .map_err(|e| NodeError(format!("cannot open {}: {e}", path.display())))?;
+        .map_err(|e| NodeError::Refused(format!("cannot open {}: {e}", path.display())))?;
     if crate::sys::try_lock_exclusive(&file).is_err() {
-        return Err(NodeError(format!(
+        return Err(NodeError::Refused(format!(
             "{} is locked by another process: is another node running on this directory?",
             path.display()
         )));
@@ -227,8 +256,9 @@ fn ensure_directory_id(
     }
     meta.directory_id = Some(random_kafka_uuid());
     let dir = config.metadata_dir();
-    meta.write(&dir)
-        .map_err(|e| NodeError(format!("cannot add directory.id to {}: {e}", dir.display())))?;
+    meta.write(&dir).map_err(|e| {
+        NodeError::Refused(format!("cannot add directory.id to {}: {e}", dir.display()))
+    })?;
     info!("generated a directory.id for a directory formatted without one");
     Ok(meta)
 }

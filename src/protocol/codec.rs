@@ -3,7 +3,7 @@
 //! left, and a `Writer` for the same types. No state, no I/O.
 //!
 //! Why our own decoder: `kafka-protocol` 0.18 reserves memory from unchecked wire counts, so a
-//! 10-byte request with a hostile array length aborts the process (DESIGN.md §2).
+//! 10-byte request with a hostile array length aborts the process (docs/design.md §2).
 
 use std::fmt;
 
@@ -58,6 +58,31 @@ impl fmt::Display for DecodeError {
 }
 
 impl std::error::Error for DecodeError {}
+
+/// Why a peer's answer does not decode: its header, or its body as the API and version it
+/// was asked at.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AnswerError {
+    #[error("header: {0}")]
+    Header(DecodeError),
+    #[error("{} v{version} response: {source}", key.name())]
+    Body {
+        key: super::ApiKey,
+        version: i16,
+        source: DecodeError,
+    },
+    /// A TLS record where a frame size should be: the peer's listener is SSL.
+    #[error(
+        "the peer answered with TLS: its listener is SSL, so connect with security.protocol=SSL"
+    )]
+    Tls,
+    /// A frame size out of range.
+    #[error("response frame size {size} outside 0..={max}")]
+    FrameSize { size: i32, max: usize },
+    /// An answer to an API this decoder does not read.
+    #[error("{} is not a raft RPC", .0.name())]
+    NotRaft(super::ApiKey),
+}
 
 pub type DecodeResult<T> = Result<T, DecodeError>;
 

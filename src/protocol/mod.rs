@@ -22,7 +22,7 @@ pub mod update_raft_voter;
 pub mod vote;
 
 pub use apis::{ApiKey, ApiSpec};
-pub use codec::{DecodeError, Reader, Writer};
+pub use codec::{AnswerError, DecodeError, Reader, Writer};
 pub use errors::ErrorCode;
 pub use kraft::{METADATA_TOPIC_ID, METADATA_TOPIC_NAME};
 pub use request::{decode_request, Decoded, RequestBody, RequestError};

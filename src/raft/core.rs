@@ -49,7 +49,9 @@ pub struct RaftConfig {
     pub static_voters: bool,
     /// Seeds the core's PRNG (election jitter).
     pub seed: u64,
-    /// Deliberate bugs, for proving the simulator's checkers can fail. Never set in production.
+    /// Deliberate bugs, for proving the simulator's checkers can fail. Only in test builds
+    /// (the `mutations` feature): a production build has no switch to read.
+    #[cfg(feature = "mutations")]
     #[doc(hidden)]
     pub mutations: Mutations,
 }
@@ -72,8 +74,23 @@ impl RaftConfig {
             witness: false,
             static_voters: false,
             seed,
+            #[cfg(feature = "mutations")]
             mutations: Mutations::default(),
         }
+    }
+
+    /// Whether the mutation `pick` chooses is on (tests only: the `mutations` feature).
+    #[cfg(feature = "mutations")]
+    #[inline(always)]
+    pub fn mutated(&self, pick: impl Fn(&Mutations) -> bool) -> bool {
+        pick(&self.mutations)
+    }
+
+    /// A constant `false` without the `mutations` feature: no switch is read in production.
+    #[cfg(not(feature = "mutations"))]
+    #[inline(always)]
+    pub fn mutated(&self, _pick: impl Fn(&Mutations) -> bool) -> bool {
+        false
     }
 }
 
@@ -203,6 +220,19 @@ pub enum AppendError {
     NotLeader { epoch: i32, leader: Option<i32> },
     #[error("invalid batch: {0}")]
     InvalidBatch(String),
+}
+
+/// Why a snapshot cannot be written at an offset (docs/raft.md §11.3).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SnapshotIdError {
+    #[error("offset {offset} is above the high watermark {high_watermark}")]
+    AboveHighWatermark { offset: i64, high_watermark: i64 },
+    #[error("offset {offset} is not past the log start {log_start}")]
+    NotPastLogStart { offset: i64, log_start: i64 },
+    #[error("no epoch covers offset {0}")]
+    NoEpoch(i64),
+    #[error("snapshot {}-{} exists", .0.offset, .0.epoch)]
+    Exists(OffsetAndEpoch),
 }
 
 /// One state per epoch (docs/raft.md §3). The epoch itself lives in `Raft::epoch`.
@@ -650,21 +680,25 @@ impl Raft {
 
     /// The id of a snapshot ending at `offset` (exclusive), if one may be written there
     /// (docs/raft.md §11.3; the runtime checks that `offset` is a batch boundary).
-    pub fn snapshot_id_for(&self, offset: i64) -> Result<OffsetAndEpoch, String> {
-        let hwm = self.high_watermark().unwrap_or(0);
-        if offset > hwm {
-            return Err(format!("offset {offset} is above the high watermark {hwm}"));
+    pub fn snapshot_id_for(&self, offset: i64) -> Result<OffsetAndEpoch, SnapshotIdError> {
+        let high_watermark = self.high_watermark().unwrap_or(0);
+        if offset > high_watermark {
+            return Err(SnapshotIdError::AboveHighWatermark {
+                offset,
+                high_watermark,
+            });
         }
-        if offset <= self.log.start_offset() {
-            return Err(format!("offset {offset} is not past the log start"));
+        let log_start = self.log.start_offset();
+        if offset <= log_start {
+            return Err(SnapshotIdError::NotPastLogStart { offset, log_start });
         }
         let epoch = self
             .log
             .epoch_ending_at(offset)
-            .ok_or_else(|| format!("no epoch covers offset {offset}"))?;
+            .ok_or(SnapshotIdError::NoEpoch(offset))?;
         let id = OffsetAndEpoch::new(offset, epoch);
         if self.log.snapshot_size(id).is_some() {
-            return Err(format!("snapshot {offset}-{epoch} exists"));
+            return Err(SnapshotIdError::Exists(id));
         }
         Ok(id)
     }
@@ -1038,7 +1072,7 @@ impl Raft {
                 }));
             }
         }
-        if !self.config.mutations.vote_not_persisted {
+        if !self.config.mutated(|m| m.vote_not_persisted) {
             self.persist_election_state();
         }
     }
@@ -1285,6 +1319,7 @@ impl Raft {
         self.refuse_claim("named leader", || {
             format!("a peer names this node leader of epoch {epoch}, which it did not lead here; resigning in it")
         });
+        assert!(epoch >= self.epoch, "epochs never decrease");
         self.epoch = epoch;
         self.become_resigned();
         self.pending_election = Some(ElectionState {

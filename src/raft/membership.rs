@@ -17,7 +17,7 @@ use super::message::{
     UpdateVoterRequest, UpdateVoterResponse, VoterChangeResponse,
 };
 use super::types::{Endpoint, ReplicaKey};
-use crate::membership::history::voters_record;
+use crate::membership::history::{overlapping_majority, voters_record};
 use crate::membership::{KRaftRange, Voter};
 use crate::protocol::errors::ErrorCode;
 use crate::records::control::ControlRecord;
@@ -160,6 +160,13 @@ impl Raft {
         let batch =
             crate::records::control::control_batch(base, self.epoch, self.unix_ms, &records);
         for (i, record) in records.iter().enumerate() {
+            if let ControlRecord::Voters(v) = record {
+                let next = crate::membership::history::voter_set_from_record(v);
+                assert!(
+                    next.is_ok_and(|n| overlapping_majority(self.voters(), &n)),
+                    "a leader changes its voter set one voter at a time"
+                );
+            }
             if let Err(why) = self.membership.apply(base + i as i64, record, false) {
                 tracing::error!(%why, "the leader wrote a membership record it cannot apply");
             }
@@ -215,7 +222,9 @@ impl Raft {
                 "Request timed out waiting for leader to handle previous voter change request",
             ));
         }
-        let unfenced = self.config.mutations.voter_change_before_high_watermark;
+        let unfenced = self
+            .config
+            .mutated(|m| m.voter_change_before_high_watermark);
         let hwm = match s.high_watermark {
             Some(hwm) => hwm,
             None if unfenced => i64::MAX,
@@ -338,6 +347,7 @@ impl Raft {
         };
         let to = voter.key.id;
         if let Some(s) = self.leader_mut() {
+            assert!(s.pending.is_none(), "one voter change at a time");
             s.pending = Some(PendingChange {
                 kind: ChangeKind::Add {
                     voter,
@@ -423,7 +433,7 @@ impl Raft {
                     .leader_mut()
                     .and_then(|s| s.pending.take())
                     .expect("pending change");
-                self.finish_change(change, ErrorCode::DUPLICATE_VOTER, &why);
+                self.finish_change(change, ErrorCode::DUPLICATE_VOTER, &why.to_string());
                 return;
             }
         };
@@ -482,6 +492,7 @@ impl Raft {
         let offset = self.append_control(vec![ControlRecord::Voters(voters_record(&new_set))]);
         let deadline = self.now_ms + self.config.request_timeout_ms;
         if let Some(s) = self.leader_mut() {
+            assert!(s.pending.is_none(), "one voter change at a time");
             s.pending = Some(PendingChange {
                 kind: ChangeKind::Remove,
                 token: Some(token),

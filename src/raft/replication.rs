@@ -106,7 +106,8 @@ impl Raft {
         let now = self.now_ms;
         let is_voter = self.voters().contains_key(&replica);
         let majority = self.voters().majority();
-        let local_is_voter = self.is_voter() || self.config.mutations.removed_leader_counts_itself;
+        let local_is_voter =
+            self.is_voter() || self.config.mutated(|m| m.removed_leader_counts_itself);
         let window = self.check_quorum_timeout_ms();
         let Some(s) = self.leader_mut() else { return };
         if replica.id < 0 {
@@ -151,7 +152,9 @@ impl Raft {
     pub(super) fn update_leader_high_watermark(&mut self) {
         let local = self.config.local;
         let flushed = self.log.flushed_offset();
-        let mutations = self.config.mutations;
+        let counted_twice = self.config.mutated(|m| m.leader_counted_twice);
+        let from_minority = self.config.mutated(|m| m.high_watermark_from_minority);
+        let may_decrease = self.config.mutated(|m| m.high_watermark_may_decrease);
         let voter_keys: Vec<ReplicaKey> = self.voters().voters().iter().map(|v| v.key).collect();
         let voter_ids: Vec<i32> = voter_keys.iter().map(|k| k.id).collect();
         let Some(s) = self.leader_mut() else { return };
@@ -169,11 +172,11 @@ impl Raft {
                 }
             })
             .collect();
-        if mutations.leader_counted_twice && voter_ids.contains(&local.id) {
+        if counted_twice && voter_ids.contains(&local.id) {
             offsets.push(Some(flushed));
         }
         offsets.sort_by(|a, b| b.cmp(a));
-        let index = if mutations.high_watermark_from_minority {
+        let index = if from_minority {
             0
         } else {
             voter_ids.len() / 2
@@ -181,9 +184,7 @@ impl Raft {
         let Some(Some(candidate)) = offsets.get(index).copied() else {
             return;
         };
-        let upward = |hwm: i64| {
-            candidate > hwm || (mutations.high_watermark_may_decrease && candidate < hwm)
-        };
+        let upward = |hwm: i64| candidate > hwm || (may_decrease && candidate < hwm);
         let advanced = candidate > s.epoch_start_offset && s.high_watermark.is_none_or(upward);
         if advanced {
             s.high_watermark = Some(candidate);
@@ -241,7 +242,8 @@ impl Raft {
         self.complete_parked_fetches();
         let local = self.config.local;
         let majority = self.voters().majority();
-        let local_is_voter = self.is_voter() || self.config.mutations.removed_leader_counts_itself;
+        let local_is_voter =
+            self.is_voter() || self.config.mutated(|m| m.removed_leader_counts_itself);
         let expired = match &self.role {
             Role::Leader(s) => s.check_quorum_deadline <= now,
             _ => return,
@@ -517,7 +519,7 @@ impl Raft {
             self.backoff(from);
             return;
         }
-        let unchecked = self.config.mutations.snapshot_unchecked;
+        let unchecked = self.config.mutated(|m| m.snapshot_unchecked);
         if let Err(corrupt) = download.check.feed(&bytes) {
             if !unchecked {
                 self.abandon_download(from, download.id, corrupt);

@@ -57,7 +57,7 @@ impl Raft {
         if !self.config.witness {
             return true;
         }
-        if self.config.mutations.witness_never_campaigns {
+        if self.config.mutated(|m| m.witness_never_campaigns) {
             return false;
         }
         let now = self.now_ms;
@@ -122,7 +122,7 @@ impl Raft {
     pub(super) fn maybe_hand_over(&mut self) {
         if !self.config.witness
             || self.shutting_down
-            || self.config.mutations.witness_never_hands_over
+            || self.config.mutated(|m| m.witness_never_hands_over)
         {
             return;
         }

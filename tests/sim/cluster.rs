@@ -190,7 +190,7 @@ impl Disk {
     /// The voter history a runtime rebuilds at startup (docs/membership.md §2): the bootstrap
     /// checkpoint at offset −1, the latest snapshot's header at its end − 1, then every
     /// membership record in the log past the snapshot.
-    pub fn voter_history(&self) -> Result<VoterHistory, String> {
+    pub fn voter_history(&self) -> Result<VoterHistory, ringraft::membership::MembershipError> {
         let mut records = Vec::new();
         if let Some(checkpoint) = &self.bootstrap {
             for record in snapshot_header_records(checkpoint)? {

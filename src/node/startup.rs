@@ -1,0 +1,376 @@
+//! Start-up and placement: the checks before any shard runs (unknown keys, preflight, storage
+//! identity, listeners, the raft setup), one pinned glommio executor per tuning entry with its
+//! roles, and the join of them all. A failure here is a `NodeError`; nothing has been served.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use glommio::channels::channel_mesh::MeshBuilder;
+use glommio::{LocalExecutorBuilder, Placement};
+use tracing::{error, info, info_span, warn};
+
+use super::handle::RaftHandle;
+use super::raft_shard::RaftSetup;
+use super::{
+    listen, load, metrics, notify, preflight, storage, NodeError, NodeParts, RaftInputs,
+    ShardContext, ShardError, Wires,
+};
+use crate::config::{ServerConfig, Tuning};
+use crate::constants as c;
+use crate::net::dispatch::ServerState;
+use crate::net::server::ConnectionLimits;
+
+/// Starts a node (`crate::embed::NodeBuilder::start` is the public way in): checks the
+/// machine, prepares the storage (`format`), binds the listeners and starts the shards on a
+/// thread of their own, which the returned handle joins. `stop` set stops it. `machine`, if
+/// any, hears everything from the start.
+pub(crate) fn start(
+    config: ServerConfig,
+    tuning: Tuning,
+    format: storage::Format,
+    load: Option<load::LoadSpec>,
+    machine: Option<Box<dyn super::machine::StateMachine>>,
+    stop_flag: Arc<AtomicBool>,
+) -> Result<(RaftHandle, std::thread::JoinHandle<Result<(), NodeError>>), NodeError> {
+    let span = info_span!("ringraft", node = config.node_id, shard = "main");
+    let _enter = span.enter();
+    for key in &config.unknown_keys {
+        match crate::config::server::did_you_mean(key) {
+            Some(known) => warn!(key = %key, "unknown config key (ignored); did you mean {known}?"),
+            None => warn!(key = %key, "unknown config key (ignored)"),
+        }
+    }
+    let io_memory = tuning.io_memory_kib * 1024;
+    preflight::check(tuning.shards.len(), io_memory)?;
+    let identity = storage::prepare(&config, &format)?;
+    info!(
+        cluster_id = %identity.meta.cluster_id,
+        directory_id = %identity.directory_id(),
+        dir = %config.metadata_dir().display(),
+        "storage ready"
+    );
+    // Bound here, once: a port another process holds fails the start now.
+    let listen::Bound {
+        controller: bound,
+        admin,
+    } = listen::bind(&config)?;
+    let setup = raft_setup(&config, &identity.meta)?;
+    let mut listeners: Vec<_> = bound.iter().map(|(_, l)| l.clone()).collect();
+    listeners.extend(admin.clone());
+    let beat = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let watchdog = notify::watchdog_interval();
+    if let Some(interval) = watchdog {
+        notify::spawn_watchdog(interval, beat.clone());
+    }
+    let parts = NodeParts {
+        load,
+        machine,
+        metrics: Arc::new(metrics::Metrics::new()),
+        admin,
+        watchdog: watchdog.map(|i| (i, beat)),
+    };
+    let (raft, inputs) = RaftHandle::channel();
+    let shards = spawn_shards(
+        &config,
+        &tuning,
+        bound,
+        setup,
+        stop_flag,
+        (raft.clone(), inputs),
+        parts,
+    )?;
+    let span = span.clone();
+    let thread = std::thread::Builder::new()
+        .name("ringraft-join".into())
+        .spawn(move || {
+            let _enter = span.enter();
+            let result = join_shards(shards);
+            for listener in listeners {
+                // Every shard has stopped: the port is released now, not at ring teardown.
+                if let Err(e) = crate::sys::shutdown_listener(&listener) {
+                    warn!(error = %e, "cannot shut the listener down");
+                }
+            }
+            drop(identity); // releases the directory lock
+            if result.is_ok() {
+                info!("stopped");
+            }
+            result
+        })
+        .map_err(|source| NodeError::Io {
+            what: "cannot start the node's thread",
+            source,
+        })?;
+    Ok((raft, thread))
+}
+
+/// Info and above unless `RUST_LOG` says otherwise.
+const DEFAULT_LOG_FILTER: &str = "info";
+
+/// How the binary's log lines look (`ringraft start --log-format`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One line per event, `key=value` fields (ANSI colours on a terminal).
+    #[default]
+    Text,
+    /// One JSON object per line, for log shippers.
+    Json,
+}
+
+/// The binary's subscriber: stderr, `RUST_LOG` filters (info and above by default).
+pub(crate) fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        // Escaped at the sink: no field or message can break the line (`logsafe`).
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .fmt_fields(crate::logsafe::safe_fields())
+            .try_init(),
+        // JSON escapes every control character itself; strings from outside are cut at their
+        // log sites (`logsafe::Untrusted`).
+        LogFormat::Json => builder.json().with_current_span(true).try_init(),
+    };
+}
+
+/// The Raft core's identity, voters and timers from the config and `meta.properties`.
+fn raft_setup(
+    config: &ServerConfig,
+    meta: &crate::log::MetaProperties,
+) -> Result<RaftSetup, NodeError> {
+    use crate::membership::{KRaftRange, Voter, VoterSet};
+    use crate::raft::{Endpoint, RaftConfig, ReplicaKey};
+    let listener = config
+        .controller_listener_names
+        .first()
+        .cloned()
+        .unwrap_or_else(|| "CONTROLLER".into());
+    let mut voters = Vec::new();
+    for v in &config.controller_quorum_voters {
+        let (key, supported) = if v.id == config.node_id {
+            (ReplicaKey::new(v.id, meta.directory_id), KRaftRange::LOCAL)
+        } else {
+            (ReplicaKey::new(v.id, None), KRaftRange::STATIC)
+        };
+        voters.push(Voter {
+            key,
+            supported,
+            endpoints: vec![Endpoint {
+                name: listener.clone(),
+                host: v.host.clone(),
+                port: v.port,
+            }],
+        });
+    }
+    let static_voters = VoterSet::new(voters).map_err(NodeError::Voters)?;
+    // Where a replica outside the voter set looks for the leader (docs/membership.md §8).
+    let bootstrap: Vec<Endpoint> = if config.controller_quorum_bootstrap_servers.is_empty() {
+        config
+            .controller_quorum_voters
+            .iter()
+            .map(|v| Endpoint {
+                name: listener.clone(),
+                host: v.host.clone(),
+                port: v.port,
+            })
+            .collect()
+    } else {
+        config
+            .controller_quorum_bootstrap_servers
+            .iter()
+            .map(|b| Endpoint {
+                name: listener.clone(),
+                host: b.host.clone(),
+                port: b.port,
+            })
+            .collect()
+    };
+    if bootstrap.is_empty() {
+        return Err(NodeError::Refused(
+            "Missing kraft bootstrap servers: set controller.quorum.bootstrap.servers (or \
+             controller.quorum.voters)"
+                .into(),
+        ));
+    }
+    let advertised: Vec<Endpoint> = config
+        .controller_listener_names
+        .iter()
+        .filter_map(|name| {
+            config
+                .advertised_listeners
+                .iter()
+                .find(|l| &l.name == name)
+                .or_else(|| config.listeners.iter().find(|l| &l.name == name))
+        })
+        .map(|l| Endpoint {
+            name: l.name.clone(),
+            host: match l.host.as_str() {
+                "" | "0.0.0.0" | "::" => "localhost".into(),
+                host => host.into(),
+            },
+            port: l.port,
+        })
+        .collect();
+    let local = ReplicaKey::new(config.node_id, meta.directory_id);
+    let seed = crate::ids::random_kafka_uuid().as_u64_pair().0;
+    let mut raft = RaftConfig::new(local, meta.cluster_id.clone(), seed);
+    let ms = |v: i32| u64::try_from(v).unwrap_or(0);
+    raft.election_timeout_ms = ms(config.election_timeout_ms);
+    raft.fetch_timeout_ms = ms(config.fetch_timeout_ms);
+    raft.election_backoff_max_ms = ms(config.election_backoff_max_ms);
+    raft.request_timeout_ms = ms(config.request_timeout_ms);
+    raft.retry_backoff_ms = ms(config.retry_backoff_ms);
+    raft.fetch_max_bytes = config
+        .fetch_max_bytes
+        .clamp(1, crate::raft::FETCH_MAX_BYTES);
+    raft.listener_name = Some(listener);
+    raft.local_endpoints = advertised;
+    raft.bootstrap = bootstrap;
+    raft.auto_join = config.auto_join_enable;
+    raft.witness = config.witness;
+    raft.static_voters = !config.controller_quorum_voters.is_empty();
+    let tls = listen::tls(config)?;
+    Ok(RaftSetup {
+        config: raft,
+        static_voters,
+        tls,
+    })
+}
+
+/// SIGTERM/SIGINT set the stop flag; a second one while stopping exits at once.
+pub(crate) fn register_signals() -> Result<Arc<AtomicBool>, NodeError> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let flag = Arc::new(AtomicBool::new(false));
+    for signal in [SIGTERM, SIGINT] {
+        signal_hook::flag::register_conditional_shutdown(signal, 1, flag.clone())
+            .and_then(|_| signal_hook::flag::register(signal, flag.clone()))
+            .map_err(|source| NodeError::Io {
+                what: "cannot install signal handler",
+                source,
+            })?;
+    }
+    Ok(flag)
+}
+
+type ShardHandle = glommio::ExecutorJoinHandle<Result<(), ShardError>>;
+
+fn spawn_shards(
+    config: &ServerConfig,
+    tuning: &Tuning,
+    listen: Vec<(SocketAddr, Arc<std::net::TcpListener>)>,
+    raft_setup: RaftSetup,
+    stop_flag: Arc<AtomicBool>,
+    (raft, inputs): (RaftHandle, RaftInputs),
+    parts: NodeParts,
+) -> Result<Vec<ShardHandle>, NodeError> {
+    let NodeParts {
+        load,
+        machine,
+        metrics,
+        admin,
+        watchdog,
+    } = parts;
+    let n = tuning.shards.len();
+    let (started_tx, started_rx) = mpsc::channel();
+    let base = ShardContext {
+        partition_dir: crate::log::layout::partition_dir(&config.metadata_dir()),
+        log_config: crate::log::LogConfig {
+            segment_bytes: config.metadata_log_segment_bytes as usize,
+            cache_bytes: usize::try_from(config.batch_cache_bytes / 2).unwrap_or(usize::MAX),
+            ..Default::default()
+        },
+        index: 0,
+        coordinator: tuning.raft_shard(),
+        roles: Vec::new(),
+        node_id: config.node_id,
+        listen,
+        limits: ConnectionLimits {
+            memory: crate::net::frame::RequestMemory::new(
+                usize::try_from(config.queued_max_request_bytes).ok(),
+            ),
+            request_max_bytes: config.socket_request_max_bytes as usize,
+            idle_timeout: u64::try_from(config.connections_max_idle_ms)
+                .ok()
+                .filter(|ms| *ms > 0)
+                .map(Duration::from_millis),
+        },
+        state: ServerState::default(),
+        stop_flag: stop_flag.clone(),
+        mesh: MeshBuilder::full(n, c::SHARD_CHANNEL_CAPACITY),
+        started: started_tx,
+        raft,
+        raft_inputs: Arc::new(Mutex::new(Some(inputs))),
+        raft_setup,
+        load,
+        machine: Arc::new(Mutex::new(machine)),
+        metrics: metrics.clone(),
+        admin,
+        watchdog,
+        generation: crate::fetch::Generation::default(),
+        wires: Arc::new(Mutex::new(Wires::new(tuning))),
+    };
+    if tuning.spin_before_park_us > 0 && crate::config::tuning::online_cpus().len() <= 2 {
+        warn!("spin_before_park_us > 0 on a machine with 2 or fewer CPUs hurts latency");
+    }
+    let mut handles = Vec::with_capacity(n);
+    for (index, plan) in tuning.shards.iter().enumerate() {
+        let ctx = ShardContext {
+            index,
+            roles: plan.roles.iter().copied().collect(),
+            ..base.clone()
+        };
+        let mut builder = LocalExecutorBuilder::new(Placement::Fixed(plan.cpu))
+            .name(&format!("ringraft-shard-{index}"))
+            .io_memory(tuning.io_memory_kib * 1024);
+        if tuning.spin_before_park_us > 0 {
+            builder = builder.spin_before_park(Duration::from_micros(tuning.spin_before_park_us));
+        }
+
+        match builder.spawn(move || super::shard::shard_main(ctx)) {
+            Ok(handle) => handles.push(handle),
+            Err(e) => {
+                stop_flag.store(true, Ordering::SeqCst);
+                error!(cpu = plan.cpu, error = %e, "cannot start a shard");
+                break;
+            }
+        }
+    }
+    drop(base);
+    // A shard whose executor failed to build never reports; the others would wait for it in
+    // the mesh forever, so give up after a bound and let them see the stop flag.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for _ in 0..handles.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if started_rx.recv_timeout(left).is_err() {
+            stop_flag.store(true, Ordering::SeqCst);
+            break;
+        }
+    }
+    Ok(handles)
+}
+
+fn join_shards(handles: Vec<ShardHandle>) -> Result<(), NodeError> {
+    let mut errors = Vec::new();
+    for handle in handles {
+        match handle.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => errors.push(e),
+            Err(e) => errors.push(ShardError::Thread(e.to_string())),
+        }
+    }
+    // Shards that stopped because another failed say so; the failure itself is what matters.
+    let early = |e: &ShardError| matches!(e, ShardError::StoppedEarly);
+    if !errors.iter().all(early) {
+        errors.retain(|e| !early(e));
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(NodeError::Shards(errors))
+    }
+}
