@@ -379,44 +379,13 @@ impl ServerConfig {
             Some(_) => parse_listeners("advertised.listeners", &l.list("advertised.listeners"))?,
             None => listeners.clone(),
         };
-        let map_text = l
-            .str("listener.security.protocol.map")
-            .unwrap_or(DEFAULT_SECURITY_PROTOCOL_MAP);
-        let listener_security_protocol_map = map_text
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(|entry| {
-                let (name, proto) = entry.split_once(':').ok_or_else(|| {
-                    invalid(
-                        "listener.security.protocol.map",
-                        map_text,
-                        "expected NAME:PROTOCOL",
-                    )
-                })?;
-                Ok((
-                    name.trim().to_ascii_uppercase(),
-                    proto.trim().to_ascii_uppercase(),
-                ))
-            })
-            .collect::<Result<Vec<_>, ConfigError>>()?;
+        let listener_security_protocol_map = security_protocol_map(&l)?;
         let voters_text = l.list("controller.quorum.voters");
         let controller_quorum_voters = voters_text
             .iter()
             .map(|v| parse_voter("controller.quorum.voters", v))
             .collect::<Result<Vec<_>, _>>()?;
-        let controller_quorum_bootstrap_servers = l
-            .list("controller.quorum.bootstrap.servers")
-            .iter()
-            .map(|hp| {
-                let key = "controller.quorum.bootstrap.servers";
-                let (host, port) = parse_host_port(hp).map_err(|why| invalid(key, hp, why))?;
-                if host.is_empty() {
-                    return Err(invalid(key, hp, "a bootstrap server needs a host"));
-                }
-                Ok(HostPort { host, port })
-            })
-            .collect::<Result<Vec<_>, ConfigError>>()?;
+        let controller_quorum_bootstrap_servers = bootstrap_servers(&l)?;
         // Kafka falls back to log.dir's default (/tmp/kafka-logs) and formats it too. A
         // controller-only node keeps no data there, so ringraft uses that default only when
         // metadata.log.dir is unset as well.
@@ -430,6 +399,8 @@ impl ServerConfig {
             (None, None, Some(_)) => Vec::new(),
             (None, None, None) => vec![PathBuf::from("/tmp/kafka-logs")],
         };
+        let q = QuorumKeys::read(&l)?;
+        let g = LogKeys::read(&l)?;
         let mut config = ServerConfig {
             process_roles,
             node_id,
@@ -443,108 +414,33 @@ impl ServerConfig {
             listener_security_protocol_map,
             controller_quorum_voters,
             controller_quorum_bootstrap_servers,
-            election_timeout_ms: l.int(
-                "controller.quorum.election.timeout.ms",
-                c::ELECTION_TIMEOUT_MS_DEFAULT,
-                1,
-            )?,
-            fetch_timeout_ms: l.int(
-                "controller.quorum.fetch.timeout.ms",
-                c::FETCH_TIMEOUT_MS_DEFAULT,
-                1,
-            )?,
-            election_backoff_max_ms: l.int(
-                "controller.quorum.election.backoff.max.ms",
-                c::ELECTION_BACKOFF_MAX_MS_DEFAULT,
-                1,
-            )?,
-            append_linger_ms: l.int(
-                "controller.quorum.append.linger.ms",
-                c::APPEND_LINGER_MS_DEFAULT,
-                0,
-            )?,
-            request_timeout_ms: l.int(
-                "controller.quorum.request.timeout.ms",
-                c::REQUEST_TIMEOUT_MS_DEFAULT,
-                1,
-            )?,
-            retry_backoff_ms: l.int(
-                "controller.quorum.retry.backoff.ms",
-                c::RETRY_BACKOFF_MS_DEFAULT,
-                0,
-            )?,
-            auto_join_enable: l.bool("controller.quorum.auto.join.enable", false)?,
-            fetch_max_bytes: l.int(
-                "controller.quorum.fetch.max.bytes",
-                c::FETCH_MAX_BYTES_DEFAULT,
-                1,
-            )?,
-            fetch_snapshot_max_bytes: l.int(
-                "controller.quorum.fetch.snapshot.max.bytes",
-                c::FETCH_SNAPSHOT_MAX_BYTES_DEFAULT,
-                1,
-            )?,
+            election_timeout_ms: q.election_timeout_ms,
+            fetch_timeout_ms: q.fetch_timeout_ms,
+            election_backoff_max_ms: q.election_backoff_max_ms,
+            append_linger_ms: q.append_linger_ms,
+            request_timeout_ms: q.request_timeout_ms,
+            retry_backoff_ms: q.retry_backoff_ms,
+            auto_join_enable: q.auto_join_enable,
+            fetch_max_bytes: q.fetch_max_bytes,
+            fetch_snapshot_max_bytes: q.fetch_snapshot_max_bytes,
             metadata_log_dir: l
                 .str("metadata.log.dir")
                 .filter(|s| !s.is_empty())
                 .map(PathBuf::from),
             log_dirs,
-            metadata_log_segment_bytes: l.int(
-                "metadata.log.segment.bytes",
-                c::METADATA_LOG_SEGMENT_BYTES_DEFAULT,
-                1,
-            )?,
-            metadata_log_segment_min_bytes: l.int(
-                "metadata.log.segment.min.bytes",
-                c::METADATA_LOG_SEGMENT_MIN_BYTES_DEFAULT,
-                1,
-            )?,
-            metadata_log_segment_ms: l.long(
-                "metadata.log.segment.ms",
-                c::METADATA_LOG_SEGMENT_MS_DEFAULT,
-                1,
-            )?,
-            metadata_max_retention_bytes: l.long(
-                "metadata.max.retention.bytes",
-                c::METADATA_MAX_RETENTION_BYTES_DEFAULT,
-                -1,
-            )?,
-            metadata_max_retention_ms: l.long(
-                "metadata.max.retention.ms",
-                c::METADATA_MAX_RETENTION_MS_DEFAULT,
-                -1,
-            )?,
-            metadata_max_idle_interval_ms: l.int(
-                "metadata.max.idle.interval.ms",
-                c::METADATA_MAX_IDLE_INTERVAL_MS_DEFAULT,
-                0,
-            )?,
-            metadata_log_max_snapshot_interval_ms: l.long(
-                "metadata.log.max.snapshot.interval.ms",
-                c::METADATA_LOG_MAX_SNAPSHOT_INTERVAL_MS_DEFAULT,
-                0,
-            )?,
-            metadata_log_max_record_bytes_between_snapshots: l.long(
-                "metadata.log.max.record.bytes.between.snapshots",
-                c::METADATA_LOG_MAX_RECORD_BYTES_BETWEEN_SNAPSHOTS_DEFAULT,
-                1,
-            )?,
-            socket_request_max_bytes: l.int(
-                "socket.request.max.bytes",
-                c::SOCKET_REQUEST_MAX_BYTES_DEFAULT,
-                c::REQUEST_HEADER_MIN_BYTES as i32,
-            )?,
-            queued_max_request_bytes: l.long(
-                "queued.max.request.bytes",
-                c::QUEUED_MAX_REQUEST_BYTES_DEFAULT,
-                -1,
-            )?,
-            connections_max_idle_ms: l.long(
-                "connections.max.idle.ms",
-                c::CONNECTIONS_MAX_IDLE_MS_DEFAULT,
-                -1,
-            )?,
-            unstable_api_versions_enable: l.bool("unstable.api.versions.enable", false)?,
+            metadata_log_segment_bytes: g.metadata_log_segment_bytes,
+            metadata_log_segment_min_bytes: g.metadata_log_segment_min_bytes,
+            metadata_log_segment_ms: g.metadata_log_segment_ms,
+            metadata_max_retention_bytes: g.metadata_max_retention_bytes,
+            metadata_max_retention_ms: g.metadata_max_retention_ms,
+            metadata_max_idle_interval_ms: g.metadata_max_idle_interval_ms,
+            metadata_log_max_snapshot_interval_ms: g.metadata_log_max_snapshot_interval_ms,
+            metadata_log_max_record_bytes_between_snapshots: g
+                .metadata_log_max_record_bytes_between_snapshots,
+            socket_request_max_bytes: g.socket_request_max_bytes,
+            queued_max_request_bytes: g.queued_max_request_bytes,
+            connections_max_idle_ms: g.connections_max_idle_ms,
+            unstable_api_versions_enable: g.unstable_api_versions_enable,
             admin_listener: match l.str("ringraft.admin.listener").filter(|v| !v.is_empty()) {
                 None => None,
                 Some(v) => {
@@ -564,11 +460,7 @@ impl ServerConfig {
                     ))
                 }
             },
-            batch_cache_bytes: l.long(
-                "ringraft.batch.cache.bytes",
-                c::BATCH_CACHE_BYTES_DEFAULT,
-                0,
-            )?,
+            batch_cache_bytes: g.batch_cache_bytes,
             tls: None,
             unknown_keys: props
                 .keys()
@@ -749,6 +641,194 @@ impl ServerConfig {
                 ..listener.clone()
             })
             .collect()
+    }
+}
+
+/// `listener.security.protocol.map`: (listener name, protocol) pairs, upper case.
+fn security_protocol_map(l: &Lookup) -> Result<Vec<(String, String)>, ConfigError> {
+    let map_text = l
+        .str("listener.security.protocol.map")
+        .unwrap_or(DEFAULT_SECURITY_PROTOCOL_MAP);
+    map_text
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|entry| {
+            let (name, proto) = entry.split_once(':').ok_or_else(|| {
+                invalid(
+                    "listener.security.protocol.map",
+                    map_text,
+                    "expected NAME:PROTOCOL",
+                )
+            })?;
+            Ok((
+                name.trim().to_ascii_uppercase(),
+                proto.trim().to_ascii_uppercase(),
+            ))
+        })
+        .collect()
+}
+
+/// `controller.quorum.bootstrap.servers`: host:port pairs, each with a host.
+fn bootstrap_servers(l: &Lookup) -> Result<Vec<HostPort>, ConfigError> {
+    l.list("controller.quorum.bootstrap.servers")
+        .iter()
+        .map(|hp| {
+            let key = "controller.quorum.bootstrap.servers";
+            let (host, port) = parse_host_port(hp).map_err(|why| invalid(key, hp, why))?;
+            if host.is_empty() {
+                return Err(invalid(key, hp, "a bootstrap server needs a host"));
+            }
+            Ok(HostPort { host, port })
+        })
+        .collect()
+}
+
+/// The `controller.quorum.*` timings and sizes.
+#[derive(Debug)]
+struct QuorumKeys {
+    election_timeout_ms: i32,
+    fetch_timeout_ms: i32,
+    election_backoff_max_ms: i32,
+    append_linger_ms: i32,
+    request_timeout_ms: i32,
+    retry_backoff_ms: i32,
+    auto_join_enable: bool,
+    fetch_max_bytes: i32,
+    fetch_snapshot_max_bytes: i32,
+}
+
+impl QuorumKeys {
+    fn read(l: &Lookup) -> Result<QuorumKeys, ConfigError> {
+        Ok(QuorumKeys {
+            election_timeout_ms: l.int(
+                "controller.quorum.election.timeout.ms",
+                c::ELECTION_TIMEOUT_MS_DEFAULT,
+                1,
+            )?,
+            fetch_timeout_ms: l.int(
+                "controller.quorum.fetch.timeout.ms",
+                c::FETCH_TIMEOUT_MS_DEFAULT,
+                1,
+            )?,
+            election_backoff_max_ms: l.int(
+                "controller.quorum.election.backoff.max.ms",
+                c::ELECTION_BACKOFF_MAX_MS_DEFAULT,
+                1,
+            )?,
+            append_linger_ms: l.int(
+                "controller.quorum.append.linger.ms",
+                c::APPEND_LINGER_MS_DEFAULT,
+                0,
+            )?,
+            request_timeout_ms: l.int(
+                "controller.quorum.request.timeout.ms",
+                c::REQUEST_TIMEOUT_MS_DEFAULT,
+                1,
+            )?,
+            retry_backoff_ms: l.int(
+                "controller.quorum.retry.backoff.ms",
+                c::RETRY_BACKOFF_MS_DEFAULT,
+                0,
+            )?,
+            auto_join_enable: l.bool("controller.quorum.auto.join.enable", false)?,
+            fetch_max_bytes: l.int(
+                "controller.quorum.fetch.max.bytes",
+                c::FETCH_MAX_BYTES_DEFAULT,
+                1,
+            )?,
+            fetch_snapshot_max_bytes: l.int(
+                "controller.quorum.fetch.snapshot.max.bytes",
+                c::FETCH_SNAPSHOT_MAX_BYTES_DEFAULT,
+                1,
+            )?,
+        })
+    }
+}
+
+/// The log, retention, snapshot and socket keys.
+#[derive(Debug)]
+struct LogKeys {
+    metadata_log_segment_bytes: i32,
+    metadata_log_segment_min_bytes: i32,
+    metadata_log_segment_ms: i64,
+    metadata_max_retention_bytes: i64,
+    metadata_max_retention_ms: i64,
+    metadata_max_idle_interval_ms: i32,
+    metadata_log_max_snapshot_interval_ms: i64,
+    metadata_log_max_record_bytes_between_snapshots: i64,
+    socket_request_max_bytes: i32,
+    queued_max_request_bytes: i64,
+    connections_max_idle_ms: i64,
+    unstable_api_versions_enable: bool,
+    batch_cache_bytes: i64,
+}
+
+impl LogKeys {
+    fn read(l: &Lookup) -> Result<LogKeys, ConfigError> {
+        Ok(LogKeys {
+            metadata_log_segment_bytes: l.int(
+                "metadata.log.segment.bytes",
+                c::METADATA_LOG_SEGMENT_BYTES_DEFAULT,
+                1,
+            )?,
+            metadata_log_segment_min_bytes: l.int(
+                "metadata.log.segment.min.bytes",
+                c::METADATA_LOG_SEGMENT_MIN_BYTES_DEFAULT,
+                1,
+            )?,
+            metadata_log_segment_ms: l.long(
+                "metadata.log.segment.ms",
+                c::METADATA_LOG_SEGMENT_MS_DEFAULT,
+                1,
+            )?,
+            metadata_max_retention_bytes: l.long(
+                "metadata.max.retention.bytes",
+                c::METADATA_MAX_RETENTION_BYTES_DEFAULT,
+                -1,
+            )?,
+            metadata_max_retention_ms: l.long(
+                "metadata.max.retention.ms",
+                c::METADATA_MAX_RETENTION_MS_DEFAULT,
+                -1,
+            )?,
+            metadata_max_idle_interval_ms: l.int(
+                "metadata.max.idle.interval.ms",
+                c::METADATA_MAX_IDLE_INTERVAL_MS_DEFAULT,
+                0,
+            )?,
+            metadata_log_max_snapshot_interval_ms: l.long(
+                "metadata.log.max.snapshot.interval.ms",
+                c::METADATA_LOG_MAX_SNAPSHOT_INTERVAL_MS_DEFAULT,
+                0,
+            )?,
+            metadata_log_max_record_bytes_between_snapshots: l.long(
+                "metadata.log.max.record.bytes.between.snapshots",
+                c::METADATA_LOG_MAX_RECORD_BYTES_BETWEEN_SNAPSHOTS_DEFAULT,
+                1,
+            )?,
+            socket_request_max_bytes: l.int(
+                "socket.request.max.bytes",
+                c::SOCKET_REQUEST_MAX_BYTES_DEFAULT,
+                c::REQUEST_HEADER_MIN_BYTES as i32,
+            )?,
+            queued_max_request_bytes: l.long(
+                "queued.max.request.bytes",
+                c::QUEUED_MAX_REQUEST_BYTES_DEFAULT,
+                -1,
+            )?,
+            connections_max_idle_ms: l.long(
+                "connections.max.idle.ms",
+                c::CONNECTIONS_MAX_IDLE_MS_DEFAULT,
+                -1,
+            )?,
+            unstable_api_versions_enable: l.bool("unstable.api.versions.enable", false)?,
+            batch_cache_bytes: l.long(
+                "ringraft.batch.cache.bytes",
+                c::BATCH_CACHE_BYTES_DEFAULT,
+                0,
+            )?,
+        })
     }
 }
 

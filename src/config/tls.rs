@@ -125,98 +125,43 @@ pub fn parse_client(props: &Properties) -> Result<Option<TlsConfig>, ConfigError
     }
 }
 
-fn parse_with(props: &Properties, prefix: &str) -> Result<TlsConfig, ConfigError> {
-    let get = |key: &str| -> Option<(String, String)> {
-        let prefixed = format!("{prefix}{key}");
-        props
+/// The `ssl.*` keys of one listener: `listener.name.<name>.ssl.*` first, then bare. An empty
+/// value reads as absent.
+struct Ssl<'a> {
+    props: &'a Properties,
+    prefix: &'a str,
+}
+
+impl Ssl<'_> {
+    /// (the key as written, its trimmed value).
+    fn get(&self, key: &str) -> Option<(String, String)> {
+        let prefixed = format!("{}{key}", self.prefix);
+        self.props
             .get(&prefixed)
             .map(|v| (prefixed, v.trim().to_owned()))
             .or_else(|| {
-                props
+                self.props
                     .get(key)
                     .map(|v| (key.to_owned(), v.trim().to_owned()))
             })
             .filter(|(_, v)| !v.is_empty())
-    };
-    let invalid = |key: &str, value: &str, why: &str| ConfigError {
+    }
+}
+
+fn invalid(key: &str, value: &str, why: &str) -> ConfigError {
+    ConfigError {
         key: key.to_owned(),
         value: value.to_owned(),
         why: why.to_owned(),
-    };
-    let not_pem = |key: &str, value: &str| {
-        invalid(
-            key,
-            value,
-            "ringraft reads PEM stores only; set it to PEM and give PEM files (or the inline keys)",
-        )
-    };
-    let has_keystore = ["location", "certificate.chain", "key"]
-        .iter()
-        .any(|k| get(&format!("ssl.keystore.{k}")).is_some());
-    let stores: &[&str] = if has_keystore {
-        &["ssl.keystore.type", "ssl.truststore.type"]
-    } else {
-        &["ssl.truststore.type"]
-    };
-    for &store in stores {
-        match get(store) {
-            Some((_, v)) if v.eq_ignore_ascii_case("PEM") => {}
-            Some((key, v)) => return Err(not_pem(&key, &v)),
-            // Kafka's default is JKS, so a PEM store must be said explicitly.
-            None => return Err(not_pem(store, "")),
-        }
     }
-    for password in ["ssl.key.password", "ssl.keystore.password"] {
-        if let Some((key, _)) = get(password) {
-            let why = "encrypted PEM keys are not supported: give an unencrypted PKCS#8 key \
-                       (BEGIN PRIVATE KEY) and protect the file instead";
-            return Err(invalid(&key, "[hidden]", why));
-        }
-    }
-    let keystore = match (
-        get("ssl.keystore.location"),
-        get("ssl.keystore.certificate.chain"),
-        get("ssl.keystore.key"),
-    ) {
-        (Some((_, path)), None, None) => Some(KeyStore::File(PathBuf::from(path))),
-        (None, Some((_, chain)), Some((_, key))) => Some(KeyStore::Inline {
-            chain,
-            key: Secret(key),
-        }),
-        (None, None, None) => None,
-        (Some((key, path)), _, _) => {
-            let why = "give either the keystore file or the inline chain and key, not both";
-            return Err(invalid(&key, &path, why));
-        }
-        (None, chain, key) => {
-            let (missing, present) = if chain.is_none() {
-                ("ssl.keystore.certificate.chain", key)
-            } else {
-                ("ssl.keystore.key", chain)
-            };
-            let present = present.map(|(k, _)| k).unwrap_or_default();
-            let why = format!("{present} is set, so {missing} is needed too");
-            return Err(invalid(missing, "", &why));
-        }
-    };
-    let truststore = match (
-        get("ssl.truststore.location"),
-        get("ssl.truststore.certificates"),
-    ) {
-        (Some((_, path)), None) => TrustStore::File(PathBuf::from(path)),
-        (None, Some((_, certs))) => TrustStore::Inline(certs),
-        (None, None) => {
-            let why = "ringraft has no system trust store: give the certificates that sign \
-                       your controllers' certificates in ssl.truststore.location or \
-                       ssl.truststore.certificates";
-            return Err(invalid("ssl.truststore.location", "", why));
-        }
-        (Some((key, path)), Some(_)) => {
-            let why = "give either the truststore file or the inline certificates, not both";
-            return Err(invalid(&key, &path, why));
-        }
-    };
-    let client_auth = match get("ssl.client.auth") {
+}
+
+fn parse_with(props: &Properties, prefix: &str) -> Result<TlsConfig, ConfigError> {
+    let ssl = Ssl { props, prefix };
+    check_stores(&ssl)?;
+    let keystore = keystore(&ssl)?;
+    let truststore = truststore(&ssl)?;
+    let client_auth = match ssl.get("ssl.client.auth") {
         None => ClientAuth::None,
         Some((key, v)) => match v.to_ascii_lowercase().as_str() {
             "required" => ClientAuth::Required,
@@ -225,7 +170,7 @@ fn parse_with(props: &Properties, prefix: &str) -> Result<TlsConfig, ConfigError
             _ => return Err(invalid(&key, &v, "expected required, requested or none")),
         },
     };
-    let verify_hostname = match get("ssl.endpoint.identification.algorithm") {
+    let verify_hostname = match ssl.get("ssl.endpoint.identification.algorithm") {
         None => true,
         Some((_, v)) if v.eq_ignore_ascii_case("https") => true,
         Some((key, v)) => {
@@ -236,8 +181,111 @@ fn parse_with(props: &Properties, prefix: &str) -> Result<TlsConfig, ConfigError
     // An empty value is kept by `get` as absent; Kafka's empty string turns the check off.
     let verify_hostname =
         verify_hostname && !is_set_empty(props, prefix, "ssl.endpoint.identification.algorithm");
+    let (tls12, tls13) = protocols(&ssl)?;
+    Ok(TlsConfig {
+        keystore,
+        truststore,
+        client_auth,
+        verify_hostname,
+        tls12,
+        tls13,
+    })
+}
+
+/// Stores must be PEM (Kafka's default is JKS, so it must be said), and keys unencrypted.
+fn check_stores(ssl: &Ssl) -> Result<(), ConfigError> {
+    let not_pem = |key: &str, value: &str| {
+        invalid(
+            key,
+            value,
+            "ringraft reads PEM stores only; set it to PEM and give PEM files (or the inline keys)",
+        )
+    };
+    let has_keystore = ["location", "certificate.chain", "key"]
+        .iter()
+        .any(|k| ssl.get(&format!("ssl.keystore.{k}")).is_some());
+    let stores: &[&str] = if has_keystore {
+        &["ssl.keystore.type", "ssl.truststore.type"]
+    } else {
+        &["ssl.truststore.type"]
+    };
+    for &store in stores {
+        match ssl.get(store) {
+            Some((_, v)) if v.eq_ignore_ascii_case("PEM") => {}
+            Some((key, v)) => return Err(not_pem(&key, &v)),
+            // Kafka's default is JKS, so a PEM store must be said explicitly.
+            None => return Err(not_pem(store, "")),
+        }
+    }
+    for password in ["ssl.key.password", "ssl.keystore.password"] {
+        if let Some((key, _)) = ssl.get(password) {
+            let why = "encrypted PEM keys are not supported: give an unencrypted PKCS#8 key \
+                       (BEGIN PRIVATE KEY) and protect the file instead";
+            return Err(invalid(&key, "[hidden]", why));
+        }
+    }
+    Ok(())
+}
+
+/// The keystore: a file, or the inline chain and key; `None` when neither is given.
+fn keystore(ssl: &Ssl) -> Result<Option<KeyStore>, ConfigError> {
+    Ok(
+        match (
+            ssl.get("ssl.keystore.location"),
+            ssl.get("ssl.keystore.certificate.chain"),
+            ssl.get("ssl.keystore.key"),
+        ) {
+            (Some((_, path)), None, None) => Some(KeyStore::File(PathBuf::from(path))),
+            (None, Some((_, chain)), Some((_, key))) => Some(KeyStore::Inline {
+                chain,
+                key: Secret(key),
+            }),
+            (None, None, None) => None,
+            (Some((key, path)), _, _) => {
+                let why = "give either the keystore file or the inline chain and key, not both";
+                return Err(invalid(&key, &path, why));
+            }
+            (None, chain, key) => {
+                let (missing, present) = if chain.is_none() {
+                    ("ssl.keystore.certificate.chain", key)
+                } else {
+                    ("ssl.keystore.key", chain)
+                };
+                let present = present.map(|(k, _)| k).unwrap_or_default();
+                let why = format!("{present} is set, so {missing} is needed too");
+                return Err(invalid(missing, "", &why));
+            }
+        },
+    )
+}
+
+/// The trust store: a file or inline certificates (one is required).
+fn truststore(ssl: &Ssl) -> Result<TrustStore, ConfigError> {
+    Ok(
+        match (
+            ssl.get("ssl.truststore.location"),
+            ssl.get("ssl.truststore.certificates"),
+        ) {
+            (Some((_, path)), None) => TrustStore::File(PathBuf::from(path)),
+            (None, Some((_, certs))) => TrustStore::Inline(certs),
+            (None, None) => {
+                let why = "ringraft has no system trust store: give the certificates that sign \
+                       your controllers' certificates in ssl.truststore.location or \
+                       ssl.truststore.certificates";
+                return Err(invalid("ssl.truststore.location", "", why));
+            }
+            (Some((key, path)), Some(_)) => {
+                let why = "give either the truststore file or the inline certificates, not both";
+                return Err(invalid(&key, &path, why));
+            }
+        },
+    )
+}
+
+/// `ssl.enabled.protocols` and `ssl.protocol`: (TLS 1.2 on, TLS 1.3 on).
+fn protocols(ssl: &Ssl) -> Result<(bool, bool), ConfigError> {
     let (mut tls12, mut tls13) = (true, true);
-    if let Some((key, v)) = get("ssl.enabled.protocols") {
+    if let Some((key, v)) = ssl.get("ssl.enabled.protocols") {
         (tls12, tls13) = (false, false);
         for p in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             match p {
@@ -254,19 +302,12 @@ fn parse_with(props: &Properties, prefix: &str) -> Result<TlsConfig, ConfigError
             return Err(invalid(&key, &v, "no protocol left to speak"));
         }
     }
-    if let Some((key, v)) = get("ssl.protocol") {
+    if let Some((key, v)) = ssl.get("ssl.protocol") {
         if !matches!(v.as_str(), "TLS" | "TLSv1.2" | "TLSv1.3") {
             return Err(invalid(&key, &v, "expected TLS, TLSv1.2 or TLSv1.3"));
         }
     }
-    Ok(TlsConfig {
-        keystore,
-        truststore,
-        client_auth,
-        verify_hostname,
-        tls12,
-        tls13,
-    })
+    Ok((tls12, tls13))
 }
 
 /// Whether `key` is set to an empty value under the listener prefix or, when the prefixed key

@@ -105,41 +105,14 @@ pub(super) fn recover(partition_dir: &Path) -> Result<Recovered, LogError> {
         let next = scan.next_offset(base);
         drop(map);
         if let Some(&following) = bases.get(i + 1) {
-            // A sealed segment ends where the next one begins. Zeros after its last batch
-            // are space a crash during a roll left allocated; a batch cut short whose first
-            // bytes happen to be zeros looks the same, and is told apart here, naming this
-            // file rather than the next one.
-            if next < following && file_len == scan.valid_bytes {
-                // This segment ends cleanly on a batch and the next starts later: the segment
-                // that held the offsets between is gone. Named as missing, not as damage to
-                // this one.
-                let reason = format!(
-                    "offsets {next} to {} are in no segment: {} ends cleanly at offset {next} \
-                     and the next segment ({}) starts at {following}",
-                    following - 1,
-                    path.display(),
-                    layout::segment_file(partition_dir, following).display()
-                );
-                return Err(LogError::MissingSegment {
-                    path: layout::segment_file(partition_dir, next),
-                    reason,
-                });
-            }
-            if next != following {
-                let reason = format!(
-                    "its batches end at offset {next}, but the next segment ({}) starts at \
-                     {following}",
-                    layout::segment_file(partition_dir, following).display()
-                );
-                return Err(LogError::Corrupt {
-                    path,
-                    position: scan.valid_bytes,
-                    reason,
-                });
-            }
-            if file_len != scan.valid_bytes {
-                trim_sealed(&path, scan.valid_bytes as u64)?;
-            }
+            check_sealed(
+                partition_dir,
+                &path,
+                next,
+                following,
+                file_len,
+                scan.valid_bytes,
+            )?;
             restore_index_files(partition_dir, base, &index)?;
         }
         segments.push(RecoveredSegment {
@@ -164,6 +137,55 @@ pub(super) fn recover(partition_dir: &Path) -> Result<Recovered, LogError> {
         epochs,
         report,
     })
+}
+
+/// A sealed segment (`path`, whose batches end at `next`, `valid_bytes` of its `file_len`
+/// valid) must end where the next segment begins (`following`). Zeros after its last batch
+/// are space a crash during a roll left allocated, and are trimmed here.
+fn check_sealed(
+    partition_dir: &Path,
+    path: &Path,
+    next: i64,
+    following: i64,
+    file_len: usize,
+    valid_bytes: usize,
+) -> Result<(), LogError> {
+    // A sealed segment ends where the next one begins. Zeros after its last batch
+    // are space a crash during a roll left allocated; a batch cut short whose first
+    // bytes happen to be zeros looks the same, and is told apart here, naming this
+    // file rather than the next one.
+    if next < following && file_len == valid_bytes {
+        // This segment ends cleanly on a batch and the next starts later: the segment
+        // that held the offsets between is gone. Named as missing, not as damage to
+        // this one.
+        let reason = format!(
+            "offsets {next} to {} are in no segment: {} ends cleanly at offset {next} \
+             and the next segment ({}) starts at {following}",
+            following - 1,
+            path.display(),
+            layout::segment_file(partition_dir, following).display()
+        );
+        return Err(LogError::MissingSegment {
+            path: layout::segment_file(partition_dir, next),
+            reason,
+        });
+    }
+    if next != following {
+        let reason = format!(
+            "its batches end at offset {next}, but the next segment ({}) starts at \
+             {following}",
+            layout::segment_file(partition_dir, following).display()
+        );
+        return Err(LogError::Corrupt {
+            path: path.to_path_buf(),
+            position: valid_bytes,
+            reason,
+        });
+    }
+    if file_len != valid_bytes {
+        trim_sealed(path, valid_bytes as u64)?;
+    }
+    Ok(())
 }
 
 /// The leader-epoch cache is rebuilt from the batch headers and written over the checkpoint

@@ -593,77 +593,89 @@ pub fn encode_request(request: &Request, version: i16, w: &mut Writer) {
             leader_endpoints: wire_endpoints(&r.leader_endpoints),
         }
         .encode(w, version),
-        Request::EndQuorumEpoch(r) => eqe::EndQuorumEpochRequest {
-            cluster_id: r.cluster_id.clone(),
-            topics: vec![eqe::EndQuorumEpochTopicData {
-                topic_name: topic(),
-                partitions: vec![eqe::EndQuorumEpochPartitionData {
-                    partition_index: 0,
-                    leader_id: r.leader_id,
-                    leader_epoch: r.leader_epoch,
-                    preferred_successors: r.preferred_candidates.iter().map(|k| k.id).collect(),
-                    preferred_candidates: r
-                        .preferred_candidates
-                        .iter()
-                        .map(|k| eqe::ReplicaInfo {
-                            candidate_id: k.id,
-                            candidate_directory_id: k.wire_directory_id(),
-                        })
-                        .collect(),
-                }],
+        Request::EndQuorumEpoch(r) => end_quorum_epoch_request(r).encode(w, version),
+        Request::Fetch(r) => fetch_request(r, version).encode(w, version),
+        Request::FetchSnapshot(r) => fetch_snapshot_request(r).encode(w, version),
+    }
+}
+
+/// EndQuorumEpoch on the wire for our one partition.
+fn end_quorum_epoch_request(r: &m::EndQuorumEpochRequest) -> eqe::EndQuorumEpochRequest {
+    eqe::EndQuorumEpochRequest {
+        cluster_id: r.cluster_id.clone(),
+        topics: vec![eqe::EndQuorumEpochTopicData {
+            topic_name: METADATA_TOPIC_NAME.to_string(),
+            partitions: vec![eqe::EndQuorumEpochPartitionData {
+                partition_index: 0,
+                leader_id: r.leader_id,
+                leader_epoch: r.leader_epoch,
+                preferred_successors: r.preferred_candidates.iter().map(|k| k.id).collect(),
+                preferred_candidates: r
+                    .preferred_candidates
+                    .iter()
+                    .map(|k| eqe::ReplicaInfo {
+                        candidate_id: k.id,
+                        candidate_directory_id: k.wire_directory_id(),
+                    })
+                    .collect(),
             }],
-            leader_endpoints: wire_endpoints(&r.leader_endpoints),
-        }
-        .encode(w, version),
-        Request::Fetch(r) => fetch::FetchRequest {
-            cluster_id: r.cluster_id.clone(),
-            replica_id: if version < 15 { r.replica.id } else { -1 },
-            replica_state: fetch::ReplicaState {
-                replica_id: if version >= 15 { r.replica.id } else { -1 },
-                replica_epoch: -1,
-            },
-            max_wait_ms: r.max_wait_ms,
-            min_bytes: 0,
-            max_bytes: r.max_bytes,
-            isolation_level: 0,
-            session_id: 0,
-            session_epoch: -1,
-            topics: vec![fetch::FetchTopic {
-                topic_id: METADATA_TOPIC_ID,
-                partitions: vec![fetch::FetchPartition {
-                    partition: 0,
-                    current_leader_epoch: r.current_leader_epoch,
-                    fetch_offset: r.fetch_offset,
-                    last_fetched_epoch: r.last_fetched_epoch,
-                    log_start_offset: -1,
-                    partition_max_bytes: 0,
-                    replica_directory_id: r.replica.wire_directory_id(),
-                    high_watermark: fetch::HIGH_WATERMARK_UNKNOWN,
-                }],
+        }],
+        leader_endpoints: wire_endpoints(&r.leader_endpoints),
+    }
+}
+
+/// Fetch on the wire for our one partition; the replica id moved into ReplicaState at v15.
+fn fetch_request(r: &m::FetchRequest, version: i16) -> fetch::FetchRequest {
+    fetch::FetchRequest {
+        cluster_id: r.cluster_id.clone(),
+        replica_id: if version < 15 { r.replica.id } else { -1 },
+        replica_state: fetch::ReplicaState {
+            replica_id: if version >= 15 { r.replica.id } else { -1 },
+            replica_epoch: -1,
+        },
+        max_wait_ms: r.max_wait_ms,
+        min_bytes: 0,
+        max_bytes: r.max_bytes,
+        isolation_level: 0,
+        session_id: 0,
+        session_epoch: -1,
+        topics: vec![fetch::FetchTopic {
+            topic_id: METADATA_TOPIC_ID,
+            partitions: vec![fetch::FetchPartition {
+                partition: 0,
+                current_leader_epoch: r.current_leader_epoch,
+                fetch_offset: r.fetch_offset,
+                last_fetched_epoch: r.last_fetched_epoch,
+                log_start_offset: -1,
+                partition_max_bytes: 0,
+                replica_directory_id: r.replica.wire_directory_id(),
+                high_watermark: fetch::HIGH_WATERMARK_UNKNOWN,
             }],
-            forgotten_topics_data: vec![],
-            rack_id: String::new(),
-        }
-        .encode(w, version),
-        Request::FetchSnapshot(r) => fsn::FetchSnapshotRequest {
-            cluster_id: r.cluster_id.clone(),
-            replica_id: r.replica.id,
-            max_bytes: r.max_bytes,
-            topics: vec![fsn::FetchSnapshotTopic {
-                name: topic(),
-                partitions: vec![fsn::FetchSnapshotPartition {
-                    partition: 0,
-                    current_leader_epoch: r.current_leader_epoch,
-                    snapshot_id: fsn::SnapshotId {
-                        end_offset: r.snapshot_id.offset,
-                        epoch: r.snapshot_id.epoch,
-                    },
-                    position: r.position,
-                    replica_directory_id: r.replica.wire_directory_id(),
-                }],
+        }],
+        forgotten_topics_data: vec![],
+        rack_id: String::new(),
+    }
+}
+
+/// FetchSnapshot on the wire for our one partition.
+fn fetch_snapshot_request(r: &m::FetchSnapshotRequest) -> fsn::FetchSnapshotRequest {
+    fsn::FetchSnapshotRequest {
+        cluster_id: r.cluster_id.clone(),
+        replica_id: r.replica.id,
+        max_bytes: r.max_bytes,
+        topics: vec![fsn::FetchSnapshotTopic {
+            name: METADATA_TOPIC_NAME.to_string(),
+            partitions: vec![fsn::FetchSnapshotPartition {
+                partition: 0,
+                current_leader_epoch: r.current_leader_epoch,
+                snapshot_id: fsn::SnapshotId {
+                    end_offset: r.snapshot_id.offset,
+                    epoch: r.snapshot_id.epoch,
+                },
+                position: r.position,
+                replica_directory_id: r.replica.wire_directory_id(),
             }],
-        }
-        .encode(w, version),
+        }],
     }
 }
 
@@ -698,21 +710,7 @@ pub fn decode_response(
         }
         ApiKey::UPDATE_RAFT_VOTER => {
             let u = urv::UpdateRaftVoterResponse::decode(&mut r, version, body).map_err(err)?;
-            let l = &u.current_leader;
-            let port = u16::try_from(l.port).ok().filter(|p| *p > 0);
-            Response::UpdateVoter(m::UpdateVoterResponse {
-                error: u.error_code,
-                leader_id: l.leader_id,
-                leader_epoch: l.leader_epoch,
-                leader_endpoints: match port {
-                    Some(port) if l.leader_id >= 0 && !l.host.is_empty() => vec![Endpoint {
-                        name: String::new(),
-                        host: l.host.clone(),
-                        port,
-                    }],
-                    _ => Vec::new(),
-                },
-            })
+            Response::UpdateVoter(core_update_voter_response(&u))
         }
         ApiKey::VOTE => {
             let v = vote::VoteResponse::decode(&mut r, version, body).map_err(err)?;
@@ -745,65 +743,95 @@ pub fn decode_response(
         }
         ApiKey::FETCH => {
             let f = fetch::FetchResponse::decode(&mut r, version, body).map_err(err)?;
-            let p = single(
-                &f.responses,
-                |t| t.topic_id == METADATA_TOPIC_ID,
-                |t| &t.partitions,
-            );
-            let leader_id = p.map_or(-1, |p| p.current_leader.leader_id);
-            let nodes: Vec<NodeEndpoint> = f
-                .node_endpoints
-                .iter()
-                .filter_map(|n| {
-                    Some(NodeEndpoint {
-                        node_id: n.node_id,
-                        host: n.host.clone(),
-                        port: u16::try_from(n.port).ok()?,
-                    })
-                })
-                .collect();
-            let some = |epoch: i32, offset: i64| {
-                (epoch >= 0 && offset >= 0).then_some(OffsetAndEpoch::new(offset, epoch))
-            };
-            Response::Fetch(FetchResponse {
-                error: shape_error(f.error_code, p.is_some()),
-                partition_error: p.map_or(ErrorCode::NONE, |p| p.error_code),
-                high_watermark: p.map_or(-1, |p| p.high_watermark),
-                log_start_offset: p.map_or(-1, |p| p.log_start_offset),
-                diverging_epoch: p
-                    .and_then(|p| some(p.diverging_epoch.epoch, p.diverging_epoch.end_offset)),
-                leader_id,
-                leader_epoch: p.map_or(-1, |p| p.current_leader.leader_epoch),
-                snapshot_id: p.and_then(|p| some(p.snapshot_id.epoch, p.snapshot_id.end_offset)),
-                records: match p.and_then(|p| p.records.clone()) {
-                    Some(bytes) if !bytes.is_empty() => Records::Bytes(bytes),
-                    _ => Records::None,
-                },
-                leader_endpoints: leader_from_nodes(leader_id, &nodes),
-            })
+            Response::Fetch(core_fetch_response(&f))
         }
         ApiKey::FETCH_SNAPSHOT => {
             let f = fsn::FetchSnapshotResponse::decode(&mut r, version, body).map_err(err)?;
-            let p = single(&f.topics, |t| named(&t.name), |t| &t.partitions);
-            let leader_id = p.map_or(-1, |p| p.current_leader.leader_id);
-            Response::FetchSnapshot(FetchSnapshotResponse {
-                error: shape_error(f.error_code, p.is_some()),
-                partition_error: p.map_or(ErrorCode::NONE, |p| p.error_code),
-                snapshot_id: p.map_or(OffsetAndEpoch::new(-1, -1), |p| {
-                    OffsetAndEpoch::new(p.snapshot_id.end_offset, p.snapshot_id.epoch)
-                }),
-                leader_id,
-                leader_epoch: p.map_or(-1, |p| p.current_leader.leader_epoch),
-                size: p.map_or(-1, |p| p.size),
-                position: p.map_or(-1, |p| p.position),
-                bytes: p.map_or(SnapshotBytes::None, |p| {
-                    SnapshotBytes::Bytes(p.unaligned_records.clone())
-                }),
-                leader_endpoints: leader_from_nodes(leader_id, &f.node_endpoints),
-            })
+            Response::FetchSnapshot(core_fetch_snapshot_response(&f))
         }
         other => return Err(crate::protocol::AnswerError::NotRaft(other)),
     })
+}
+
+/// A Fetch answer in the core's form: our partition's fields, or the top-level error.
+fn core_fetch_response(f: &fetch::FetchResponse) -> FetchResponse {
+    let p = single(
+        &f.responses,
+        |t| t.topic_id == METADATA_TOPIC_ID,
+        |t| &t.partitions,
+    );
+    let leader_id = p.map_or(-1, |p| p.current_leader.leader_id);
+    let nodes: Vec<NodeEndpoint> = f
+        .node_endpoints
+        .iter()
+        .filter_map(|n| {
+            Some(NodeEndpoint {
+                node_id: n.node_id,
+                host: n.host.clone(),
+                port: u16::try_from(n.port).ok()?,
+            })
+        })
+        .collect();
+    let some = |epoch: i32, offset: i64| {
+        (epoch >= 0 && offset >= 0).then_some(OffsetAndEpoch::new(offset, epoch))
+    };
+    FetchResponse {
+        error: shape_error(f.error_code, p.is_some()),
+        partition_error: p.map_or(ErrorCode::NONE, |p| p.error_code),
+        high_watermark: p.map_or(-1, |p| p.high_watermark),
+        log_start_offset: p.map_or(-1, |p| p.log_start_offset),
+        diverging_epoch: p
+            .and_then(|p| some(p.diverging_epoch.epoch, p.diverging_epoch.end_offset)),
+        leader_id,
+        leader_epoch: p.map_or(-1, |p| p.current_leader.leader_epoch),
+        snapshot_id: p.and_then(|p| some(p.snapshot_id.epoch, p.snapshot_id.end_offset)),
+        records: match p.and_then(|p| p.records.clone()) {
+            Some(bytes) if !bytes.is_empty() => Records::Bytes(bytes),
+            _ => Records::None,
+        },
+        leader_endpoints: leader_from_nodes(leader_id, &nodes),
+    }
+}
+
+/// A FetchSnapshot answer in the core's form.
+fn core_fetch_snapshot_response(f: &fsn::FetchSnapshotResponse) -> FetchSnapshotResponse {
+    let named = |name: &str| name == METADATA_TOPIC_NAME;
+    let p = single(&f.topics, |t| named(&t.name), |t| &t.partitions);
+    let leader_id = p.map_or(-1, |p| p.current_leader.leader_id);
+    FetchSnapshotResponse {
+        error: shape_error(f.error_code, p.is_some()),
+        partition_error: p.map_or(ErrorCode::NONE, |p| p.error_code),
+        snapshot_id: p.map_or(OffsetAndEpoch::new(-1, -1), |p| {
+            OffsetAndEpoch::new(p.snapshot_id.end_offset, p.snapshot_id.epoch)
+        }),
+        leader_id,
+        leader_epoch: p.map_or(-1, |p| p.current_leader.leader_epoch),
+        size: p.map_or(-1, |p| p.size),
+        position: p.map_or(-1, |p| p.position),
+        bytes: p.map_or(SnapshotBytes::None, |p| {
+            SnapshotBytes::Bytes(p.unaligned_records.clone())
+        }),
+        leader_endpoints: leader_from_nodes(leader_id, &f.node_endpoints),
+    }
+}
+
+/// An UpdateRaftVoter answer in the core's form: the leader it names, if it names one.
+fn core_update_voter_response(u: &urv::UpdateRaftVoterResponse) -> m::UpdateVoterResponse {
+    let l = &u.current_leader;
+    let port = u16::try_from(l.port).ok().filter(|p| *p > 0);
+    m::UpdateVoterResponse {
+        error: u.error_code,
+        leader_id: l.leader_id,
+        leader_epoch: l.leader_epoch,
+        leader_endpoints: match port {
+            Some(port) if l.leader_id >= 0 && !l.host.is_empty() => vec![Endpoint {
+                name: String::new(),
+                host: l.host.clone(),
+                port,
+            }],
+            _ => Vec::new(),
+        },
+    }
 }
 
 /// A response without our partition is a failure even when its top-level error is NONE
