@@ -36,6 +36,7 @@
 //! into typed values; `cli` is the command line. `constants` holds every limit; `sys` holds
 //! every `unsafe` call.
 
+pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod constants;

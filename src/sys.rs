@@ -169,3 +169,15 @@ pub fn glommio_stream(stream: std::net::TcpStream) -> glommio::net::TcpStream {
     // up the std stream's ownership), as `from_raw_fd` requires.
     unsafe { glommio::net::TcpStream::from_raw_fd(fd) }
 }
+
+/// Lowers the calling thread's scheduling priority to `nice` (a benchmark's load generators
+/// stand for other machines and must not starve the nodes they measure).
+pub fn renice_this_thread(nice: i32) -> io::Result<()> {
+    // SAFETY: setpriority touches no memory of ours; on Linux, who = 0 is the calling thread.
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}

@@ -25,6 +25,7 @@ const LAYERS: &[&str] = &[
     "fetch",
     "node",
     "embed",
+    "bench",
     "cli",
 ];
 

@@ -84,7 +84,7 @@ pub fn run(command: DebugCommand) -> Result<(), CliError> {
             observers,
             seconds,
             cluster_id,
-        } => super::bench_fetch::observe(voters, observers, seconds, cluster_id)
+        } => crate::bench::fetch::observe(voters, observers, seconds, cluster_id)
             .map_err(CliError::new),
         DebugCommand::AppendLoop {
             dir,

@@ -1,11 +1,6 @@
 //! The `ringraft` command line (clap). Each subcommand parses its arguments and calls into the
 //! library; nothing here holds state. Errors end the process with a message and exit code 1.
 
-pub mod bench;
-pub mod bench_fetch;
-pub mod bench_quorum;
-pub mod bench_report;
-pub mod bench_soak;
 pub mod debug;
 pub mod format;
 pub mod quorum;
@@ -43,7 +38,7 @@ pub enum Command {
     Quorum(quorum::QuorumCommand),
     /// Benchmarks that print ratios against baselines measured in the same run.
     #[command(subcommand)]
-    Bench(bench::BenchCommand),
+    Bench(crate::bench::BenchCommand),
     /// Print the version.
     Version,
     /// Tools for tests and investigations.
@@ -141,6 +136,15 @@ impl CliError {
     }
 }
 
+impl From<crate::bench::BenchError> for CliError {
+    fn from(e: crate::bench::BenchError) -> Self {
+        CliError {
+            message: e.message,
+            code: e.code,
+        }
+    }
+}
+
 impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.message.as_deref().unwrap_or("failed"))
@@ -173,7 +177,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Storage(command) => storage::run(command),
         Command::Quorum(command) => quorum::run(command),
         Command::Debug(command) => debug::run(command),
-        Command::Bench(command) => bench::run(command),
+        Command::Bench(command) => crate::bench::run(command).map_err(CliError::from),
         Command::Version => {
             println!("ringraft {}", env!("CARGO_PKG_VERSION"));
             Ok(())

@@ -10,7 +10,7 @@ use std::time::Duration;
 use clap::Args;
 use serde_json::{json, Value};
 
-use super::CliError;
+use super::BenchError;
 
 /// The exit status of a bench run under `--check` that missed a goal.
 pub const MISSED_EXIT_CODE: i32 = 3;
@@ -35,17 +35,17 @@ pub struct BenchCommon {
 
 impl BenchCommon {
     /// The bounds `--goal` replaced, by name.
-    pub fn overrides(&self) -> Result<BTreeMap<String, f64>, CliError> {
+    pub fn overrides(&self) -> Result<BTreeMap<String, f64>, BenchError> {
         self.goals
             .iter()
             .map(|g| {
                 let (name, value) = g
                     .split_once('=')
-                    .ok_or_else(|| CliError::new(format!("--goal {g}: expected NAME=VALUE")))?;
+                    .ok_or_else(|| BenchError::new(format!("--goal {g}: expected NAME=VALUE")))?;
                 let value: f64 = value
                     .trim()
                     .parse()
-                    .map_err(|_| CliError::new(format!("--goal {g}: {value} is not a number")))?;
+                    .map_err(|_| BenchError::new(format!("--goal {g}: {value} is not a number")))?;
                 Ok((name.trim().to_string(), value))
             })
             .collect()
@@ -147,11 +147,11 @@ impl Goal {
 }
 
 /// Applies `--goal` overrides; an override naming no goal is an error (a typo must not pass).
-pub fn apply_overrides(goals: &mut [Goal], common: &BenchCommon) -> Result<(), CliError> {
+pub fn apply_overrides(goals: &mut [Goal], common: &BenchCommon) -> Result<(), BenchError> {
     let names: Vec<&str> = goals.iter().map(|g| g.name).collect();
     for (name, bound) in common.overrides()? {
         let goal = goals.iter_mut().find(|g| g.name == name).ok_or_else(|| {
-            CliError::new(format!(
+            BenchError::new(format!(
                 "--goal {name}: no such goal (this bench has {})",
                 names.join(", ")
             ))
@@ -180,9 +180,10 @@ pub fn print_goals(goals: &[Goal]) {
 }
 
 /// The end of every bench: plots if asked, then the exit status `--check` wants.
-pub fn finish(goals: &[Goal], plots: &[PhasePlot], common: &BenchCommon) -> Result<(), CliError> {
+pub fn finish(goals: &[Goal], plots: &[PhasePlot], common: &BenchCommon) -> Result<(), BenchError> {
     if let Some(path) = &common.plot {
-        draw(path, plots).map_err(|e| CliError::new(format!("--plot {}: {e}", path.display())))?;
+        draw(path, plots)
+            .map_err(|e| BenchError::new(format!("--plot {}: {e}", path.display())))?;
         if common.json {
             eprintln!("plots written to {}", path.display());
         } else {
@@ -195,7 +196,7 @@ pub fn finish(goals: &[Goal], plots: &[PhasePlot], common: &BenchCommon) -> Resu
         .map(|g| g.name)
         .collect();
     if common.check && !missed.is_empty() {
-        return Err(CliError {
+        return Err(BenchError {
             message: Some(format!("goal missed: {}", missed.join(", "))),
             code: MISSED_EXIT_CODE,
         });

@@ -16,10 +16,11 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use serde_json::json;
 
-use super::bench_fetch::load_average;
-use super::bench_quorum::{node_tuning, Bench, Event, QuorumBenchArgs, Scratch};
-use super::bench_report::{self as report, BenchCommon, Goal, PhasePlot};
-use super::CliError;
+use super::fetch::load_average;
+use super::harness::{node_tuning, Bench, Event, Scratch};
+use super::quorum::QuorumBenchArgs;
+use super::report::{self as report, BenchCommon, Goal, PhasePlot};
+use super::BenchError;
 
 /// The goal's default bound: RSS at the end over RSS after the warm-up.
 const GROWTH_MAX_DEFAULT: f64 = 1.10;
@@ -103,12 +104,12 @@ pub fn worst_growth(pairs: &[(u64, u64)]) -> Option<f64> {
         .try_fold(0.0f64, |worst, g| g.map(|g| worst.max(g)))
 }
 
-pub fn run(args: SoakBenchArgs) -> Result<(), CliError> {
+pub fn run(args: SoakBenchArgs) -> Result<(), BenchError> {
     if !(args.minutes > 0.0 && args.warmup_minutes >= 0.0)
         || args.throughput == 0
         || args.sample_seconds == 0
     {
-        return Err(CliError::new(
+        return Err(BenchError::new(
             "--minutes must be above 0, --warmup-minutes at least 0, and --throughput and \
              --sample-seconds at least 1",
         ));
@@ -119,13 +120,13 @@ pub fn run(args: SoakBenchArgs) -> Result<(), CliError> {
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register_conditional_shutdown(signal, 1, interrupted.clone())
             .and_then(|_| signal_hook::flag::register(signal, interrupted.clone()))
-            .map_err(|e| CliError::new(format!("cannot install a signal handler: {e}")))?;
+            .map_err(|e| BenchError::new(format!("cannot install a signal handler: {e}")))?;
     }
     let total = Duration::from_secs_f64((args.warmup_minutes + args.minutes) * 60.0);
     args.common
         .announce("bench soak", total + Duration::from_secs(5));
     let exe = std::env::current_exe()
-        .map_err(|e| CliError::new(format!("cannot find the ringraft binary: {e}")))?;
+        .map_err(|e| BenchError::new(format!("cannot find the ringraft binary: {e}")))?;
     let scratch = Scratch::create(&args.dir)?;
     let quorum_args = QuorumBenchArgs {
         throughput: args.throughput,
@@ -149,7 +150,7 @@ pub fn run(args: SoakBenchArgs) -> Result<(), CliError> {
     };
     let result = soak(&args, &bench, total);
     drop(scratch);
-    let (goals, plots) = result.map_err(CliError::new)?;
+    let (goals, plots) = result.map_err(BenchError::new)?;
     report::finish(&goals, &plots, &args.common)
 }
 

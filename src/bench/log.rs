@@ -8,8 +8,6 @@
 //! then one fdatasync (bandwidth).
 //! ringraft: (c) one 256-byte record per append, closed loop, durable before the next;
 //! (d) many concurrent writers appending batches of 256-byte records, each durable.
-//!
-//! `bench quorum` (bench_quorum.rs): 3-voter commit latency against an ideal floor.
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -17,33 +15,15 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use clap::{Args, Subcommand};
+use clap::Args;
 
 use serde_json::json;
 
-use super::bench_report::{self as report, BenchCommon, Goal, PhasePlot};
-use super::CliError;
+use super::harness::refuse_memory_and_buffered;
+use super::report::{self as report, BenchCommon, Goal, PhasePlot};
+use super::BenchError;
 use crate::log::{LogConfig, MetadataLog};
 use crate::records::BatchBuilder;
-
-use super::bench_quorum as quorum;
-
-#[derive(Debug, Subcommand)]
-pub enum BenchCommand {
-    /// Durable append latency and throughput against the raw disk, with ratios.
-    Log(LogBenchArgs),
-    /// 3-voter commit latency at a target rate against an ideal floor, with ratios.
-    Quorum(quorum::QuorumBenchArgs),
-    /// Fetch fan-out to observers, catch-up and snapshot streaming, against same-run
-    /// baselines, with ratios.
-    Fetch(super::bench_fetch::FetchBenchArgs),
-    /// A 3-voter quorum under steady load for a long while: each node's memory after the
-    /// warm-up must stay flat (RSS at the end within 10 % of RSS after the warm-up).
-    Soak(super::bench_soak::SoakBenchArgs),
-    /// One process of `bench quorum`'s floor (spawned by it).
-    #[command(hide = true)]
-    QuorumFloorNode(quorum::FloorNodeArgs),
-}
 
 #[derive(Debug, Args)]
 pub struct LogBenchArgs {
@@ -74,17 +54,10 @@ pub struct LogBenchArgs {
 const GOAL_SINGLE_P50: f64 = 1.10;
 const GOAL_BATCHED: f64 = 0.90;
 
-pub fn run(command: BenchCommand) -> Result<(), CliError> {
-    let args = match command {
-        BenchCommand::Log(args) => args,
-        BenchCommand::Quorum(args) => return quorum::run(args),
-        BenchCommand::Fetch(args) => return super::bench_fetch::run(args),
-        BenchCommand::Soak(args) => return super::bench_soak::run(args),
-        BenchCommand::QuorumFloorNode(args) => return quorum::run_floor_node(args),
-    };
+pub fn run(args: LogBenchArgs) -> Result<(), BenchError> {
     std::fs::create_dir_all(&args.dir)
-        .map_err(|e| CliError::new(format!("cannot create {}: {e}", args.dir.display())))?;
-    let refused = quorum::refuse_memory_and_buffered(&args.dir);
+        .map_err(|e| BenchError::new(format!("cannot create {}: {e}", args.dir.display())))?;
+    let refused = refuse_memory_and_buffered(&args.dir);
     if refused.is_err() {
         let _ = std::fs::remove_dir_all(&args.dir);
     }
@@ -95,7 +68,7 @@ pub fn run(command: BenchCommand) -> Result<(), CliError> {
     );
     args.common.announce("bench log", expected);
     let mut goals = Vec::new();
-    let result = bench_log(&args).map_err(|e| CliError::new(format!("bench failed: {e}")))?;
+    let result = bench_log(&args).map_err(|e| BenchError::new(format!("bench failed: {e}")))?;
     goals.push(Goal::at_most(
         "single_p50",
         "(c)/(a): single durable append p50 / floor p50",

@@ -35,10 +35,11 @@ use clap::Args;
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 
-use super::bench_report::{self as report, Goal, PhasePlot};
+use super::report::{self as report, Goal, PhasePlot};
 
-use super::bench_quorum::{Bench, Event, PhaseResult, QuorumBenchArgs, Scratch, Summary};
-use crate::cli::CliError;
+use super::harness::{Bench, Event, PhaseResult, Scratch, Summary};
+use super::quorum::QuorumBenchArgs;
+use super::BenchError;
 use crate::net::peer::PeerConnection;
 use crate::protocol::errors::ErrorCode;
 use crate::raft::message::{FetchRequest, FetchSnapshotRequest, Records, SnapshotBytes};
@@ -111,7 +112,7 @@ pub struct FetchBenchArgs {
     #[arg(long, default_value = ".")]
     pub dir: PathBuf,
     #[command(flatten)]
-    pub common: super::bench_report::BenchCommon,
+    pub common: super::report::BenchCommon,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -212,8 +213,7 @@ fn spawn_observers(
 ) -> std::thread::JoinHandle<Result<Vec<Outcome>, String>> {
     std::thread::spawn(move || {
         // Below the nodes: the observers stand for other machines and must not starve them.
-        // SAFETY: setpriority has no memory effects; on Linux, who = 0 is this thread.
-        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
+        let _ = crate::sys::renice_this_thread(10);
         let executor = glommio::LocalExecutorBuilder::default()
             .io_memory(512 * 1024)
             .make()
@@ -551,14 +551,10 @@ fn direct_read_floor(files: &[PathBuf]) -> Result<f64, String> {
     use std::os::unix::fs::{FileExt, OpenOptionsExt};
     const ALIGN: usize = 4096;
     let chunk = FETCH_MAX_BYTES as usize;
-    let layout = std::alloc::Layout::from_size_align(chunk, ALIGN).expect("valid layout");
-    // SAFETY: the layout has a non-zero size; the buffer is freed below with the same layout.
-    let raw = unsafe { std::alloc::alloc_zeroed(layout) };
-    if raw.is_null() {
-        return Err("disk floor: out of memory".into());
-    }
-    // SAFETY: `raw` points to `chunk` initialised bytes owned by this function.
-    let buffer = unsafe { std::slice::from_raw_parts_mut(raw, chunk) };
+    // O_DIRECT wants an aligned buffer: carve one out of a vector one page larger.
+    let mut backing = vec![0u8; chunk + ALIGN];
+    let skip = (ALIGN - backing.as_ptr() as usize % ALIGN) % ALIGN;
+    let buffer = &mut backing[skip..skip + chunk];
     let started = Instant::now();
     let mut total = 0u64;
     let result = (|| {
@@ -585,8 +581,6 @@ fn direct_read_floor(files: &[PathBuf]) -> Result<f64, String> {
         }
         Ok::<(), String>(())
     })();
-    // SAFETY: allocated above with this layout and not freed before.
-    unsafe { std::alloc::dealloc(raw, layout) };
     result?;
     Ok(total as f64 / started.elapsed().as_secs_f64().max(1e-9))
 }
@@ -632,25 +626,25 @@ struct Streamed {
     disk_bytes_per_s: f64,
 }
 
-pub fn run(args: FetchBenchArgs) -> Result<(), CliError> {
+pub fn run(args: FetchBenchArgs) -> Result<(), BenchError> {
     if !(1..=1000).contains(&args.observers) {
-        return Err(CliError::new("--observers must be 1 to 1,000"));
+        return Err(BenchError::new("--observers must be 1 to 1,000"));
     }
     if args.throughput == 0 || args.seconds == 0 || args.report_ms == 0 {
-        return Err(CliError::new(
+        return Err(BenchError::new(
             "--throughput, --seconds and --report-ms must be at least 1",
         ));
     }
     let tuning = match &args.tuning {
         Some(path) => fs::read_to_string(path)
-            .map_err(|e| CliError::new(format!("cannot read {}: {e}", path.display())))?,
+            .map_err(|e| BenchError::new(format!("cannot read {}: {e}", path.display())))?,
         None => DEFAULT_TUNING.to_string(),
     };
     let interrupted = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register_conditional_shutdown(signal, 1, interrupted.clone())
             .and_then(|_| signal_hook::flag::register(signal, interrupted.clone()))
-            .map_err(|e| CliError::new(format!("cannot install a signal handler: {e}")))?;
+            .map_err(|e| BenchError::new(format!("cannot install a signal handler: {e}")))?;
     }
     // A mistyped --goal fails now, not after the run.
     let mut names: Vec<Goal> = ["commit_p99", "propagation_p99", "catch_up", "snapshot"]
@@ -672,7 +666,7 @@ pub fn run(args: FetchBenchArgs) -> Result<(), CliError> {
     args.common
         .announce("bench fetch", Duration::from_secs_f64(expected));
     let exe = std::env::current_exe()
-        .map_err(|e| CliError::new(format!("cannot find the ringraft binary: {e}")))?;
+        .map_err(|e| BenchError::new(format!("cannot find the ringraft binary: {e}")))?;
     let scratch = Scratch::create(&args.dir)?;
     let quorum_args = QuorumBenchArgs {
         throughput: args.throughput,
@@ -700,7 +694,7 @@ pub fn run(args: FetchBenchArgs) -> Result<(), CliError> {
     };
     let result = fetch.run_all();
     drop(scratch);
-    let (goals, plots) = result.map_err(CliError::new)?;
+    let (goals, plots) = result.map_err(BenchError::new)?;
     report::finish(&goals, &plots, &args.common)
 }
 
@@ -852,7 +846,7 @@ impl FetchBench<'_> {
         args: QuorumBenchArgs,
         extra: Vec<String>,
         wait_snapshot: bool,
-    ) -> Result<(super::bench_quorum::Nodes, PathBuf), String> {
+    ) -> Result<(super::harness::Nodes, PathBuf), String> {
         let dir = self.bench.dir.join(name);
         fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let bench = Bench {
@@ -910,7 +904,7 @@ impl FetchBench<'_> {
     fn stream_phase(
         &self,
         name: &str,
-        nodes: &mut super::bench_quorum::Nodes,
+        nodes: &mut super::harness::Nodes,
         mode: Mode,
     ) -> Result<Outcome, String> {
         let stop = Arc::new(AtomicBool::new(false));
@@ -986,7 +980,7 @@ impl FetchBench<'_> {
     fn measure_stream(
         &self,
         name: &str,
-        mut nodes: super::bench_quorum::Nodes,
+        mut nodes: super::harness::Nodes,
         dir: PathBuf,
         mode: Mode,
         min_bytes: u64,
@@ -1104,91 +1098,111 @@ impl FetchBench<'_> {
             })
             .collect();
         if self.args.common.json {
-            let runs: Vec<Value> = fan_out
-                .iter()
-                .map(|r| {
-                    json!({
-                        "observers": r.observers,
-                        "commit_p50_us": r.commit.p50,
-                        "commit_p99_us": r.commit.p99,
-                        "commit_p999_us": r.commit.p999,
-                        "commit_records": r.commit.records,
-                        "propagation": r.propagation.map(|(q, n, early)| json!({
-                            "p50_us": q[0], "p99_us": q[1], "p999_us": q[2],
-                            "samples": n, "before_commit_seen": early,
-                        })),
-                        "retried_requests": r.retries,
-                    })
-                })
-                .collect();
-            let stream = |s: Option<&Streamed>| {
-                s.map(|s| {
-                    json!({
-                        "bytes": s.bytes,
-                        "bytes_per_s": s.bytes_per_s.round(),
-                        "floor_bytes_per_s": s.floor_bytes_per_s.round(),
-                        "ratio": s.bytes_per_s / s.floor_bytes_per_s,
-                        "disk_bytes_per_s": s.disk_bytes_per_s.round(),
-                        "ratio_to_disk": s.bytes_per_s / s.disk_bytes_per_s,
-                    })
-                })
-            };
-            println!(
-                "{}",
-                json!({
-                    "load_average": load_average(),
-                    "fan_out": runs,
-                    "catch_up": stream(catch_up),
-                    "snapshot": stream(snapshot),
-                    "goals": goals.iter().map(Goal::to_json).collect::<Vec<_>>(),
-                    "met": goals.iter().all(|g| g.met() == Some(true)),
-                })
-            );
-            return (goals, plots);
+            print_json(fan_out, catch_up, snapshot, &goals);
+        } else {
+            print_text(fan_out, catch_up, snapshot, &goals);
         }
-        println!("\nsummary (load average {} at the end)", load_average());
-        println!(
-            "  {:<14} {:>11} {:>11} {:>11} {:>13} {:>13} {:>13}",
-            "observers",
-            "commit p50",
-            "commit p99",
-            "commit p999",
-            "propag. p50",
-            "propag. p99",
-            "propag. p999"
-        );
-        for r in fan_out {
-            let (p50, p99, p999) = r.propagation.map_or(
-                ("-".to_string(), "-".to_string(), "-".to_string()),
-                |(q, _, _)| {
-                    (
-                        format!("{} µs", q[0]),
-                        format!("{} µs", q[1]),
-                        format!("{} µs", q[2]),
-                    )
-                },
-            );
-            println!(
-                "  {:<14} {:>8} µs {:>8} µs {:>8} µs {:>13} {:>13} {:>13}",
-                r.observers, r.commit.p50, r.commit.p99, r.commit.p999, p50, p99, p999
-            );
-        }
-        for (what, s) in [("catch-up", catch_up), ("snapshot", snapshot)] {
-            if let Some(s) = s {
-                println!(
-                    "  {what}: {} MiB at {:.0} MB/s; loopback TCP {:.0} MB/s; O_DIRECT disk read \
-                     {:.0} MB/s ({:.2}× of it)",
-                    s.bytes >> 20,
-                    s.bytes_per_s / 1e6,
-                    s.floor_bytes_per_s / 1e6,
-                    s.disk_bytes_per_s / 1e6,
-                    s.bytes_per_s / s.disk_bytes_per_s
-                );
-            }
-        }
-        report::print_goals(&goals);
         (goals, plots)
     }
+}
+
+/// `bench fetch`'s result as one JSON object.
+fn print_json(
+    fan_out: &[FanOutRun],
+    catch_up: Option<&Streamed>,
+    snapshot: Option<&Streamed>,
+    goals: &[Goal],
+) {
+    let runs: Vec<Value> = fan_out
+        .iter()
+        .map(|r| {
+            json!({
+                "observers": r.observers,
+                "commit_p50_us": r.commit.p50,
+                "commit_p99_us": r.commit.p99,
+                "commit_p999_us": r.commit.p999,
+                "commit_records": r.commit.records,
+                "propagation": r.propagation.map(|(q, n, early)| json!({
+                    "p50_us": q[0], "p99_us": q[1], "p999_us": q[2],
+                    "samples": n, "before_commit_seen": early,
+                })),
+                "retried_requests": r.retries,
+            })
+        })
+        .collect();
+    let stream = |s: Option<&Streamed>| {
+        s.map(|s| {
+            json!({
+                "bytes": s.bytes,
+                "bytes_per_s": s.bytes_per_s.round(),
+                "floor_bytes_per_s": s.floor_bytes_per_s.round(),
+                "ratio": s.bytes_per_s / s.floor_bytes_per_s,
+                "disk_bytes_per_s": s.disk_bytes_per_s.round(),
+                "ratio_to_disk": s.bytes_per_s / s.disk_bytes_per_s,
+            })
+        })
+    };
+    println!(
+        "{}",
+        json!({
+            "load_average": load_average(),
+            "fan_out": runs,
+            "catch_up": stream(catch_up),
+            "snapshot": stream(snapshot),
+            "goals": goals.iter().map(Goal::to_json).collect::<Vec<_>>(),
+            "met": goals.iter().all(|g| g.met() == Some(true)),
+        })
+    );
+}
+
+/// `bench fetch`'s result as a table and the goals.
+fn print_text(
+    fan_out: &[FanOutRun],
+    catch_up: Option<&Streamed>,
+    snapshot: Option<&Streamed>,
+    goals: &[Goal],
+) {
+    println!("\nsummary (load average {} at the end)", load_average());
+    println!(
+        "  {:<14} {:>11} {:>11} {:>11} {:>13} {:>13} {:>13}",
+        "observers",
+        "commit p50",
+        "commit p99",
+        "commit p999",
+        "propag. p50",
+        "propag. p99",
+        "propag. p999"
+    );
+    for r in fan_out {
+        let (p50, p99, p999) = r.propagation.map_or(
+            ("-".to_string(), "-".to_string(), "-".to_string()),
+            |(q, _, _)| {
+                (
+                    format!("{} µs", q[0]),
+                    format!("{} µs", q[1]),
+                    format!("{} µs", q[2]),
+                )
+            },
+        );
+        println!(
+            "  {:<14} {:>8} µs {:>8} µs {:>8} µs {:>13} {:>13} {:>13}",
+            r.observers, r.commit.p50, r.commit.p99, r.commit.p999, p50, p99, p999
+        );
+    }
+    for (what, s) in [("catch-up", catch_up), ("snapshot", snapshot)] {
+        if let Some(s) = s {
+            println!(
+                "  {what}: {} MiB at {:.0} MB/s; loopback TCP {:.0} MB/s; O_DIRECT disk read \
+                 {:.0} MB/s ({:.2}× of it)",
+                s.bytes >> 20,
+                s.bytes_per_s / 1e6,
+                s.floor_bytes_per_s / 1e6,
+                s.disk_bytes_per_s / 1e6,
+                s.bytes_per_s / s.disk_bytes_per_s
+            );
+        }
+    }
+    report::print_goals(goals);
 }
 
 #[cfg(test)]
