@@ -64,3 +64,8 @@ pub use embed::{
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeSnippets;
+
+// So do those of the embedding guide.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/embedding.md")]
+struct EmbeddingSnippets;

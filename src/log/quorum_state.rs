@@ -97,8 +97,8 @@ impl std::error::Error for QuorumStateError {
 
 const REPAIR: &str = "If the file was lost and you accept that this node forgets any vote it \
                       cast, repair it explicitly: ringraft storage repair-quorum-state -c \
-                      <server.properties> --epoch <the quorum's current epoch> (README: \
-                      \"Repairing quorum-state\")";
+                      <server.properties> --epoch <the quorum's current epoch> \
+                      (docs/operations.md: \"Repairing quorum-state\")";
 
 impl QuorumStateData {
     /// The JSON line Kafka writes for this data version.
