@@ -43,6 +43,10 @@ use handle::RaftHandle;
 use raft_shard::RaftSetup;
 
 pub use errors::{NodeError, ShardError};
+
+/// The target of the node's own log lines (start-up, shards, stop), whichever file logs them:
+/// operators and the interop suite match `ringraft::node: stopped`.
+const LOG_TARGET: &str = "ringraft::node";
 pub use startup::LogFormat;
 pub(crate) use startup::{init_tracing, register_signals, start};
 

@@ -14,7 +14,7 @@ use tracing::{error, info, info_span, warn, Instrument};
 use super::stop::{coordinate_stop, follow_stop, join_mesh};
 use super::{
     admin_http, handle, load, metrics, notify, publish, raft_shard, route, ShardContext,
-    ShardError, Tx,
+    ShardError, Tx, LOG_TARGET,
 };
 use crate::config::Role;
 use crate::constants as c;
@@ -30,7 +30,7 @@ pub(super) async fn shard_main(ctx: ShardContext) -> Result<(), ShardError> {
 /// Logs a start-up failure and tells every shard to stop.
 fn failing<T>(ctx: &ShardContext, result: Result<T, ShardError>) -> Result<T, ShardError> {
     if let Err(e) = &result {
-        error!("{e}");
+        error!(target: LOG_TARGET, "{e}");
         ctx.stop_flag.store(true, Ordering::SeqCst);
     }
     result
@@ -64,7 +64,7 @@ async fn shard_body(mut ctx: ShardContext) -> Result<(), ShardError> {
         glommio::spawn_local(follower.in_current_span()).detach();
     }
     let roles: Vec<String> = ctx.roles.iter().map(|r| r.to_string()).collect();
-    info!(roles = %roles.join(","), "shard started");
+    info!(target: LOG_TARGET, roles = %roles.join(","), "shard started");
     // On a serving shard of its own, voters' connections and the publications they are
     // answered from run ahead of observers' (`net::server::Queues`). Beside the raft role (one
     // shard for everything) there are none: glommio's latency queues stalled commits there
@@ -109,11 +109,11 @@ async fn shard_body(mut ctx: ShardContext) -> Result<(), ShardError> {
         let (raft_result, log) = task.await;
         result = result.and(raft_result);
         if let Err(e) = log.close().await {
-            error!(error = %e, "closing the metadata log failed");
+            error!(target: LOG_TARGET, error = %e, "closing the metadata log failed");
             result = result.and(Err(ShardError::CloseLog(e)));
         }
     }
-    info!("shard stopped");
+    info!(target: LOG_TARGET, "shard stopped");
     result
 }
 
@@ -211,7 +211,7 @@ async fn start_raft(
                 let serve = admin_http::serve(listener, state, stop.clone());
                 glommio::spawn_local(serve.in_current_span()).detach();
             }
-            Err(e) => warn!(error = %e, "cannot serve the admin listener"),
+            Err(e) => warn!(target: LOG_TARGET, error = %e, "cannot serve the admin listener"),
         }
     }
     if let Some((interval, beat)) = ctx.watchdog.clone() {
@@ -305,7 +305,7 @@ fn accept(
                 tasks.push(glommio::spawn_local(serve.in_current_span()));
             }
             Err(source) => {
-                error!(%addr, error = %source, "cannot listen");
+                error!(target: LOG_TARGET, %addr, error = %source, "cannot listen");
                 result = Err(ShardError::Listen { addr, source });
                 ctx.stop_flag.store(true, Ordering::SeqCst);
             }
@@ -376,7 +376,7 @@ fn spawn_in(
         Ok(task) => {
             task.detach();
         }
-        Err(e) => error!(error = %e, "cannot start a task"),
+        Err(e) => error!(target: LOG_TARGET, error = %e, "cannot start a task"),
     }
 }
 
@@ -396,20 +396,20 @@ async fn open_log(
         ctx.metrics.data_dir_ring.get_or_create(&labels).set(1);
         let polled = ring.ring == crate::log::ring::RingKind::Polled;
         if polled && ring.io_poll != "1" {
-            warn!(dir = %dir.display(), io_poll = %ring.io_poll,
+            warn!(target: LOG_TARGET, dir = %dir.display(), io_poll = %ring.io_poll,
                 "glommio polls this directory's device although it reports no poll queues");
         } else {
-            info!(dir = %dir.display(), ring = %ring.ring, io_poll = %ring.io_poll, "data directory ring");
+            info!(target: LOG_TARGET, dir = %dir.display(), ring = %ring.ring, io_poll = %ring.io_poll, "data directory ring");
         }
     }
     if let Some((file, position, reason)) = &report.torn_tail {
-        warn!(file = %file.display(), position, reason = %reason, "cut a torn tail after a crash");
+        warn!(target: LOG_TARGET, file = %file.display(), position, reason = %reason, "cut a torn tail after a crash");
     }
     let quorum = crate::log::QuorumStateData::read_if_present(dir)?;
     let history_epoch = reconcile_snapshots(&log).await?;
     crate::log::QuorumStateData::check_against_log(quorum.as_ref(), dir, history_epoch)?;
     let quorum = quorum.unwrap_or_default();
-    info!(
+    info!(target: LOG_TARGET,
         start = log.start_offset(),
         end = log.end_offset(),
         last_epoch = log.last_epoch(),
@@ -447,7 +447,7 @@ async fn reconcile_snapshots(log: &crate::log::MetadataLog) -> Result<i32, Shard
         });
     }
     if let Some(s) = latest.filter(|s| s.end_offset > log.end_offset()) {
-        warn!(
+        warn!(target: LOG_TARGET,
             snapshot = s.end_offset,
             log_end = log.end_offset(),
             "a snapshot is past the log's end; replacing the log with it"

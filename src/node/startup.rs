@@ -15,7 +15,7 @@ use super::handle::RaftHandle;
 use super::raft_shard::RaftSetup;
 use super::{
     listen, load, metrics, notify, preflight, storage, NodeError, NodeParts, RaftInputs,
-    ShardContext, ShardError, Wires,
+    ShardContext, ShardError, Wires, LOG_TARGET,
 };
 use crate::config::{ServerConfig, Tuning};
 use crate::constants as c;
@@ -38,14 +38,16 @@ pub(crate) fn start(
     let _enter = span.enter();
     for key in &config.unknown_keys {
         match crate::config::server::did_you_mean(key) {
-            Some(known) => warn!(key = %key, "unknown config key (ignored); did you mean {known}?"),
-            None => warn!(key = %key, "unknown config key (ignored)"),
+            Some(known) => {
+                warn!(target: LOG_TARGET, key = %key, "unknown config key (ignored); did you mean {known}?")
+            }
+            None => warn!(target: LOG_TARGET, key = %key, "unknown config key (ignored)"),
         }
     }
     let io_memory = tuning.io_memory_kib * 1024;
     preflight::check(tuning.shards.len(), io_memory)?;
     let identity = storage::prepare(&config, &format)?;
-    info!(
+    info!(target: LOG_TARGET,
         cluster_id = %identity.meta.cluster_id,
         directory_id = %identity.directory_id(),
         dir = %config.metadata_dir().display(),
@@ -90,12 +92,12 @@ pub(crate) fn start(
             for listener in listeners {
                 // Every shard has stopped: the port is released now, not at ring teardown.
                 if let Err(e) = crate::sys::shutdown_listener(&listener) {
-                    warn!(error = %e, "cannot shut the listener down");
+                    warn!(target: LOG_TARGET, error = %e, "cannot shut the listener down");
                 }
             }
             drop(identity); // releases the directory lock
             if result.is_ok() {
-                info!("stopped");
+                info!(target: LOG_TARGET, "stopped");
             }
             result
         })
@@ -315,7 +317,7 @@ fn spawn_shards(
         wires: Arc::new(Mutex::new(Wires::new(tuning))),
     };
     if tuning.spin_before_park_us > 0 && crate::config::tuning::online_cpus().len() <= 2 {
-        warn!("spin_before_park_us > 0 on a machine with 2 or fewer CPUs hurts latency");
+        warn!(target: LOG_TARGET, "spin_before_park_us > 0 on a machine with 2 or fewer CPUs hurts latency");
     }
     let mut handles = Vec::with_capacity(n);
     for (index, plan) in tuning.shards.iter().enumerate() {
@@ -335,7 +337,7 @@ fn spawn_shards(
             Ok(handle) => handles.push(handle),
             Err(e) => {
                 stop_flag.store(true, Ordering::SeqCst);
-                error!(cpu = plan.cpu, error = %e, "cannot start a shard");
+                error!(target: LOG_TARGET, cpu = plan.cpu, error = %e, "cannot start a shard");
                 break;
             }
         }

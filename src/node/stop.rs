@@ -9,7 +9,7 @@ use futures_lite::future;
 use glommio::channels::channel_mesh::{Receivers, Senders};
 use tracing::info;
 
-use super::{notify, ShardContext, ShardError, ShardMessage};
+use super::{notify, ShardContext, ShardError, ShardMessage, LOG_TARGET};
 use crate::constants as c;
 use crate::net::stop::StopSignal;
 
@@ -41,7 +41,7 @@ pub(super) async fn coordinate_stop(
     while !flag.load(Ordering::SeqCst) {
         glommio::timer::sleep(Duration::from_millis(c::SHUTDOWN_POLL_MS)).await;
     }
-    info!("stop requested");
+    info!(target: LOG_TARGET, "stop requested");
     notify::notify("STOPPING=1");
     stop.trigger();
     for peer in 0..senders.nr_consumers() {

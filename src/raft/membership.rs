@@ -160,7 +160,10 @@ impl Raft {
         let batch =
             crate::records::control::control_batch(base, self.epoch, self.unix_ms, &records);
         for (i, record) in records.iter().enumerate() {
-            if let ControlRecord::Voters(v) = record {
+            // Against a set the log keeps (not the static or bootstrap set, which the
+            // kraft.version upgrade and the first VotersRecord replace whole).
+            let log_kept = self.membership.latest_offset().is_some_and(|o| o >= 0);
+            if let (ControlRecord::Voters(v), true) = (record, log_kept) {
                 let next = crate::membership::history::voter_set_from_record(v);
                 assert!(
                     next.is_ok_and(|n| overlapping_majority(self.voters(), &n)),
