@@ -1,0 +1,524 @@
+//! The executor: the one loop that runs the Raft core's effects, for the node and for the
+//! simulator (`tests/sim` drives this same code over its in-memory disk and network). It feeds
+//! the core what arrives — requests, peer answers, application appends, ticks — and executes
+//! every `Ready` in the order its contract states (`raft::Ready`):
+//!
+//! 1. the election state is made durable (`Storage::persist_election`, awaited here);
+//! 2. the log operations are applied (appends are queued in memory; the rest are durable);
+//! 3. the early messages (a leader's Fetch answers) are sent at once;
+//! 4. a flush is *started* when the Ready appended (`Storage::flush`), and the Ready waits;
+//! 5. only once that flush (and every earlier one) is durable are its other messages sent,
+//!    `Raft::persisted` called, and committed data, snapshot loads and leader changes
+//!    delivered to the application.
+//!
+//! While a flush is in flight the loop keeps taking inputs: a leader answers its followers'
+//! fetches and queues new appends (they share the next flush); only the messages that depend
+//! on the flush wait for it. Readys are released strictly in order, so a message never
+//! overtakes the durability of anything produced before it.
+//!
+//! A storage error is `Fatal`: the loop ends with it and the node stops (docs/design.md §3 rule 4).
+
+mod deliver;
+mod ready;
+mod snapshot;
+mod status;
+mod wire;
+
+use snapshot::{SnapshotFailure, SnapshotInFlight};
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use wire::{WireCalls, WIRE_TOKENS_FROM};
+
+use bytes::Bytes;
+use futures_channel::oneshot;
+use futures_lite::{future, Stream, StreamExt};
+use tracing::{error, info, warn};
+
+use super::handle::{AppendCheck, ClientError, ExecutorInput};
+use super::machine::{CommittedBatch, QuorumStatus, StateMachine};
+use crate::net::dispatch::{RaftCall, ServerState};
+use crate::net::frame_out::SharedFrame;
+use crate::net::raft_rpc;
+use crate::node::metrics::{RaftStats, SharedMetrics};
+use crate::protocol::ErrorCode;
+use crate::raft::message::{Records, SnapshotBytes};
+use crate::raft::{
+    ElectionState, Endpoint, Input, LeaderAndEpoch, LogOp, OffsetAndEpoch, Outbound, Raft, Ready,
+    Request, RequestId, Response, Time, Token,
+};
+use crate::records::control::ControlRecord;
+
+/// Requests whose round trip is being timed, at most (answers always come, as a failure at
+/// worst; this only bounds a leak if one did not).
+const SENT_TRACKED_MAX: usize = 10_000;
+
+/// How much of a snapshot is read at a time while loading it into the state machine.
+const SNAPSHOT_LOAD_CHUNK_BYTES: usize = 1 << 20;
+
+/// How long a graceful stop waits for the resignation to be acknowledged (docs/raft.md §14).
+pub const SHUTDOWN_GRACE_MS: u64 = 1500;
+
+pub use super::errors::{Fatal, FatalCause, StorageOp, Unavailable};
+
+/// What the executor needs of durable storage. The node's implementation is the metadata log
+/// on the glommio ring (`node::raft_storage`); the simulator's is an in-memory disk that
+/// loses what was not flushed when it crashes. Single-threaded: no future needs `Send`.
+#[allow(async_fn_in_trait)]
+pub trait Storage {
+    /// Makes `state` durable (`quorum-state`).
+    async fn persist_election(&self, state: &ElectionState) -> Result<(), Fatal>;
+    /// Executes one log operation. Appends are queued in memory (durable once a flush covers
+    /// them); truncations, snapshot installs and prefix deletions are durable on return.
+    /// Nothing below `floor` (what the application was given as committed) is truncated.
+    async fn apply(&self, op: &LogOp, floor: i64) -> Result<(), Fatal>;
+    /// Starts a flush of everything appended so far and returns a future of its end. The flush
+    /// makes progress on its own — the future need not be polled for it to — and resolves with
+    /// the offset below which everything is durable.
+    fn flush(&self) -> Pin<Box<dyn Future<Output = Result<i64, Fatal>>>>;
+    /// The log end offset (appended, not necessarily durable).
+    fn end_offset(&self) -> i64;
+    /// Every offset below this is durable.
+    fn flushed_offset(&self) -> i64;
+    /// Whole batches from the one containing `offset`, up to `max_bytes` (at least one).
+    async fn read(&self, offset: i64, max_bytes: usize) -> Result<Vec<Bytes>, Fatal>;
+    /// Up to `max_bytes` of snapshot `id` from `position`; `Ok(None)` past its end.
+    async fn read_snapshot(
+        &self,
+        id: OffsetAndEpoch,
+        position: u64,
+        max_bytes: usize,
+    ) -> Result<Option<Bytes>, Unavailable>;
+    /// Writes snapshot `id` durably: `header` (the voter set as of its end), then one record
+    /// per value of the batches `parts` streams, as they arrive. Resolves, once durable, with
+    /// its size and whether to drop the log below it; `None` when the application dropped
+    /// its writer before finishing (nothing is left behind).
+    async fn write_snapshot(
+        &self,
+        id: OffsetAndEpoch,
+        header: Vec<ControlRecord>,
+        parts: futures_channel::mpsc::Receiver<super::handle::SnapshotPart>,
+        timestamp_ms: i64,
+    ) -> Result<Option<(u64, bool)>, Fatal>;
+}
+
+/// How the executor reaches peers. Answers come back as `ExecutorInput::Peer` through the
+/// input stream.
+pub trait Transport {
+    /// Sends request `id` to destination `to`, at `address` (where the core says it listens;
+    /// `None` when it knows no address: the transport answers with a failure).
+    fn send_request(&mut self, id: RequestId, to: i32, address: Option<Endpoint>, request: Request);
+    /// Answers a request that arrived as `ExecutorInput::Request` with `token`; `data` is what
+    /// the response names (records, a snapshot chunk).
+    fn send_response(&mut self, token: Token, response: Response, data: Vec<Bytes>);
+}
+
+/// The time, and timers.
+pub trait Clock {
+    fn now(&self) -> Time;
+    fn sleep_until(&self, mono_ms: u64) -> impl Future<Output = ()>;
+}
+
+/// Whoever serves fetches beside the executor (the node's fetch shards, the simulator's
+/// models; see `crate::fetch`): told before the log's offsets are rewritten, and after every
+/// change.
+pub trait Publish {
+    /// Before `op` runs (a truncation or a snapshot install bumps the generation here).
+    fn before_op(&mut self, op: &LogOp);
+    /// After a change: the Readys taken so far have run their log operations.
+    fn changed(&mut self, raft: &Raft);
+}
+
+/// What the executor shows of itself (the simulator's checkers, metrics).
+#[derive(Debug, Default)]
+pub struct Probe {
+    /// The next offset to deliver to the application: everything below it was delivered as
+    /// committed, and is never truncated.
+    pub delivered: Cell<i64>,
+    /// The committed bound as the application last heard it (−1 before any).
+    pub delivered_high_watermark: Cell<i64>,
+    pub flushes: Cell<u64>,
+    /// Readys whose flush completed after others had queued behind them.
+    pub pipelined_readys: Cell<u64>,
+}
+
+/// A Ready whose messages, `persisted` and delivery wait for a flush (its own or an earlier
+/// one's).
+struct Waiting {
+    id: u64,
+    /// The log end its own flush must reach; `None`: it appended nothing.
+    flush_to: Option<i64>,
+    messages: Vec<Outbound>,
+    high_watermark: Option<i64>,
+    leader_change: Option<LeaderAndEpoch>,
+    load_snapshot: Option<OffsetAndEpoch>,
+}
+
+type SnapshotReply = oneshot::Sender<Result<OffsetAndEpoch, ClientError>>;
+type SnapshotWrite =
+    Pin<Box<dyn Future<Output = Result<(OffsetAndEpoch, u64, bool), SnapshotFailure>>>>;
+type FlushInFlight = Pin<Box<dyn Future<Output = Result<i64, Fatal>>>>;
+type CallReply = oneshot::Sender<Option<SharedFrame>>;
+
+/// The executor of one replica. See the module doc.
+pub struct Executor<S: Storage + 'static, T: Transport, C: Clock> {
+    raft: Rc<RefCell<Raft>>,
+    storage: Rc<S>,
+    transport: T,
+    clock: C,
+    server_state: ServerState,
+    cluster_id: String,
+    wire: WireCalls,
+    /// "not serving a corrupt snapshot" and "cannot read the log for a fetch": every follower
+    /// asks again many times a second (`logsafe::RateLimit`; logs only, so the real clock).
+    corrupt_snapshot_said: crate::logsafe::RateLimit,
+    unreadable_said: crate::logsafe::RateLimit,
+    commits: BTreeMap<i64, Vec<oneshot::Sender<Result<i64, ClientError>>>>,
+    listeners: Vec<Box<dyn StateMachine>>,
+    /// The state machine given before the run hears the latest snapshot first.
+    load_at_start: bool,
+    /// Read fences waiting for the core, by id.
+    fences: HashMap<u64, oneshot::Sender<Result<i64, ClientError>>>,
+    next_fence: u64,
+    /// The application's membership requests waiting for the core's answer.
+    local: HashMap<Token, oneshot::Sender<Response>>,
+    waiting: VecDeque<Waiting>,
+    flush: Option<FlushInFlight>,
+    /// The application's snapshot being written, and who asked for it.
+    snapshot: Option<SnapshotInFlight>,
+    /// When a graceful stop was asked (monotonic ms).
+    stopping: Option<u64>,
+    probe: Rc<Probe>,
+    publish: Option<Box<dyn Publish>>,
+    /// What the Kafka gauges are computed from (`node::metrics`).
+    stats: Rc<RaftStats>,
+    metrics: Option<SharedMetrics>,
+    /// When each waiting append arrived, by its last offset (commit latency).
+    commit_started: BTreeMap<i64, (u64, std::time::Instant)>,
+    /// When the flush in flight started.
+    flush_began: Option<std::time::Instant>,
+    /// Requests to peers in flight, other than long-polling Fetches (peer round trips).
+    sent: HashMap<RequestId, std::time::Instant>,
+}
+
+impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
+    /// An executor over `raft`, whose log `storage` holds from `log_start` on.
+    pub fn new(
+        raft: Raft,
+        storage: Rc<S>,
+        transport: T,
+        clock: C,
+        server_state: ServerState,
+    ) -> Self {
+        let probe = Rc::new(Probe::default());
+        probe.delivered.set(raft.log_start_offset());
+        probe.delivered_high_watermark.set(-1);
+        let cluster_id = raft.config().cluster_id.clone();
+        let executor = Executor {
+            raft: Rc::new(RefCell::new(raft)),
+            storage,
+            transport,
+            clock,
+            server_state,
+            cluster_id,
+            corrupt_snapshot_said: crate::logsafe::RateLimit::repeated_warning(),
+            unreadable_said: crate::logsafe::RateLimit::repeated_warning(),
+            wire: WireCalls {
+                next: WIRE_TOKENS_FROM,
+                calls: HashMap::new(),
+            },
+            commits: BTreeMap::new(),
+            listeners: Vec::new(),
+            load_at_start: false,
+            fences: HashMap::new(),
+            next_fence: 1,
+            local: HashMap::new(),
+            waiting: VecDeque::new(),
+            flush: None,
+            snapshot: None,
+            stopping: None,
+            probe,
+            publish: None,
+            stats: Rc::new(RaftStats::default()),
+            metrics: None,
+            commit_started: BTreeMap::new(),
+            flush_began: None,
+            sent: HashMap::new(),
+        };
+        executor.publish_features();
+        executor
+    }
+
+    /// The core, to look at between steps (the simulator's checkers). Never borrowed across
+    /// an await by the executor.
+    pub fn raft(&self) -> Rc<RefCell<Raft>> {
+        self.raft.clone()
+    }
+
+    pub fn probe(&self) -> Rc<Probe> {
+        self.probe.clone()
+    }
+
+    /// Tells `publish` about every change once the executor runs, starting with the state
+    /// after its first Readys ran (the core's picture of the log can be ahead of the storage
+    /// until then: a single voter leads, and appends, as it is built).
+    pub fn set_publisher(&mut self, publish: Box<dyn Publish>) {
+        self.publish = Some(publish);
+    }
+
+    /// What the executor measures, for `/metrics` and the health checks.
+    pub fn stats(&self) -> Rc<RaftStats> {
+        self.stats.clone()
+    }
+
+    /// Histograms to feed (flush, write, commit and propagation latency).
+    pub fn set_metrics(&mut self, metrics: SharedMetrics) {
+        self.metrics = Some(metrics);
+    }
+
+    /// The application's state machine, from the start: the latest snapshot is loaded into
+    /// it first, then every committed batch after the snapshot is applied.
+    pub fn set_state_machine(&mut self, machine: Box<dyn StateMachine>) {
+        self.listeners.push(machine);
+        self.load_at_start = true;
+    }
+
+    /// Runs until the input stream ends, or a graceful stop (`ExecutorInput::Stop`) finishes:
+    /// the resignation acknowledged, or `SHUTDOWN_GRACE_MS` passed. Unanswered calls and
+    /// appends fail when it returns.
+    pub async fn run(
+        mut self,
+        mut inputs: impl Stream<Item = ExecutorInput> + Unpin,
+    ) -> Result<(), Fatal> {
+        let latest = self.raft.borrow().log_view().latest_snapshot();
+        let result = match latest.filter(|id| self.load_at_start && id.offset > 0) {
+            Some(id) => self.load_snapshot(id).await,
+            None => Ok(()),
+        };
+        let result = match result {
+            Ok(()) => self.run_loop(&mut inputs).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = &result {
+            error!(error = %e, "raft stopped");
+        }
+        let (epoch, leader) = {
+            let raft = self.raft.borrow();
+            (raft.epoch(), raft.leader_id())
+        };
+        for (offset, waiters) in std::mem::take(&mut self.commits) {
+            for w in waiters {
+                let lost = ClientError::LeadershipLost {
+                    offset,
+                    epoch,
+                    leader,
+                };
+                let _ = w.send(Err(lost));
+            }
+        }
+        for (_, fence) in self.fences.drain() {
+            let _ = fence.send(Err(ClientError::Stopped));
+        }
+        result
+    }
+
+    async fn run_loop(
+        &mut self,
+        inputs: &mut (impl Stream<Item = ExecutorInput> + Unpin),
+    ) -> Result<(), Fatal> {
+        enum Event {
+            Input(Option<ExecutorInput>),
+            Flushed(Result<i64, Fatal>),
+            Snapshot(Result<(OffsetAndEpoch, u64, bool), SnapshotFailure>),
+            Tick,
+        }
+        loop {
+            let busy_from = std::time::Instant::now();
+            self.drain_readys().await?;
+            self.note_turn();
+            let now = self.clock.now().mono_ms;
+            if let Some(since) = self.stopping {
+                let done = self.raft.borrow().shutdown_complete();
+                if done || now >= since + SHUTDOWN_GRACE_MS {
+                    return Ok(());
+                }
+            }
+            let cap = if self.stopping.is_some() { 20 } else { 1000 };
+            let deadline = self.raft.borrow().deadline_ms().min(now + cap);
+            let waited_from = std::time::Instant::now();
+            let busy = waited_from - busy_from;
+            let (flush, snapshot, clock) = (&mut self.flush, &mut self.snapshot, &self.clock);
+            // A finished flush is looked at first: until it is, the Readys waiting for it stay
+            // queued and the next flush cannot start, however busy the inputs are.
+            let event = future::or(
+                async {
+                    match flush.as_mut() {
+                        Some(f) => Event::Flushed(f.await),
+                        None => future::pending().await,
+                    }
+                },
+                future::or(
+                    async { Event::Input(inputs.next().await) },
+                    future::or(
+                        async {
+                            match snapshot.as_mut() {
+                                Some(s) => Event::Snapshot((&mut s.write).await),
+                                None => future::pending().await,
+                            }
+                        },
+                        async {
+                            clock.sleep_until(deadline).await;
+                            Event::Tick
+                        },
+                    ),
+                ),
+            )
+            .await;
+            let idle = waited_from.elapsed();
+            let turn = (idle + busy).as_secs_f64();
+            if turn > 0.0 {
+                let ratio = idle.as_secs_f64() / turn;
+                self.stats.poll_idle.borrow_mut().record(now, ratio);
+            }
+            match event {
+                Event::Input(Some(input)) => {
+                    self.handle(input);
+                    // Everything already queued joins the same Readys: the appends and fetches
+                    // that arrived during a flush share the next one (group commit).
+                    while let Some(Some(input)) = future::poll_once(inputs.next()).await {
+                        self.handle(input);
+                    }
+                }
+                Event::Input(None) => return Ok(()),
+                Event::Flushed(result) => {
+                    self.flush = None;
+                    self.stats.flush_started.set(None);
+                    if let (Some(m), Some(began)) = (&self.metrics, self.flush_began.take()) {
+                        m.flush_seconds.observe(began.elapsed().as_secs_f64());
+                    }
+                    let flushed = result?;
+                    self.probe.flushes.set(self.probe.flushes.get() + 1);
+                    self.release(flushed).await?;
+                }
+                Event::Snapshot(result) => {
+                    let done = self.snapshot.take().expect("a snapshot in flight");
+                    self.snapshot_written(result, done.reply)?;
+                }
+                Event::Tick => self.step(Input::Tick),
+            }
+        }
+    }
+
+    fn now(&self) -> Time {
+        self.clock.now()
+    }
+
+    fn step(&mut self, input: Input) {
+        let now = self.now();
+        self.raft.borrow_mut().step(now, input);
+    }
+
+    fn handle(&mut self, input: ExecutorInput) {
+        match input {
+            ExecutorInput::Call { call, reply } => self.handle_call(call, reply),
+            ExecutorInput::Request { token, request } => {
+                self.step(Input::Request { token, request })
+            }
+            ExecutorInput::FetchProgress { progress, reply } => {
+                for p in progress {
+                    self.step(Input::FetchProgress(p));
+                }
+                if let Some(reply) = reply {
+                    let _ = reply.send(self.raft.borrow().high_watermark());
+                }
+            }
+            ExecutorInput::SnapshotServed {
+                replica,
+                leader_epoch,
+            } => self.step(Input::SnapshotServed {
+                replica,
+                leader_epoch,
+            }),
+            ExecutorInput::Peer { id, result } => {
+                let sent = self.sent.remove(&id);
+                if let (Some(m), Some(sent), Ok(_)) = (&self.metrics, sent, &result) {
+                    m.peer_round_trip_seconds
+                        .observe(sent.elapsed().as_secs_f64());
+                }
+                match result {
+                    Ok(response) => self.step(Input::Response { id, response }),
+                    Err(failure) => self.step(Input::Failure { id, failure }),
+                }
+            }
+            ExecutorInput::Append {
+                batch,
+                check,
+                reply,
+            } => {
+                if let Err(e) = self.check_append(check) {
+                    let _ = reply.send(Err(e));
+                    return;
+                }
+                let appended = self.raft.borrow_mut().append(batch);
+                match appended {
+                    Ok((first, last)) => {
+                        self.commits.entry(last).or_default().push(reply);
+                        let now = (self.clock.now().mono_ms, std::time::Instant::now());
+                        self.commit_started.entry(last).or_insert(now);
+                        let records = (last - first + 1) as f64;
+                        self.stats
+                            .appended_records
+                            .borrow_mut()
+                            .record(now.0, records);
+                    }
+                    Err(crate::raft::AppendError::NotLeader { epoch, leader }) => {
+                        let _ = reply.send(Err(ClientError::NotLeader { epoch, leader }));
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(ClientError::Invalid(e.to_string())));
+                    }
+                }
+            }
+            ExecutorInput::ReadFence { reply } => {
+                let id = self.next_fence;
+                self.next_fence += 1;
+                self.fences.insert(id, reply);
+                self.raft.borrow_mut().read_fence(id);
+            }
+            ExecutorInput::Local { request, reply } => {
+                let token = self.wire.next_token();
+                self.local.insert(token, reply);
+                self.step(Input::Request { token, request });
+            }
+            ExecutorInput::Describe { reply } => {
+                let _ = reply.send(self.quorum_status());
+            }
+            ExecutorInput::Listen(mut listener) => {
+                let raft = self.raft.borrow();
+                listener.leader_change(LeaderAndEpoch {
+                    leader_id: raft.leader_id(),
+                    epoch: raft.epoch(),
+                });
+                drop(raft);
+                self.listeners.push(listener);
+            }
+            ExecutorInput::Snapshot {
+                offset,
+                parts,
+                reply,
+            } => self.start_snapshot(offset, parts, reply),
+            ExecutorInput::Stop => {
+                if self.stopping.is_none() {
+                    info!(
+                        state = %self.raft.borrow().state_name(),
+                        "raft shutting down"
+                    );
+                    self.stopping = Some(self.now().mono_ms);
+                    self.step(Input::Shutdown);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! What the executor says about itself and its core: the loop's liveness, the quorum's status for
+//! the application, the append checks, fences that settled, and the feature levels the acceptor
+//! shards answer ApiVersions with.
+
+use super::*;
+
+impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
+    /// Once per turn of the loop: liveness, and election latency (Kafka's: from the first
+    /// step of an election until a leader is known).
+    pub(super) fn note_turn(&mut self) {
+        self.stats.last_turn.set(Some(std::time::Instant::now()));
+        let state = self.raft.borrow().state_name();
+        let now = self.clock.now().mono_ms;
+        match (state, self.stats.election_began.get()) {
+            ("Prospective" | "Candidate", None) => self.stats.election_began.set(Some(now)),
+            ("Leader" | "Follower", Some(began)) => {
+                self.stats.election_began.set(None);
+                let ms = now.saturating_sub(began) as f64;
+                self.stats.election_ms.borrow_mut().record(now, ms);
+            }
+            _ => {}
+        }
+    }
+
+    /// `append_with`'s conditions, against the core as it is now.
+    pub(super) fn check_append(&self, check: AppendCheck) -> Result<(), ClientError> {
+        let raft = self.raft.borrow();
+        if !raft.is_leader() {
+            return Err(ClientError::NotLeader {
+                epoch: raft.epoch(),
+                leader: raft.leader_id(),
+            });
+        }
+        if let Some(required) = check.epoch.filter(|e| *e != raft.epoch()) {
+            return Err(ClientError::EpochMismatch {
+                required,
+                current: raft.epoch(),
+            });
+        }
+        let actual = raft.log_end_offset();
+        if let Some(required) = check.base_offset.filter(|o| *o != actual) {
+            return Err(ClientError::UnexpectedBaseOffset { required, actual });
+        }
+        Ok(())
+    }
+
+    pub(super) fn quorum_status(&self) -> QuorumStatus {
+        let raft = self.raft.borrow();
+        QuorumStatus {
+            local: raft.local(),
+            epoch: raft.epoch(),
+            leader_id: raft.leader_id(),
+            state: raft.state_name(),
+            high_watermark: raft.high_watermark(),
+            log_end_offset: raft.log_end_offset(),
+            voters: raft.voters().voters().iter().map(|v| v.key).collect(),
+            replicas: raft.describe_quorum(),
+        }
+    }
+
+    /// Answers the read fences the core settled.
+    pub(super) fn settle_fences(&mut self) {
+        let outcomes = self.raft.borrow_mut().take_fence_outcomes();
+        for (id, outcome) in outcomes {
+            let Some(reply) = self.fences.remove(&id) else {
+                continue;
+            };
+            let answer = match outcome {
+                crate::raft::FenceOutcome::Ready(hwm) => Ok(hwm),
+                crate::raft::FenceOutcome::NotLeader { epoch, leader } => {
+                    Err(ClientError::NotLeader { epoch, leader })
+                }
+            };
+            let _ = reply.send(answer);
+        }
+    }
+
+    /// Tells the acceptor shards the kraft.version level in force.
+    pub(super) fn publish_features(&self) {
+        let raft = self.raft.borrow();
+        self.server_state
+            .set_features(crate::protocol::api_versions::FeatureState {
+                kraft_version_level: raft.kraft_version(),
+                finalized_features_epoch: raft.high_watermark().unwrap_or(-1),
+            });
+    }
+}
