@@ -210,7 +210,7 @@ fn spawn_observers(
     cluster_id: Option<String>,
     stop: Arc<AtomicBool>,
     report: Option<Duration>,
-) -> std::thread::JoinHandle<Result<Vec<Outcome>, String>> {
+) -> std::thread::JoinHandle<Result<Vec<Outcome>, BenchError>> {
     std::thread::spawn(move || {
         // Below the nodes: the observers stand for other machines and must not starve them.
         let _ = crate::sys::renice_this_thread(10);
@@ -248,7 +248,7 @@ impl Observer {
         ReplicaKey::new(self.id, Some(directory))
     }
 
-    async fn run(self, mode: Mode) -> Result<Outcome, String> {
+    async fn run(self, mode: Mode) -> Result<Outcome, BenchError> {
         let mut out = Outcome::default();
         let mut target = 0usize;
         let mut conn: Option<PeerConnection> = None;
@@ -296,11 +296,9 @@ impl Observer {
                 }
             };
             if r.error != ErrorCode::NONE {
-                return Err(format!(
-                    "observer {}: Fetch answered {}",
-                    self.id,
-                    r.error.name()
-                ));
+                return Err(
+                    format!("observer {}: Fetch answered {}", self.id, r.error.name()).into(),
+                );
             }
             if r.partition_error != ErrorCode::NONE {
                 out.retries += 1;
@@ -327,7 +325,8 @@ impl Observer {
                     return Err(format!(
                         "observer {}: sent snapshot {}-{} unexpectedly",
                         self.id, id.offset, id.epoch
-                    ));
+                    )
+                    .into());
                 }
                 let c = conn.as_mut().expect("connected");
                 let started = Instant::now();
@@ -353,7 +352,8 @@ impl Observer {
                         "observer {}: expected offset {offset}, got a batch at {}",
                         self.id,
                         batch.base_offset()
-                    ));
+                    )
+                    .into());
                 }
                 offset = batch.next_offset();
                 last_epoch = batch.partition_leader_epoch();
@@ -396,7 +396,7 @@ impl Observer {
         conn: &mut PeerConnection,
         id: OffsetAndEpoch,
         leader_epoch: i32,
-    ) -> Result<u64, String> {
+    ) -> Result<u64, BenchError> {
         let mut position = 0i64;
         let started = Instant::now();
         let mut next_report = started;
@@ -413,7 +413,9 @@ impl Observer {
                 crate::node::peers::exchange(conn, &request, Duration::from_secs(10)).await;
             let r = match answer {
                 Ok(Response::FetchSnapshot(r)) => r,
-                other => return Err(format!("FetchSnapshot at {position} failed: {other:?}")),
+                other => {
+                    return Err(format!("FetchSnapshot at {position} failed: {other:?}").into())
+                }
             };
             if r.error != ErrorCode::NONE || r.partition_error != ErrorCode::NONE {
                 return Err(format!(
@@ -422,17 +424,19 @@ impl Observer {
                     id.epoch,
                     r.error.name(),
                     r.partition_error.name()
-                ));
+                )
+                .into());
             }
             let SnapshotBytes::Bytes(bytes) = r.bytes else {
-                return Err(format!("FetchSnapshot at {position} carried no bytes"));
+                return Err(format!("FetchSnapshot at {position} carried no bytes").into());
             };
             if r.position != position || bytes.is_empty() {
                 return Err(format!(
                     "FetchSnapshot at {position} answered position {} with {} bytes",
                     r.position,
                     bytes.len()
-                ));
+                )
+                .into());
             }
             position += bytes.len() as i64;
             if let Some(every) = self.report {
@@ -474,7 +478,7 @@ pub fn observe(
     count: usize,
     seconds: u64,
     cluster_id: Option<String>,
-) -> Result<(), String> {
+) -> Result<(), BenchError> {
     if !(1..=1000).contains(&count) {
         return Err("--observers must be 1 to 1,000".into());
     }
@@ -505,7 +509,7 @@ pub fn observe(
 
 /// Bytes/s of streaming `bytes` over a loopback TCP connection, 8 MiB writes into reads of the
 /// same size (the observer's chunk), on two threads.
-fn loopback_floor(bytes: u64) -> Result<f64, String> {
+fn loopback_floor(bytes: u64) -> Result<f64, BenchError> {
     let listener =
         TcpListener::bind("127.0.0.1:0").map_err(|e| format!("floor: cannot listen: {e}"))?;
     let addr = listener
@@ -531,7 +535,7 @@ fn loopback_floor(bytes: u64) -> Result<f64, String> {
         match s.read(&mut buffer) {
             Ok(0) => break,
             Ok(n) => got += n as u64,
-            Err(e) => return Err(format!("floor: read failed: {e}")),
+            Err(e) => return Err(format!("floor: read failed: {e}").into()),
         }
     }
     let secs = started.elapsed().as_secs_f64();
@@ -540,14 +544,14 @@ fn loopback_floor(bytes: u64) -> Result<f64, String> {
         .map_err(|_| "floor: the sender panicked".to_string())?
         .map_err(|e| format!("floor: send failed: {e}"))?;
     if got < bytes {
-        return Err(format!("floor: got {got} of {bytes} bytes"));
+        return Err(format!("floor: got {got} of {bytes} bytes").into());
     }
     Ok(bytes as f64 / secs)
 }
 
 /// Bytes/s of reading `files` whole with O_DIRECT in 8 MiB reads: what the disk gives a
 /// reader that, like the fetch and snapshot shards, bypasses the page cache.
-fn direct_read_floor(files: &[PathBuf]) -> Result<f64, String> {
+fn direct_read_floor(files: &[PathBuf]) -> Result<f64, BenchError> {
     use std::os::unix::fs::{FileExt, OpenOptionsExt};
     const ALIGN: usize = 4096;
     let chunk = FETCH_MAX_BYTES as usize;
@@ -694,7 +698,7 @@ pub fn run(args: FetchBenchArgs) -> Result<(), BenchError> {
     };
     let result = fetch.run_all();
     drop(scratch);
-    let (goals, plots) = result.map_err(BenchError::new)?;
+    let (goals, plots) = result?;
     report::finish(&goals, &plots, &args.common)
 }
 
@@ -720,7 +724,7 @@ impl FetchBench<'_> {
         self.bench.say(text);
     }
 
-    fn run_all(&self) -> Result<(Vec<Goal>, Vec<PhasePlot>), String> {
+    fn run_all(&self) -> Result<(Vec<Goal>, Vec<PhasePlot>), BenchError> {
         let a = self.args;
         self.say(&format!(
             "bench fetch: load average {} at the start; nodes run this tuning:\n{}",
@@ -764,7 +768,7 @@ impl FetchBench<'_> {
             .collect()
     }
 
-    fn fan_out(&self, index: usize, observers: usize) -> Result<FanOutRun, String> {
+    fn fan_out(&self, index: usize, observers: usize) -> Result<FanOutRun, BenchError> {
         let name = format!("fan-out-{observers}");
         let dir = self.bench.dir.join(format!("{index}-{name}"));
         fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -785,7 +789,7 @@ impl FetchBench<'_> {
             )
         });
         self.say(&format!("\n{name}: 3 voters, {observers} observers"));
-        let result: Result<PhaseResult, String> =
+        let result: Result<PhaseResult, BenchError> =
             self.bench
                 .follow(&name, &mut nodes.procs, &nodes.events, "node");
         stop.store(true, Ordering::SeqCst);
@@ -846,7 +850,7 @@ impl FetchBench<'_> {
         args: QuorumBenchArgs,
         extra: Vec<String>,
         wait_snapshot: bool,
-    ) -> Result<(super::harness::Nodes, PathBuf), String> {
+    ) -> Result<(super::harness::Nodes, PathBuf), BenchError> {
         let dir = self.bench.dir.join(name);
         fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let bench = Bench {
@@ -886,7 +890,7 @@ impl FetchBench<'_> {
                             }
                             Some(false) => {
                                 nodes.procs.stop_all();
-                                return Err(format!("the node wrote no snapshot: {line}"));
+                                return Err(format!("the node wrote no snapshot: {line}").into());
                             }
                             None => {}
                         }
@@ -906,7 +910,7 @@ impl FetchBench<'_> {
         name: &str,
         nodes: &mut super::harness::Nodes,
         mode: Mode,
-    ) -> Result<Outcome, String> {
+    ) -> Result<Outcome, BenchError> {
         let stop = Arc::new(AtomicBool::new(false));
         let observer = spawn_observers(
             1,
@@ -921,7 +925,7 @@ impl FetchBench<'_> {
             if self.bench.check_interrupted().is_err() || Instant::now() >= deadline {
                 stop.store(true, Ordering::SeqCst);
                 let _ = observer.join();
-                return Err(format!("{name}: interrupted or out of time"));
+                return Err(format!("{name}: interrupted or out of time").into());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -941,15 +945,13 @@ impl FetchBench<'_> {
             if logged.is_empty() {
                 e
             } else {
-                format!("{e}\nthe node logged:\n{}", logged.join("\n"))
+                format!("{e}\nthe node logged:\n{}", logged.join("\n")).into()
             }
         })?;
-        outcomes
-            .pop()
-            .ok_or_else(|| "no observer outcome".to_string())
+        outcomes.pop().ok_or_else(|| "no observer outcome".into())
     }
 
-    fn catch_up(&self) -> Result<Streamed, String> {
+    fn catch_up(&self) -> Result<Streamed, BenchError> {
         let a = self.args;
         let records = a.catch_up_bytes.div_ceil(CATCH_UP_RECORD_BYTES as u64);
         let seconds = records.div_ceil(CATCH_UP_RATE).max(1);
@@ -984,7 +986,7 @@ impl FetchBench<'_> {
         dir: PathBuf,
         mode: Mode,
         min_bytes: u64,
-    ) -> Result<Streamed, String> {
+    ) -> Result<Streamed, BenchError> {
         let outcome = self.stream_phase(name, &mut nodes, mode);
         nodes.procs.stop_all();
         let outcome = outcome.map_err(|e| format!("{e}{}", nodes.procs.stderr_tails()))?;
@@ -995,7 +997,7 @@ impl FetchBench<'_> {
         let disk = direct_read_floor(&partition_files(&nodes.dirs[0], &[suffix]))?;
         let _ = fs::remove_dir_all(&dir);
         if outcome.bytes < min_bytes {
-            return Err(format!("received {} bytes of {min_bytes}", outcome.bytes));
+            return Err(format!("received {} bytes of {min_bytes}", outcome.bytes).into());
         }
         let floor = loopback_floor(outcome.bytes)?;
         let rate = outcome.bytes as f64 / outcome.elapsed.as_secs_f64().max(1e-9);
@@ -1016,7 +1018,7 @@ impl FetchBench<'_> {
         })
     }
 
-    fn snapshot(&self) -> Result<Streamed, String> {
+    fn snapshot(&self) -> Result<Streamed, BenchError> {
         let a = self.args;
         self.say(&format!(
             "\nsnapshot: a single voter streams a {} MiB snapshot and drops its log",

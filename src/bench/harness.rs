@@ -395,7 +395,7 @@ impl Bench<'_> {
         tuning: &dyn Fn(usize) -> String,
         properties: &dyn Fn(usize) -> String,
         extra: &dyn Fn(&Path) -> Vec<String>,
-    ) -> Result<Nodes, String> {
+    ) -> Result<Nodes, BenchError> {
         let a = self.args;
         let cluster_id = crate::ids::uuid_to_kafka_string(&crate::ids::random_kafka_uuid());
         let ports = free_ports(voters)?;
@@ -423,7 +423,8 @@ impl Bench<'_> {
                     "storage format for node {id} failed ({}): {}",
                     format.status,
                     String::from_utf8_lossy(&format.stderr).trim()
-                ));
+                )
+                .into());
             }
             let mut cmd = Command::new(&self.exe);
             cmd.arg("start")
@@ -453,7 +454,7 @@ impl Bench<'_> {
 
     // -- floor ---------------------------------------------------------------------------------
 
-    pub(super) fn check_interrupted(&self) -> Result<(), String> {
+    pub(super) fn check_interrupted(&self) -> Result<(), BenchError> {
         if self.interrupted.load(Ordering::SeqCst) {
             Err("interrupted".into())
         } else {
@@ -469,7 +470,7 @@ impl Bench<'_> {
         procs: &mut Procs,
         rx: &mpsc::Receiver<Event>,
         what: &str,
-    ) -> Result<PhaseResult, String> {
+    ) -> Result<PhaseResult, BenchError> {
         let a = self.args;
         let started = Instant::now();
         let first_deadline = started + LEADER_TIMEOUT + Duration::from_millis(a.report_ms);
@@ -552,13 +553,13 @@ impl Bench<'_> {
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     // Every output closed without a summary: report the first to go.
                     let first = eof.iter().position(|closed| *closed).unwrap_or(0);
-                    return Err(procs.early_exit(first));
+                    return Err(procs.early_exit(first).into());
                 }
             }
             // A process whose stdout has closed and that has exited: all its lines are read.
             for (index, closed) in eof.iter().enumerate() {
                 if *closed && procs.exited(index).is_some() {
-                    return Err(procs.early_exit(index));
+                    return Err(procs.early_exit(index).into());
                 }
             }
             let now = Instant::now();
@@ -568,14 +569,16 @@ impl Bench<'_> {
                         "no leader reported within {} s{}",
                         LEADER_TIMEOUT.as_secs(),
                         procs.stderr_tails()
-                    ));
+                    )
+                    .into());
                 }
                 Some(deadline) if now >= deadline => {
                     return Err(format!(
                         "no summary within {} s of the leader's first report{}",
                         (deadline - started).as_secs(),
                         procs.stderr_tails()
-                    ));
+                    )
+                    .into());
                 }
                 _ => {}
             }
@@ -619,13 +622,13 @@ pub(super) fn round3(v: f64) -> f64 {
     }
 }
 
-pub(super) fn write_file(path: &Path, text: &str) -> Result<(), String> {
-    fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+pub(super) fn write_file(path: &Path, text: &str) -> Result<(), BenchError> {
+    fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()).into())
 }
 
 /// Three distinct free loopback ports (bound, read, released; a race with another process is
 /// reported by the node that cannot listen).
-pub(super) fn free_ports(n: usize) -> Result<Vec<u16>, String> {
+pub(super) fn free_ports(n: usize) -> Result<Vec<u16>, BenchError> {
     // All bound at once, so that no two are the same.
     let listeners: Vec<TcpListener> = (0..n)
         .map(|_| TcpListener::bind("127.0.0.1:0"))
@@ -636,7 +639,7 @@ pub(super) fn free_ports(n: usize) -> Result<Vec<u16>, String> {
         .map(|l| {
             l.local_addr()
                 .map(|a| a.port())
-                .map_err(|e| format!("cannot find a free port: {e}"))
+                .map_err(|e| format!("cannot find a free port: {e}").into())
         })
         .collect()
 }
@@ -677,7 +680,7 @@ impl Procs {
         dir: &Path,
         index: usize,
         tx: &mpsc::Sender<Event>,
-    ) -> Result<(), String> {
+    ) -> Result<(), BenchError> {
         let stderr_path = dir.join(format!("{}.stderr", name.replace(' ', "-")));
         let stderr = File::create(&stderr_path)
             .map_err(|e| format!("cannot create {}: {e}", stderr_path.display()))?;

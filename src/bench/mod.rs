@@ -35,6 +35,18 @@ impl BenchError {
     }
 }
 
+impl From<String> for BenchError {
+    fn from(message: String) -> Self {
+        BenchError::new(message)
+    }
+}
+
+impl From<&str> for BenchError {
+    fn from(message: &str) -> Self {
+        BenchError::new(message)
+    }
+}
+
 impl std::fmt::Display for BenchError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.message.as_deref().unwrap_or("failed"))

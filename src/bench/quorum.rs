@@ -169,7 +169,7 @@ pub fn run(args: QuorumBenchArgs) -> Result<(), BenchError> {
     };
     let result = bench.run_all();
     drop(scratch);
-    let (goals, plots) = result.map_err(BenchError::new)?;
+    let (goals, plots) = result?;
     report::finish(&goals, &plots, &args.common)
 }
 
@@ -182,7 +182,7 @@ fn quorum_goal_names() -> Vec<Goal> {
 }
 
 impl Bench<'_> {
-    fn run_all(&self) -> Result<(Vec<Goal>, Vec<PhasePlot>), String> {
+    fn run_all(&self) -> Result<(Vec<Goal>, Vec<PhasePlot>), BenchError> {
         let a = self.args;
         let placement: Vec<String> = (0..3)
             .map(|i| format!("{}→cpu {}", i + 1, self.cpu_of(i)))
@@ -251,7 +251,7 @@ impl Bench<'_> {
 
     // -- ringraft ------------------------------------------------------------------------------
 
-    fn ringraft_phase(&self, name: &str, dir: &Path, tls: bool) -> Result<PhaseResult, String> {
+    fn ringraft_phase(&self, name: &str, dir: &Path, tls: bool) -> Result<PhaseResult, BenchError> {
         let tuning = |i: usize| node_tuning(self.cpu_of(i));
         let properties = |id: usize| {
             if tls {
@@ -266,7 +266,7 @@ impl Bench<'_> {
         result
     }
 
-    fn floor_phase(&self, name: &str, dir: &Path) -> Result<PhaseResult, String> {
+    fn floor_phase(&self, name: &str, dir: &Path) -> Result<PhaseResult, BenchError> {
         let a = self.args;
         let mut procs = Procs::default();
         let (tx, rx) = mpsc::channel();
@@ -302,7 +302,7 @@ impl Bench<'_> {
                     }
                 }
                 Ok(Event::Eof(index)) => {
-                    return Err(procs.early_exit(index));
+                    return Err(procs.early_exit(index).into());
                 }
                 Err(_) if Instant::now() >= deadline => {
                     return Err("the floor followers did not start listening within 10 s".into());

@@ -233,7 +233,7 @@ impl PhasePlot {
 }
 
 /// Each phase on a row: latency over time left, its distribution right.
-fn draw(path: &std::path::Path, plots: &[PhasePlot]) -> Result<(), String> {
+fn draw(path: &std::path::Path, plots: &[PhasePlot]) -> Result<(), BenchError> {
     use plotters::prelude::*;
     let rows = plots.len().max(1) as u32;
     let root = SVGBackend::new(path, (1200, 320 * rows)).into_drawing_area();
@@ -302,7 +302,7 @@ fn draw(path: &std::path::Path, plots: &[PhasePlot]) -> Result<(), String> {
         ))
         .map_err(|e| e.to_string())?;
     }
-    root.present().map_err(|e| e.to_string())
+    root.present().map_err(|e| BenchError::new(e.to_string()))
 }
 
 /// The median of `values` (the mean of the two middle ones for an even count).

@@ -150,7 +150,7 @@ pub fn run(args: SoakBenchArgs) -> Result<(), BenchError> {
     };
     let result = soak(&args, &bench, total);
     drop(scratch);
-    let (goals, plots) = result.map_err(BenchError::new)?;
+    let (goals, plots) = result?;
     report::finish(&goals, &plots, &args.common)
 }
 
@@ -175,7 +175,7 @@ fn soak(
     args: &SoakBenchArgs,
     bench: &Bench<'_>,
     total: Duration,
-) -> Result<(Vec<Goal>, Vec<PhasePlot>), String> {
+) -> Result<(Vec<Goal>, Vec<PhasePlot>), BenchError> {
     let warmup_s = args.warmup_minutes * 60.0;
     bench.say(&format!(
         "bench soak: 3 voters, {} records/s × {} B, {} min warm-up then {} min measured, \

@@ -85,7 +85,7 @@ pub fn run(command: DebugCommand) -> Result<(), CliError> {
             seconds,
             cluster_id,
         } => crate::bench::fetch::observe(voters, observers, seconds, cluster_id)
-            .map_err(CliError::new),
+            .map_err(CliError::from),
         DebugCommand::AppendLoop {
             dir,
             writers,
