@@ -67,6 +67,19 @@ pub fn free_port() -> u16 {
     panic!("no free port in 20000..32000");
 }
 
+/// Waits until `port` on 127.0.0.1 can be bound again; panics naming the port if it cannot
+/// within `within`.
+pub fn wait_port_released(port: u16, within: Duration) {
+    let deadline = Instant::now() + within;
+    while TcpListener::bind(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "port {port} still bound {within:?} after its node was killed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A controller config for node 1 on `port` with its data in `dir`.
 pub fn write_config(dir: &Path, port: u16, extra: &str) -> PathBuf {
     let path = dir.join("server.properties");
@@ -250,9 +263,14 @@ impl Node {
     }
 
     /// SIGKILL, and reap.
+    /// SIGKILL, reaped, and its controller port released. The kernel tears a dead process's
+    /// io_uring down in a worker after the process is reaped, and a listener an in-flight
+    /// accept holds stays bound until then: a test that formats or restarts on the same port
+    /// at once would otherwise meet "Address already in use".
     pub fn kill_now(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        wait_port_released(self.port, Duration::from_secs(10));
     }
 
     /// Waits for exit; returns the exit code (None if killed by a signal).
