@@ -25,8 +25,10 @@ the seed), wait, and restart it. After every step:
   controller then names no controller in DescribeCluster, because the leader never registered
   as one; see docs/raft.md §15).
 
-At the end every node is stopped, the logs of all three must be byte-identical prefixes of the
-longest under Kafka's DumpLogSegments, and the Kafka controllers' logs must hold no ERROR line.
+At the end every node is stopped, and below the high watermark read just before stopping them
+the logs of all three must be byte-identical prefixes of the longest under Kafka's
+DumpLogSegments (above it a stopping leader's uncommitted tail may legally differ: the next
+leader truncates it), and the Kafka controllers' logs must hold no ERROR line.
 The last line is a summary: leader changes, who won each election, the longest times.
 
 With --tls DIR (certificates from tls_certs.sh), every node's controller listener is
@@ -304,8 +306,9 @@ class Suite:
             time.sleep(0.3)
         return None
 
-    def dumps(self, nodes):
-        """Every node's log under Kafka's DumpLogSegments: batches (offsets, epoch, crc)."""
+    def dumps(self, nodes, committed):
+        """Every node's log under Kafka's DumpLogSegments: batches (offsets, epoch, crc). The
+        batches that end below `committed` (a high watermark; None for all) must agree."""
         batch = re.compile(r"baseOffset: (\d+) lastOffset: (\d+) .*partitionLeaderEpoch: (-?\d+) "
                            r".* crc: (\d+) isvalid: (\w+)")
         logs = {}
@@ -323,12 +326,16 @@ class Suite:
                     self.fail(f"{n.name()}: DumpLogSegments calls a batch invalid: {m.group(0)}")
                 rows.append(tuple(int(x) for x in m.groups()[:4]))
             logs[n.id] = rows
+        counts = {nid: len(rows) for nid, rows in logs.items()}
+        if committed is not None:
+            logs = {nid: [r for r in rows if r[1] < committed] for nid, rows in logs.items()}
         longest = max(logs.values(), key=len)
         for nid, rows in logs.items():
             start = next((i for i, r in enumerate(longest) if rows and r[0] == rows[0][0]), None)
             if rows and (start is None or longest[start:start + len(rows)] != rows):
-                self.fail(f"node {nid}'s log is not a prefix of the longest one")
-        return {nid: len(rows) for nid, rows in logs.items()}
+                self.fail(f"node {nid}'s log below offset {committed} is not a prefix of the "
+                          f"longest one")
+        return counts
 
     def kafka_errors(self, nodes):
         """ERROR lines in the Kafka controllers' logs, except Kafka's own activation race."""
@@ -471,6 +478,8 @@ class Suite:
         return leader_id
 
     def finish(self, nodes):
+        found = self.leader(nodes)
+        committed = found[2] if found else None
         for n in nodes.values():
             n.stop(signal.SIGTERM)
         handovers = 0
@@ -481,7 +490,7 @@ class Suite:
         if self.stalls and handovers < self.stalls:
             self.fail(f"{self.stalls} times the witness held the longest log, but it handed "
                       f"leadership over only {handovers} times")
-        counts = self.dumps(nodes)
+        counts = self.dumps(nodes, committed)
         self.kafka_errors(nodes)
         self.tool.close()
         ringraft_wins = self.wins["R"] + self.wins["W"]
