@@ -151,6 +151,22 @@ impl fmt::Display for CliError {
     }
 }
 
+/// The environment variable that moves the embedded default's controller listener (as
+/// `--listen` does), and where `ringraft quorum …` and `ringraft log …` look without
+/// `--bootstrap-controller`.
+pub const LISTEN_ENV: &str = "RINGRAFT_LISTEN";
+/// The environment variable that moves the embedded default's admin listener (`--admin`).
+pub const ADMIN_ENV: &str = "RINGRAFT_ADMIN";
+
+/// `--bootstrap-controller` when none is given: the embedded default's listener
+/// (`$RINGRAFT_LISTEN`, else 127.0.0.1:9093).
+pub fn default_bootstrap_controller() -> String {
+    std::env::var(LISTEN_ENV)
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| format!("127.0.0.1:{}", crate::constants::DEFAULT_CONTROLLER_PORT))
+}
+
 /// Reads and validates a server.properties file.
 pub fn load_config(path: &Path) -> Result<ServerConfig, CliError> {
     let bytes = fs::read(path)
