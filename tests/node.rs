@@ -893,3 +893,60 @@ fn controller_only_requests_are_answered_not_controller() {
     assert_eq!(parse(&read_frame(&mut stream).unwrap(), 3).0, 99);
     drop(node);
 }
+
+/// `ringraft --listen … --admin …` moves the embedded default off 9093/9094, and
+/// `ringraft quorum describe` finds it through `RINGRAFT_LISTEN` without
+/// `--bootstrap-controller`; with nothing there it fails at once naming what it tried.
+#[test]
+fn listen_and_admin_flags_move_the_embedded_default_and_quorum_finds_it() {
+    let dir = TempDir::new("embedded-moved");
+    let (port, admin) = (free_port(), free_port());
+    let listen = format!("127.0.0.1:{port}");
+    let admin_at = format!("127.0.0.1:{admin}");
+    let mut node = Node::start(
+        &["--listen", &listen, "--admin", &admin_at],
+        dir.path(),
+        port,
+    );
+    let describe = |env: &str| {
+        std::process::Command::new(binary())
+            .args(["quorum", "describe", "--status"])
+            .env("RINGRAFT_LISTEN", env)
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    };
+    let found = wait_until(Duration::from_secs(10), || {
+        let out = describe(&listen);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        (out.status.success() && text.contains("LeaderId:               1")).then_some(text)
+    });
+    assert!(found.contains(&listen), "{found}");
+    let mut http = TcpStream::connect(("127.0.0.1", admin)).expect("the admin listener moved");
+    std::io::Write::write_all(&mut http, b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    let _ = std::io::Read::read_to_string(&mut http, &mut answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+
+    let nobody = format!("127.0.0.1:{}", free_port());
+    let started = std::time::Instant::now();
+    let out = describe(&nobody);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains(&format!("tried {nobody}")),
+        "names the address: {err}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(2), "{err}");
+
+    let config = write_config(dir.path(), free_port(), "");
+    let err = start_must_fail(
+        &["start", "-c", config.to_str().unwrap(), "--listen", &listen],
+        dir.path(),
+    );
+    assert!(err.contains("set listeners"), "{err}");
+    let err = start_must_fail(&["--listen", "nohost"], dir.path());
+    assert!(err.contains("--listen") && err.contains("nohost"), "{err}");
+    node.signal(SIGTERM);
+    assert_eq!(node.wait_exit(Duration::from_secs(10)), Some(0));
+}

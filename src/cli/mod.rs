@@ -20,7 +20,11 @@ use crate::config::{Properties, ServerConfig, Tuning};
     version,
     about = "A KRaft metadata quorum node for Linux"
 )]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Cli {
+    /// `ringraft` with no subcommand is `ringraft start`, and takes its flags.
+    #[command(flatten)]
+    pub start: StartArgs,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -51,6 +55,14 @@ pub struct StartArgs {
     /// server.properties with Kafka's controller keys. Without it: the embedded default.
     #[arg(short = 'c', long = "config")]
     pub config: Option<PathBuf>,
+    /// The embedded default's controller listener (default 127.0.0.1:9093). `ringraft quorum`
+    /// and `ringraft log` read the same variable to find it.
+    #[arg(long, value_name = "HOST:PORT", env = LISTEN_ENV)]
+    pub listen: Option<String>,
+    /// The embedded default's admin listener: /metrics, /livez, /readyz (default
+    /// 127.0.0.1:9094).
+    #[arg(long, value_name = "HOST:PORT", env = ADMIN_ENV)]
+    pub admin: Option<String>,
     /// Core placement (tuning/*.toml). Without it: every online core, roles spread by rule.
     #[arg(long = "tuning")]
     pub tuning: Option<PathBuf>,
@@ -167,6 +179,30 @@ pub fn default_bootstrap_controller() -> String {
         .unwrap_or_else(|| format!("127.0.0.1:{}", crate::constants::DEFAULT_CONTROLLER_PORT))
 }
 
+/// The embedded default, with `--listen` and `--admin` applied.
+fn embedded_config(args: &StartArgs) -> Result<ServerConfig, CliError> {
+    use crate::config::server::{embedded_default_properties_at, parse_host_port};
+    use crate::constants::{DEFAULT_ADMIN_PORT, DEFAULT_CONTROLLER_PORT};
+    let address = |flag: &str, env: &str, given: &Option<String>, port: u16| {
+        let Some(text) = given else {
+            return Ok(format!("127.0.0.1:{port}"));
+        };
+        match parse_host_port(text.trim()) {
+            Ok((host, port)) if !host.is_empty() && port != 0 => Ok(text.trim().to_string()),
+            Ok(_) => Err(CliError::new(format!(
+                "--{flag} (or {env}) {text:?}: give a host and a non-zero port, e.g. \
+                 127.0.0.1:{port}"
+            ))),
+            Err(why) => Err(CliError::new(format!("--{flag} (or {env}) {text:?}: {why}"))),
+        }
+    };
+    let listen = address("listen", LISTEN_ENV, &args.listen, DEFAULT_CONTROLLER_PORT)?;
+    let admin = address("admin", ADMIN_ENV, &args.admin, DEFAULT_ADMIN_PORT)?;
+    let text = embedded_default_properties_at(&listen, &admin);
+    ServerConfig::from_properties(&Properties::parse(&text))
+        .map_err(|e| CliError::new(format!("embedded default: {e}")))
+}
+
 /// Reads and validates a server.properties file.
 pub fn load_config(path: &Path) -> Result<ServerConfig, CliError> {
     let bytes = fs::read(path)
@@ -188,7 +224,7 @@ fn load_tuning(path: Option<&Path>) -> Result<Tuning, CliError> {
 
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> Result<(), CliError> {
-    match cli.command.unwrap_or(Command::Start(StartArgs::default())) {
+    match cli.command.unwrap_or(Command::Start(cli.start)) {
         Command::Start(args) => start(&args),
         Command::Storage(command) => storage::run(command),
         Command::Quorum(command) => quorum::run(command),
@@ -204,13 +240,18 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
 fn start(args: &StartArgs) -> Result<(), CliError> {
     let tuning = load_tuning(args.tuning.as_deref())?;
     let (config, embedded) = match &args.config {
-        Some(path) => (load_config(path)?, false),
-        None => {
-            let text = crate::config::server::embedded_default_properties();
-            let config = ServerConfig::from_properties(&Properties::parse(&text))
-                .map_err(|e| CliError::new(format!("embedded default: {e}")))?;
-            (config, true)
+        Some(path) => {
+            if args.listen.is_some() || args.admin.is_some() {
+                return Err(CliError::new(format!(
+                    "--listen and --admin (or {LISTEN_ENV} and {ADMIN_ENV}) move the embedded \
+                     default's listeners; with -c, set listeners and ringraft.admin.listener in \
+                     {}",
+                    path.display()
+                )));
+            }
+            (load_config(path)?, false)
         }
+        None => (embedded_config(args)?, true),
     };
     let load = args.load_rate.map(|rate| crate::node::load::LoadSpec {
         rate_per_s: rate,

@@ -59,9 +59,10 @@ pub struct AddControllerArgs {
         value_name = "FILE"
     )]
     pub config: std::path::PathBuf,
-    /// A comma-separated list of controllers' host:port.
+    /// A comma-separated list of controllers' host:port (default: the embedded default's,
+    /// $RINGRAFT_LISTEN or 127.0.0.1:9093).
     #[arg(long = "bootstrap-controller", value_name = "HOST:PORT")]
-    pub bootstrap_controller: String,
+    pub bootstrap_controller: Option<String>,
     /// Print what would be sent, send nothing.
     #[arg(long = "dry-run")]
     pub dry_run: bool,
@@ -75,9 +76,10 @@ pub struct RemoveControllerArgs {
     /// Its metadata directory id (Kafka's base64 UUID text).
     #[arg(short = 'd', long = "controller-directory-id")]
     pub controller_directory_id: String,
-    /// A comma-separated list of controllers' host:port.
+    /// A comma-separated list of controllers' host:port (default: the embedded default's,
+    /// $RINGRAFT_LISTEN or 127.0.0.1:9093).
     #[arg(long = "bootstrap-controller", value_name = "HOST:PORT")]
-    pub bootstrap_controller: String,
+    pub bootstrap_controller: Option<String>,
     /// Client properties (`security.protocol=SSL` and the `ssl.*` keys), as for describe.
     #[arg(long = "command-config", value_name = "FILE")]
     pub command_config: Option<std::path::PathBuf>,
@@ -97,9 +99,10 @@ pub struct DescribeArgs {
     /// With --replication: timestamps as "`<n>` ms ago".
     #[arg(long = "human-readable")]
     pub human_readable: bool,
-    /// A comma-separated list of controllers' host:port (hostnames are resolved).
+    /// A comma-separated list of controllers' host:port, hostnames resolved (default: the
+    /// embedded default's, $RINGRAFT_LISTEN or 127.0.0.1:9093).
     #[arg(long = "bootstrap-controller", value_name = "HOST:PORT")]
-    pub bootstrap_controller: String,
+    pub bootstrap_controller: Option<String>,
     /// Client properties, as Kafka's tool takes them: `security.protocol=SSL` with the `ssl.*`
     /// keys (PEM stores) reaches controllers whose listener is SSL.
     #[arg(long = "command-config", value_name = "FILE")]
@@ -135,18 +138,24 @@ impl DescribeArgs {
     }
 }
 
+/// `--bootstrap-controller`, or the embedded default's listener when it is not given.
+fn bootstrap(given: Option<&str>) -> Result<Vec<(String, SocketAddr)>, CliError> {
+    let text = given.map_or_else(super::default_bootstrap_controller, str::to_string);
+    parse_bootstrap_hosts(&text).map_err(CliError::new)
+}
+
 pub fn run(command: QuorumCommand) -> Result<(), CliError> {
     let text = match command {
         QuorumCommand::Describe(args) => {
             let mode = args.mode().map_err(CliError::new)?;
             let bootstrap =
-                parse_bootstrap_hosts(&args.bootstrap_controller).map_err(CliError::new)?;
+                bootstrap(args.bootstrap_controller.as_deref())?;
             let dial = Dialer::from_command_config(args.command_config.as_deref())?;
             on_glommio(describe(dial, bootstrap, mode))?
         }
         QuorumCommand::AddController(args) => {
             let bootstrap =
-                parse_bootstrap_hosts(&args.bootstrap_controller).map_err(CliError::new)?;
+                bootstrap(args.bootstrap_controller.as_deref())?;
             let voter = new_controller(&args.config).map_err(CliError::new)?;
             let dial = Dialer::new(voter.tls.as_ref())?;
             let text = format!(
@@ -172,7 +181,7 @@ pub fn run(command: QuorumCommand) -> Result<(), CliError> {
         }
         QuorumCommand::RemoveController(args) => {
             let bootstrap =
-                parse_bootstrap_hosts(&args.bootstrap_controller).map_err(CliError::new)?;
+                bootstrap(args.bootstrap_controller.as_deref())?;
             let dial = Dialer::from_command_config(args.command_config.as_deref())?;
             let directory_id = crate::ids::parse_kafka_uuid(&args.controller_directory_id)
                 .map_err(|e| CliError::new(format!("--controller-directory-id: {e}")))?;
@@ -504,16 +513,21 @@ impl Dialer {
     }
 
     /// A connection to the first of `addrs` that answers; the error names the last failure.
+    /// The first of `addrs` that connects and answers ApiVersions; the error names every
+    /// address tried and why each failed.
     async fn connect_any(&self, addrs: &[(String, SocketAddr)]) -> Result<PeerConnection, String> {
-        let mut last = String::from("no address to connect to");
+        let mut tried = Vec::new();
         for (host, addr) in addrs {
             let tls = self.tls.as_ref().map(|t| (t, host.as_str()));
             match PeerConnection::connect_with(*addr, CLIENT_ID, CONNECT_TIMEOUT, tls).await {
                 Ok(conn) => return Ok(conn),
-                Err(e) => last = e.to_string(),
+                Err(e) => tried.push(format!("{addr} ({e})")),
             }
         }
-        Err(last)
+        if tried.is_empty() {
+            return Err("no address to connect to".into());
+        }
+        Err(format!("tried {}", tried.join(", ")))
     }
 }
 
@@ -1253,7 +1267,7 @@ mod tests {
             status,
             replication,
             human_readable,
-            bootstrap_controller: String::new(),
+            bootstrap_controller: None,
             command_config: None,
         };
         assert_eq!(args(true, false, false).mode(), Ok(DescribeMode::Status));

@@ -196,17 +196,24 @@ const DEFAULT_SECURITY_PROTOCOL_MAP: &str =
 /// The embedded default of `cargo run --release`: a single-voter quorum on 127.0.0.1:9093
 /// with its data under `./data`.
 pub fn embedded_default_properties() -> String {
-    let port = c::DEFAULT_CONTROLLER_PORT;
+    embedded_default_properties_at(
+        &format!("127.0.0.1:{}", c::DEFAULT_CONTROLLER_PORT),
+        &format!("127.0.0.1:{}", c::DEFAULT_ADMIN_PORT),
+    )
+}
+
+/// The embedded default with its controller listener at `listen` and its admin listener at
+/// `admin` (both `host:port`; `ringraft --listen … --admin …`).
+pub fn embedded_default_properties_at(listen: &str, admin: &str) -> String {
     format!(
         "process.roles=controller\n\
          node.id=1\n\
-         listeners=CONTROLLER://127.0.0.1:{port}\n\
+         listeners=CONTROLLER://{listen}\n\
          controller.listener.names=CONTROLLER\n\
          listener.security.protocol.map=CONTROLLER:PLAINTEXT\n\
-         controller.quorum.voters=1@127.0.0.1:{port}\n\
+         controller.quorum.voters=1@{listen}\n\
          metadata.log.dir=./data\n\
-         ringraft.admin.listener=127.0.0.1:{admin}\n",
-        admin = c::DEFAULT_ADMIN_PORT
+         ringraft.admin.listener={admin}\n"
     )
 }
 

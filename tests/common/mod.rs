@@ -67,19 +67,6 @@ pub fn free_port() -> u16 {
     panic!("no free port in 20000..32000");
 }
 
-/// Waits until `port` on 127.0.0.1 can be bound again; panics naming the port if it cannot
-/// within `within`.
-pub fn wait_port_released(port: u16, within: Duration) {
-    let deadline = Instant::now() + within;
-    while TcpListener::bind(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "port {port} still bound {within:?} after its node was killed"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// A controller config for node 1 on `port` with its data in `dir`.
 pub fn write_config(dir: &Path, port: u16, extra: &str) -> PathBuf {
     let path = dir.join("server.properties");
@@ -138,6 +125,18 @@ pub fn embedded_config(
         dir.display()
     );
     ringraft::ServerConfig::parse(&properties).expect("a valid config")
+}
+
+/// Polls `f` every 50 ms until it gives a value; panics after `within`.
+pub fn wait_until<T>(within: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "nothing within {within:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// Runs the binary with `args` where it must refuse to start; returns its stderr. A process
@@ -263,14 +262,12 @@ impl Node {
     }
 
     /// SIGKILL, and reap.
-    /// SIGKILL, reaped, and its controller port released. The kernel tears a dead process's
-    /// io_uring down in a worker after the process is reaped, and a listener an in-flight
-    /// accept holds stays bound until then: a test that formats or restarts on the same port
-    /// at once would otherwise meet "Address already in use".
+    /// SIGKILL, reaped, and its controller port released (`wait_port_free`), so that a test
+    /// may format or restart on the same port at once.
     pub fn kill_now(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        wait_port_released(self.port, Duration::from_secs(10));
+        wait_port_free(self.port);
     }
 
     /// Waits for exit; returns the exit code (None if killed by a signal).
