@@ -53,6 +53,11 @@ need curl curl
 need prometheus prometheus
 need promtool prometheus
 need openssl openssl
+# The fault tests that need root (network namespaces, a loop-mounted filesystem).
+need ip iproute2
+need tc iproute2
+need losetup mount
+need mkfs.ext4 e2fsprogs
 
 if [ ! -x "$WORK/venv/bin/python" ]; then
   python3 -m venv "$WORK/venv" 2>/dev/null || { apt_install python3-venv || true; python3 -m venv "$WORK/venv"; } \
@@ -967,6 +972,18 @@ for v in $KAFKA_VERSIONS; do
   check "mixed quorum: Kafka $v's add-controller / remove-controller of a ringraft node (--standalone)" \
     mixed "$v" dynamic
 done
+
+# ---- the fault tests that need root --------------------------------------------------------
+# `cargo test` must pass as any user, so tests/faults.rs ignores these two; they run here, where
+# CI is root. Failing to make a namespace or a loop mount fails them (never a skip).
+root_faults() {
+  [ "$(id -u)" = 0 ] || { echo "needs root (ip netns, losetup, mount): run this suite as root"; return 1; }
+  (cd "$ROOT" && cargo test --quiet --test faults -- --ignored --exact \
+    partitions_in_network_namespaces_lose_no_acknowledged_write \
+    a_full_disk_stops_the_node_which_catches_up_once_freed)
+}
+check "fault suite, root part: partitions in network namespaces and a full disk lose nothing" \
+  root_faults
 
 # ---- the node stops cleanly ------------------------------------------------------------------
 kill -TERM "$NODE_PID"
