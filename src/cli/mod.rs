@@ -193,7 +193,9 @@ fn embedded_config(args: &StartArgs) -> Result<ServerConfig, CliError> {
                 "--{flag} (or {env}) {text:?}: give a host and a non-zero port, e.g. \
                  127.0.0.1:{port}"
             ))),
-            Err(why) => Err(CliError::new(format!("--{flag} (or {env}) {text:?}: {why}"))),
+            Err(why) => Err(CliError::new(format!(
+                "--{flag} (or {env}) {text:?}: {why}"
+            ))),
         }
     };
     let listen = address("listen", LISTEN_ENV, &args.listen, DEFAULT_CONTROLLER_PORT)?;

@@ -148,14 +148,12 @@ pub fn run(command: QuorumCommand) -> Result<(), CliError> {
     let text = match command {
         QuorumCommand::Describe(args) => {
             let mode = args.mode().map_err(CliError::new)?;
-            let bootstrap =
-                bootstrap(args.bootstrap_controller.as_deref())?;
+            let bootstrap = bootstrap(args.bootstrap_controller.as_deref())?;
             let dial = Dialer::from_command_config(args.command_config.as_deref())?;
             on_glommio(describe(dial, bootstrap, mode))?
         }
         QuorumCommand::AddController(args) => {
-            let bootstrap =
-                bootstrap(args.bootstrap_controller.as_deref())?;
+            let bootstrap = bootstrap(args.bootstrap_controller.as_deref())?;
             let voter = new_controller(&args.config).map_err(CliError::new)?;
             let dial = Dialer::new(voter.tls.as_ref())?;
             let text = format!(
@@ -180,8 +178,7 @@ pub fn run(command: QuorumCommand) -> Result<(), CliError> {
             text
         }
         QuorumCommand::RemoveController(args) => {
-            let bootstrap =
-                bootstrap(args.bootstrap_controller.as_deref())?;
+            let bootstrap = bootstrap(args.bootstrap_controller.as_deref())?;
             let dial = Dialer::from_command_config(args.command_config.as_deref())?;
             let directory_id = crate::ids::parse_kafka_uuid(&args.controller_directory_id)
                 .map_err(|e| CliError::new(format!("--controller-directory-id: {e}")))?;
