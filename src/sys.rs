@@ -100,6 +100,13 @@ pub fn clock_ticks_per_second() -> u64 {
     u64::try_from(ticks).ok().filter(|t| *t > 0).unwrap_or(100)
 }
 
+/// The size of a memory page in bytes (`/proc` counts resident memory in pages).
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf only reads a system constant.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(size).unwrap_or(4096)
+}
+
 /// User plus system CPU time of process `pid` so far, in clock ticks (`/proc/<pid>/stat`
 /// fields 14 and 15); `None` once it has gone.
 pub fn process_cpu_ticks(pid: u32) -> Option<u64> {

@@ -23,7 +23,7 @@ use futures_lite::{future, AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
 use tracing::{debug, Instrument};
 
-use super::metrics::{RaftStats, SharedMetrics};
+use super::metrics::{RaftStats, Readiness, SharedMetrics};
 use crate::net::stop::StopSignal;
 use crate::raft::Raft;
 
@@ -150,11 +150,21 @@ pub fn answer(target: &str, state: &AdminState) -> Answer {
     let verbose = query.split('&').any(|q| q == "verbose");
     let path = path.trim_end_matches('/');
     if path == "/metrics" {
+        let checks = readyz(state);
+        let ready: Vec<Readiness<'_>> = checks
+            .iter()
+            .map(|c| Readiness {
+                check: c.name,
+                ready: c.failure.is_none(),
+            })
+            .collect();
         let raft = state.raft.borrow();
         return Answer {
             status: 200,
             content_type: super::metrics::TEXT_FORMAT,
-            body: state.metrics.render(&raft, &state.stats, raft.now_ms()),
+            body: state
+                .metrics
+                .render(&raft, &state.stats, raft.now_ms(), &ready),
         };
     }
     let rest = path.strip_prefix('/').unwrap_or_default();

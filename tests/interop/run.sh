@@ -571,6 +571,26 @@ promtool_metrics() {
 }
 check "promtool check metrics accepts every node's /metrics" promtool_metrics
 check "promtool check rules deploy/prometheus-rules.yml" promtool check rules "$ROOT/deploy/prometheus-rules.yml"
+# tests/admin.rs records real nodes' series through a lost majority and a partition and writes
+# a promtool unit test; the shipped rules must fire on it, and the no-leader rule as it was
+# (current_leader < 0, which a node keeps naming its last leader through both) must not pass.
+alerts_fire() {
+  local out="$RUN/alerts" old='kafka_server_raft_metrics_current_leader{job="ringraft"} < 0'
+  (cd "$ROOT" && RINGRAFT_ALERTS_OUT="$out" cargo test --quiet --test admin -- --ignored --exact \
+    shipped_alerts_fire_for_a_lost_majority_and_a_partitioned_node) || return 1
+  promtool test rules "$out/alerts-test.yml" || return 1
+  sed "s/expr: ringraft_ready{job=\"ringraft\",check=\"leader\"} == 0/expr: $old/" \
+    "$ROOT/deploy/prometheus-rules.yml" > "$out/old-rules.yml"
+  grep -qF "$old" "$out/old-rules.yml" || { echo "could not rewrite the no-leader rule"; return 1; }
+  sed "s|^  - .*/deploy/prometheus-rules.yml\$|  - $out/old-rules.yml|" "$out/alerts-test.yml" \
+    > "$out/old-test.yml"
+  if promtool test rules "$out/old-test.yml" > "$out/old.out" 2>&1; then
+    echo "the old no-leader rule passes on these series too: they prove nothing"; return 1
+  fi
+  grep -q "FAILED" "$out/old.out" || { cat "$out/old.out"; return 1; }
+}
+check "alerts: RingraftNoLeader fires for a lost majority and a partitioned node (promtool test rules, recorded series)" \
+  alerts_fire
 PROM_PORT=$(free_port)
 cat > "$RUN/prometheus.yml" <<YML
 global:

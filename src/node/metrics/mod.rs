@@ -6,11 +6,15 @@
 //!   windowed ones (`*_avg`, `*_max`, `*_rate`) are computed as Kafka's `Sensor`s are: two
 //!   samples of 30 s each, so a value covers the last 30–60 s.
 //! - `ringraft_*`: this node's own, with histogram buckets from 25 µs (our fsyncs take
-//!   140–400 µs; etcd's buckets start at 1 ms and would put them all in one).
+//!   140–400 µs; etcd's buckets start at 1 ms and would put them all in one); among them
+//!   `ringraft_ready{check}`, one gauge per `/readyz` check, which the shipped alerts use, and
+//!   `ringraft_build_info`.
+//! - `process_*`: what every Prometheus client library exports (`process.rs`).
 //!
 //! `Metrics` is shared by every shard (atomics); `RaftStats` lives on the raft shard and is fed
 //! by the executor; the Kafka gauges are set from the core when `/metrics` is read.
 
+mod process;
 mod shard;
 mod window;
 
@@ -93,6 +97,16 @@ pub struct Metrics {
     /// Per shard: times its probe timer (every `STALL_PROBE_MS`) fired more than `STALL_MS`
     /// late, so a task held the shard that long.
     pub stalls: Family<Labels, Counter>,
+    /// 1 while a `/readyz` check passes, 0 while it fails, labelled by check.
+    ready: Family<Labels, Gauge>,
+    /// Always 1, labelled with the version.
+    build_info: Family<Labels, Gauge>,
+}
+
+/// One `/readyz` check's outcome, as `ringraft_ready` shows it.
+pub struct Readiness<'a> {
+    pub check: &'a str,
+    pub ready: bool,
 }
 
 /// The stall probe's period, and the lateness that counts as a stall. glommio's own stall
@@ -275,6 +289,17 @@ fn register_ringraft(r: &mut Registry, m: &Metrics) {
         m.stalls.clone(),
     );
     r.register(
+        "ringraft_ready",
+        "1 while this /readyz check passes (label check: storage, leader, member, fsync), 0 \
+         while it fails",
+        m.ready.clone(),
+    );
+    r.register(
+        "ringraft_build_info",
+        "1, labelled with the running ringraft's version",
+        m.build_info.clone(),
+    );
+    r.register(
         "ringraft_data_dir_ring_info",
         "The kind of ring serving each data directory",
         m.data_dir_ring.clone(),
@@ -311,8 +336,17 @@ impl Metrics {
             shard_ring_written_bytes: Family::default(),
             data_dir_ring: Family::default(),
             stalls: Family::default(),
+            ready: Family::default(),
+            build_info: Family::default(),
             registry: Registry::default(),
         };
+        metrics
+            .build_info
+            .get_or_create(&vec![(
+                "version".to_string(),
+                env!("CARGO_PKG_VERSION").to_string(),
+            )])
+            .set(1);
         register_ringraft(&mut registry, &metrics);
         // Every served API shows from the start, at zero, so a dashboard and an alert see
         // the series before the first request.
@@ -338,8 +372,20 @@ impl Metrics {
             .inc_by(answered as u64);
     }
 
-    /// The exposition: the Kafka gauges set from `raft` and `stats` first.
-    pub fn render(&self, raft: &Raft, stats: &RaftStats, now_ms: u64) -> String {
+    /// The exposition: the Kafka gauges set from `raft` and `stats` first, the readiness
+    /// gauges from `ready` (the `/readyz` checks just made), then the process series.
+    pub fn render(
+        &self,
+        raft: &Raft,
+        stats: &RaftStats,
+        now_ms: u64,
+        ready: &[Readiness<'_>],
+    ) -> String {
+        for r in ready {
+            self.ready
+                .get_or_create(&vec![("check".to_string(), r.check.to_string())])
+                .set(i64::from(r.ready));
+        }
         let k = &self.kafka;
         k.current_leader.set(raft.leader_id().map_or(-1, i64::from));
         k.current_epoch.set(i64::from(raft.epoch()));
@@ -372,7 +418,9 @@ impl Metrics {
             .set(1);
         let mut out = String::new();
         let _ = encode(&mut out, &self.registry);
-        to_text_format(&out)
+        let mut text = to_text_format(&out);
+        text.push_str(&process::render());
+        text
     }
 }
 
@@ -450,7 +498,7 @@ mod tests {
         let m = super::Metrics::new();
         m.request("Fetch", 100, 200);
         let core = test_core();
-        let text = m.render(&core, &super::RaftStats::default(), 0);
+        let text = m.render(&core, &super::RaftStats::default(), 0, &[]);
         assert!(text.contains("# TYPE ringraft_requests_total counter\n"));
         assert!(text.contains("ringraft_requests_total{api=\"Fetch\"} 1\n"));
         assert!(text.contains("ringraft_request_bytes_total{api=\"Fetch\"} 100\n"));
