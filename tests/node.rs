@@ -928,6 +928,27 @@ fn listen_and_admin_flags_move_the_embedded_default_and_quorum_finds_it() {
     let _ = std::io::Read::read_to_string(&mut http, &mut answer);
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 
+    // The wrong doors: HTTP at the Kafka port is answered 400 naming the admin listener, and
+    // a Kafka client at the admin port fails at once saying it reached an HTTP server.
+    let mut kafka = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    std::io::Write::write_all(&mut kafka, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    let _ = std::io::Read::read_to_string(&mut kafka, &mut answer);
+    assert!(
+        answer.starts_with("HTTP/1.1 400") && answer.contains("admin listener"),
+        "{answer}"
+    );
+    let started = std::time::Instant::now();
+    let out = describe(&admin_at);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("answered in HTTP"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}: {err}",
+        started.elapsed()
+    );
+
     let nobody = format!("127.0.0.1:{}", free_port());
     let started = std::time::Instant::now();
     let out = describe(&nobody);

@@ -377,6 +377,7 @@ impl PeerConnection {
                     what: match size.to_be_bytes() {
                         // A TLS record header (alert or handshake, version 3.x) read as a size.
                         [0x15 | 0x16, 0x03, ..] => AnswerError::Tls,
+                        [b'H', b'T', b'T', b'P'] => AnswerError::Http,
                         _ => AnswerError::FrameSize { size, max },
                     },
                 }),

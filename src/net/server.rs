@@ -80,6 +80,34 @@ pub trait ServerProbe {
     fn request(&self, api: &str, bytes: usize, answered: usize);
 }
 
+/// Whether a frame size read off the wire is the start of an HTTP request (`GET `, `POST`,
+/// …): someone pointed curl or a browser at a Kafka port.
+fn looks_like_http(size: i32) -> bool {
+    const METHODS: [&[u8; 4]; 7] = [
+        b"GET ", b"POST", b"HEAD", b"PUT ", b"DELE", b"OPTI", b"PATC",
+    ];
+    METHODS.contains(&&size.to_be_bytes())
+}
+
+/// What an HTTP client gets from a Kafka listener: a 400 that says where it is.
+const HTTP_ANSWER: &[u8] = b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\n\
+    Connection: close\r\n\r\nThis is a Kafka controller listener of ringraft: it speaks the \
+    Kafka protocol, not HTTP. /metrics, /livez and /readyz are on the admin listener \
+    (ringraft.admin.listener; 127.0.0.1:9094 in the embedded default).\n";
+
+/// Logs an HTTP request on a Kafka listener, at most once per interval (a scanner may send
+/// many).
+fn wrong_door(peer: &str) {
+    thread_local! {
+        static SAID: crate::logsafe::RateLimit =
+            const { crate::logsafe::RateLimit::repeated_warning() };
+    }
+    if let Some(unsaid) = SAID.with(|said| said.due(std::time::Instant::now())) {
+        tracing::warn!(%peer, unsaid, "an HTTP request on a Kafka listener (curl at the \
+            controller port?): answered 400, naming the admin listener; closed");
+    }
+}
+
 /// What every connection task on one shard shares.
 pub struct Connections<S: Service> {
     pub service: S,
@@ -419,6 +447,14 @@ async fn serve_connection<S: Service>(
                 let why = "a TLS ClientHello on a PLAINTEXT listener: the peer's \
                            listener.security.protocol.map says SSL and ours does not";
                 super::tls::handshake_failed(&conn.peer, &std::io::Error::other(why));
+                return None;
+            }
+            Some(Err(FrameError::BadSize { size, .. })) if looks_like_http(size) => {
+                wrong_door(&conn.peer);
+                let _ = conn
+                    .stream
+                    .write_frame(&LocalFrame::whole(HTTP_ANSWER.to_vec()))
+                    .await;
                 return None;
             }
             Some(Err(e)) => {

@@ -73,6 +73,16 @@ pub async fn serve(listener: TcpListener, state: Rc<AdminState>, stop: StopSigna
     }
 }
 
+/// How reading a request head ended.
+enum Head {
+    Complete,
+    /// Closed, over `REQUEST_MAX_BYTES`, or not in within `READ_TIMEOUT`.
+    Incomplete,
+    /// The first byte cannot begin an HTTP method: a Kafka client (its frames begin with a
+    /// size whose first byte is 0) or TLS dialled the admin port.
+    NotHttp,
+}
+
 async fn connection(mut stream: TcpStream, state: &AdminState) -> std::io::Result<()> {
     let mut head = Vec::with_capacity(512);
     let read = async {
@@ -80,31 +90,59 @@ async fn connection(mut stream: TcpStream, state: &AdminState) -> std::io::Resul
         while !head.windows(4).any(|w| w == b"\r\n\r\n") {
             let n = stream.read(&mut buf).await?;
             if n == 0 || head.len() + n > REQUEST_MAX_BYTES {
-                return Ok(false);
+                return Ok(Head::Incomplete);
             }
             head.extend_from_slice(&buf[..n]);
+            if !head[0].is_ascii_uppercase() {
+                return Ok(Head::NotHttp);
+            }
         }
-        Ok::<bool, std::io::Error>(true)
+        Ok::<Head, std::io::Error>(Head::Complete)
     };
-    let complete = future::or(read, async {
+    let head_read = future::or(read, async {
         glommio::timer::sleep(READ_TIMEOUT).await;
-        Ok(false)
+        Ok(Head::Incomplete)
     })
     .await?;
-    let response = if complete {
-        let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
-        let line = String::from_utf8_lossy(line);
-        let mut parts = line.split_whitespace();
-        match (parts.next(), parts.next()) {
-            (Some("GET"), Some(target)) => answer(target, state),
-            (Some(_), Some(_)) => Answer::text(405, "only GET is served\n"),
-            _ => Answer::text(400, "a malformed request line\n"),
+    let response = match head_read {
+        Head::Complete => {
+            let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
+            let line = String::from_utf8_lossy(line);
+            let mut parts = line.split_whitespace();
+            match (parts.next(), parts.next()) {
+                (Some("GET"), Some(target)) => answer(target, state),
+                (Some(_), Some(_)) => Answer::text(405, "only GET is served\n"),
+                _ => Answer::text(400, "a malformed request line\n"),
+            }
         }
-    } else {
-        Answer::text(400, "the request head is incomplete or over 8 KiB\n")
+        Head::Incomplete => Answer::text(400, "the request head is incomplete or over 8 KiB\n"),
+        Head::NotHttp => {
+            wrong_door(&stream);
+            Answer::text(
+                400,
+                "This is ringraft's admin listener: HTTP only (/metrics, /livez, /readyz). \
+                 Kafka clients connect to the controller listener (listeners=CONTROLLER://…).\n",
+            )
+        }
     };
     stream.write_all(&response.encode()).await?;
     stream.close().await
+}
+
+/// Logs a client that spoke something other than HTTP to the admin listener, at most once
+/// per interval.
+fn wrong_door(stream: &TcpStream) {
+    thread_local! {
+        static SAID: crate::logsafe::RateLimit =
+            const { crate::logsafe::RateLimit::repeated_warning() };
+    }
+    if let Some(unsaid) = SAID.with(|said| said.due(Instant::now())) {
+        let peer = stream
+            .peer_addr()
+            .map_or_else(|_| "unknown".to_string(), |a| a.to_string());
+        tracing::warn!(%peer, unsaid, "a non-HTTP client on the admin listener (a Kafka client \
+            given the admin port?): answered 400, naming the controller listener; closed");
+    }
 }
 
 /// An HTTP answer.

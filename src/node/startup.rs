@@ -111,6 +111,17 @@ pub(crate) fn start(
 /// Info and above unless `RUST_LOG` says otherwise.
 const DEFAULT_LOG_FILTER: &str = "info";
 
+/// The filter for `RUST_LOG`'s value: info when unset, and the runtime (glommio) at warn
+/// unless the value names it, so that `RUST_LOG=debug` shows ringraft's own debug lines and
+/// not the reactor's.
+fn log_filter(rust_log: Option<String>) -> String {
+    match rust_log.filter(|v| !v.trim().is_empty()) {
+        None => DEFAULT_LOG_FILTER.to_string(),
+        Some(v) if v.contains("glommio") => v,
+        Some(v) => format!("{v},glommio=warn"),
+    }
+}
+
 /// How the binary's log lines look (`ringraft start --log-format`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
@@ -123,8 +134,7 @@ pub enum LogFormat {
 
 /// The binary's subscriber: stderr, `RUST_LOG` filters (info and above by default).
 pub(crate) fn init_tracing(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
+    let filter = tracing_subscriber::EnvFilter::new(log_filter(std::env::var("RUST_LOG").ok()));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -374,5 +384,18 @@ fn join_shards(handles: Vec<ShardHandle>) -> Result<(), NodeError> {
         Ok(())
     } else {
         Err(NodeError::Shards(errors))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_filter;
+
+    #[test]
+    fn the_runtime_stays_at_warn_unless_named() {
+        assert_eq!(log_filter(None), "info");
+        assert_eq!(log_filter(Some(" ".into())), "info");
+        assert_eq!(log_filter(Some("debug".into())), "debug,glommio=warn");
+        assert_eq!(log_filter(Some("glommio=trace".into())), "glommio=trace");
     }
 }

@@ -76,6 +76,12 @@ pub enum AnswerError {
         "the peer answered with TLS: its listener is SSL, so connect with security.protocol=SSL"
     )]
     Tls,
+    /// HTTP where a frame size should be: an HTTP server (ringraft's admin listener, say).
+    #[error(
+        "the peer answered in HTTP: that port is an HTTP server (ringraft's admin listener, \
+         ringraft.admin.listener?), not a Kafka controller listener"
+    )]
+    Http,
     /// A frame size out of range.
     #[error("response frame size {size} outside 0..={max}")]
     FrameSize { size: i32, max: usize },
