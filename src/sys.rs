@@ -53,6 +53,33 @@ pub fn raise_memlock_soft(bytes: u64) -> io::Result<()> {
     Ok(())
 }
 
+/// Raises the soft open-files limit (`ulimit -n`) to the hard one and returns the new soft
+/// limit. A log keeps one descriptor per segment and index, as Kafka's does, and a login's
+/// default soft limit (1024) is far below what a long log needs, while the hard limit a user
+/// may raise to is usually much higher (Go's runtime raises it the same way).
+pub fn raise_nofile_soft() -> io::Result<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes only the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if limit.rlim_cur < limit.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: limit.rlim_max,
+            rlim_max: limit.rlim_max,
+        };
+        // SAFETY: setrlimit reads only the struct we pass.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        limit.rlim_cur = limit.rlim_max;
+    }
+    Ok(limit.rlim_cur)
+}
+
 /// Creates and closes a 4-entry io_uring: `Ok` when this process may use io_uring.
 pub fn probe_io_uring() -> io::Result<()> {
     let mut params = [0u8; 120]; // struct io_uring_params, zeroed = defaults
@@ -186,5 +213,21 @@ pub fn renice_this_thread(nice: i32) -> io::Result<()> {
         Ok(())
     } else {
         Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_soft_open_files_limit_rises_to_the_hard_one() {
+        let soft = super::raise_nofile_soft().expect("getrlimit and setrlimit work");
+        let limits = std::fs::read_to_string("/proc/self/limits").unwrap();
+        let line = limits
+            .lines()
+            .find(|l| l.starts_with("Max open files"))
+            .unwrap();
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(fields[3], soft.to_string(), "{line}");
+        assert_eq!(fields[3], fields[4], "soft equals hard: {line}");
     }
 }

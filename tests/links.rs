@@ -153,3 +153,28 @@ fn the_checker_finds_a_dead_file_and_a_dead_anchor() {
     assert!(dead[0].contains("gone.md does not exist"), "{dead:?}");
     assert!(dead[1].contains("other.md#nope"), "{dead:?}");
 }
+
+/// docs/wire.md §7 names every API that ApiVersions advertises, and no other.
+#[test]
+fn wire_doc_lists_exactly_the_advertised_apis() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("docs/wire.md")).unwrap();
+    let section = text
+        .split("## 7. ")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("docs/wire.md has a section 7");
+    let served = ringraft::protocol::apis::SERVED;
+    for spec in served {
+        let name = spec.key.name();
+        assert!(
+            section.contains(name),
+            "docs/wire.md §7 does not name {name}"
+        );
+    }
+    assert!(
+        section.contains(&format!("advertises {} APIs", served.len())),
+        "docs/wire.md §7 gives the wrong count; ApiVersions advertises {}",
+        served.len()
+    );
+}

@@ -226,6 +226,9 @@ fn load_tuning(path: Option<&Path>) -> Result<Tuning, CliError> {
 
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> Result<(), CliError> {
+    // Every command may open a whole log (storage info, debug read-log): one descriptor per
+    // segment. Best effort, as the node's own preflight.
+    let _ = crate::sys::raise_nofile_soft();
     match cli.command.unwrap_or(Command::Start(cli.start)) {
         Command::Start(args) => start(&args),
         Command::Storage(command) => storage::run(command),

@@ -14,7 +14,8 @@ use crate::constants as c;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
-    /// Listens on the controller listeners (SO_REUSEPORT) and parses requests.
+    /// Accepts on the controller listeners (one bound socket, no SO_REUSEPORT) and parses
+    /// requests.
     Acceptor,
     /// Owns the Raft state machine and the log's write path.
     Raft,

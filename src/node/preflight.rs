@@ -16,8 +16,12 @@ impl fmt::Display for PreflightError {
 impl std::error::Error for PreflightError {}
 
 /// Checks io_uring and memlock for `shards` executors of `io_memory_bytes` each. Raises the
-/// soft memlock limit towards the hard one when that is enough.
+/// soft memlock limit towards the hard one when that is enough, and the soft open-files limit
+/// to the hard one.
 pub fn check(shards: usize, io_memory_bytes: usize) -> Result<(), PreflightError> {
+    // Best effort: a node that cannot raise it says so when a segment fails to open (EMFILE,
+    // with the path).
+    let _ = crate::sys::raise_nofile_soft();
     check_memlock(shards, io_memory_bytes)?;
     check_io_uring()
 }

@@ -11,6 +11,8 @@ pub fn run<T: Send + 'static>(future: impl Future<Output = T> + 'static) -> T {
     let _guard = ONE_EXECUTOR
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
+    // A recovered test log keeps one descriptor per segment, as the node's does.
+    let _ = ringraft::sys::raise_nofile_soft();
     make_executor().run(future)
 }
 
