@@ -58,6 +58,9 @@ need ip iproute2
 need tc iproute2
 need losetup mount
 need mkfs.ext4 e2fsprogs
+# The Debian package and its unit.
+need dpkg-shlibdeps dpkg-dev
+need systemd-analyze systemd
 
 if [ ! -x "$WORK/venv/bin/python" ]; then
   python3 -m venv "$WORK/venv" 2>/dev/null || { apt_install python3-venv || true; python3 -m venv "$WORK/venv"; } \
@@ -992,6 +995,54 @@ for v in $KAFKA_VERSIONS; do
   check "mixed quorum: Kafka $v's add-controller / remove-controller of a ringraft node (--standalone)" \
     mixed "$v" dynamic
 done
+
+# ---- the Debian package -------------------------------------------------------------------
+# cargo deb packs the release binary built above with the unit and configuration; dpkg -i must
+# create the user and the state directory and format the packaged single voter; the unit
+# passes systemd-analyze verify; the installed binary serves the embedded default, and the
+# packaged configuration as the ringraft user. CI is a fresh machine; elsewhere an installed
+# ringraft package is left alone (the check fails saying so).
+CARGO_DEB_VERSION=3.8.0
+deb_package() {
+  [ "$(id -u)" = 0 ] || { echo "needs root (dpkg -i)"; return 1; }
+  if dpkg -s ringraft >/dev/null 2>&1; then
+    echo "a ringraft package is already installed here: dpkg --purge ringraft first"; return 1
+  fi
+  if [ ! -x "$WORK/tools/bin/cargo-deb" ]; then
+    cargo install --quiet --locked cargo-deb --version "$CARGO_DEB_VERSION" --root "$WORK/tools" \
+      || { echo "cannot install cargo-deb $CARGO_DEB_VERSION from crates.io"; return 1; }
+  fi
+  local deb
+  deb=$(cd "$ROOT" && "$WORK/tools/bin/cargo-deb" --no-build --quiet --output "$RUN/deb/") \
+    || { echo "cargo deb failed"; return 1; }
+  deb=$(ls "$RUN"/deb/*.deb) || return 1
+  dpkg -i "$deb" || return 1
+  local rc=0
+  deb_installed || rc=1
+  dpkg --purge ringraft >/dev/null || { echo "dpkg --purge failed"; rc=1; }
+  userdel ringraft 2>/dev/null || true
+  rm -rf /var/lib/ringraft
+  return $rc
+}
+deb_installed() {
+  getent passwd ringraft >/dev/null || { echo "no ringraft user"; return 1; }
+  [ "$(stat -c %U /var/lib/ringraft)" = ringraft ] || { echo "/var/lib/ringraft not the user's"; return 1; }
+  [ -f /var/lib/ringraft/data/meta.properties ] || { echo "the packaged config was not formatted"; return 1; }
+  systemd-analyze verify /lib/systemd/system/ringraft.service || return 1
+  "$ROOT/.ci/installed-smoke" /usr/bin/ringraft || return 1
+  # The unit's ExecStart, as its user, in its working directory: leads and is ready.
+  (cd /var/lib/ringraft && exec setpriv --reuid=ringraft --regid=ringraft --init-groups \
+    /usr/bin/ringraft start -c /etc/ringraft/server.properties > "$RUN/deb-node.log" 2>&1) &
+  local pid=$! ok=0
+  for _ in $(seq 100); do
+    curl -sf http://127.0.0.1:9094/readyz >/dev/null && { ok=1; break; }
+    sleep 0.1
+  done
+  kill -TERM "$pid"; wait "$pid" || { echo "the packaged node exited non-zero"; ok=0; }
+  [ "$ok" = 1 ] || { echo "the packaged node was not ready within 10 s"; tail -5 "$RUN/deb-node.log"; return 1; }
+}
+check "Debian package: cargo deb, dpkg -i, user and state directory, unit verified, the node serves" \
+  deb_package
 
 # ---- the fault tests that need root --------------------------------------------------------
 # `cargo test` must pass as any user, so tests/faults.rs ignores these two; they run here, where
