@@ -104,7 +104,6 @@ fn readyz_fails_with_its_reason_when_the_quorum_loses_its_leader() {
             let (port, dir) = (raft[id - 1], dirs[id - 1].path());
             let config = common::embedded_config(id as i32, port, &voters, dir, &admin);
             let node = Node::builder(config)
-                .tuning(common::embedded_tuning())
                 .format_if_empty(CLUSTER_ID)
                 .start()
                 .unwrap();
@@ -267,7 +266,6 @@ impl LinkedQuorum {
                     common::embedded_config(i as i32 + 1, raft[i], &voters, dirs[i].path(), &extra);
                 Some(
                     Node::builder(config)
-                        .tuning(common::embedded_tuning())
                         .format_if_empty(CLUSTER_ID)
                         .start()
                         .unwrap(),

@@ -89,7 +89,6 @@ fn start(id: i32, dir: &common::TempDir, voters: &str, seen: Arc<Mutex<Seen>>) -
         .unwrap();
     let config = common::embedded_config(id, port, voters, dir.path(), "");
     Node::builder(config)
-        .tuning(common::embedded_tuning())
         .state_machine(Recorder(seen))
         .format_if_empty(CLUSTER_ID)
         .start()

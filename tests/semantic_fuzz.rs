@@ -402,7 +402,6 @@ fn fuzz(frames: u64, seed: u64) {
             let config = common::embedded_config(id, ports[i], &voters, dirs[i].path(), "");
             // RUST_LOG=info shows the nodes' elections beside a failure.
             Node::builder(config)
-                .tuning(common::embedded_tuning())
                 .format_if_empty(CLUSTER_ID)
                 .init_logging(std::env::var_os("RUST_LOG").is_some())
                 .start()
@@ -810,7 +809,6 @@ fn answer_fuzz(duration: Duration, seed: u64) {
             let i = (id - 1) as usize;
             let config = common::embedded_config(id, ports[i], &voters, dirs[i].path(), "");
             Node::builder(config)
-                .tuning(common::embedded_tuning())
                 .format_if_empty(CLUSTER_ID)
                 .init_logging(std::env::var_os("RUST_LOG").is_some())
                 .start()

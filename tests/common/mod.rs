@@ -204,44 +204,6 @@ pub fn start_writing(cwd: &Path, port: u16, rate: u32, acks: &Path, extra: &[&st
     Node::start(&args, cwd, port)
 }
 
-/// The default core layout (every online core, roles spread as `Tuning::spread` spreads
-/// them) with 128 KiB of io memory per shard instead of 512. Without CAP_IPC_LOCK (any user
-/// but root) the kernel counts every ring's registered memory against one `ulimit -l` for all
-/// of the user's processes together (8 MiB here): at 512 KiB two tests of three nodes each
-/// did not fit side by side.
-pub fn test_tuning() -> PathBuf {
-    static PATH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    PATH.get_or_init(|| {
-        let cpus = ringraft::config::tuning::online_cpus();
-        let last = cpus.len() - 1;
-        let mut text = String::from("spin_before_park_us = 0\nio_memory_kib = 128\n");
-        for (i, cpu) in cpus.iter().enumerate() {
-            let mut roles = vec!["\"acceptor\""];
-            if i == 0 {
-                roles.push("\"raft\"");
-            }
-            if i > 0 || last == 0 {
-                roles.push("\"fetch\"");
-            }
-            if i == last {
-                roles.push("\"snapshot\"");
-            }
-            text += &format!("\n[[shard]]\ncpu = {cpu}\nroles = [{}]\n", roles.join(", "));
-        }
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
-        let path = dir.join(format!("test-tuning-{}.toml", std::process::id()));
-        std::fs::write(&path, text).unwrap();
-        path
-    })
-    .clone()
-}
-
-/// `test_tuning()` for nodes embedded in the test process (`Node::builder(…).tuning(…)`).
-pub fn embedded_tuning() -> ringraft::config::Tuning {
-    let text = std::fs::read_to_string(test_tuning()).unwrap();
-    ringraft::config::Tuning::parse(&text, &ringraft::config::tuning::online_cpus()).unwrap()
-}
-
 /// A running node, killed on drop if the test did not stop it.
 pub struct Node {
     pub child: Child,
@@ -254,18 +216,12 @@ impl Node {
         Node::start_logging(args, cwd, port, "debug")
     }
 
-    /// `start` with `RUST_LOG=filter` (the default level of a real node is info). Unless the
-    /// test names a tuning file, the node runs with `test_tuning()`.
+    /// `start` with `RUST_LOG=filter` (the default level of a real node is info).
     pub fn start_logging(args: &[&str], cwd: &Path, port: u16, filter: &str) -> Node {
         wait_port_free(port);
         let log = cwd.join(format!("node-{}.log", nanos()));
-        let tuning = test_tuning();
-        let mut args = args.to_vec();
-        if !args.contains(&"--tuning") {
-            args.extend(["--tuning", tuning.to_str().unwrap()]);
-        }
         let child = Command::new(binary())
-            .args(&args)
+            .args(args)
             .current_dir(cwd)
             .env("RUST_LOG", filter)
             .stdout(Stdio::null())
