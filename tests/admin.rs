@@ -93,6 +93,7 @@ fn the_sample_configs_in_deploy_parse_without_unknown_keys() {
 
 #[test]
 fn readyz_fails_with_its_reason_when_the_quorum_loses_its_leader() {
+    let _turn = common::one_quorum_at_a_time();
     let (raft, voters) = common::three_voters();
     let admin: Vec<u16> = (0..3).map(|_| common::free_port()).collect();
     let dirs: Vec<common::TempDir> = (1..=3)

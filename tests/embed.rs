@@ -118,6 +118,7 @@ fn handle(members: &[Member], id: i32) -> RaftHandle {
 
 #[test]
 fn three_embedded_nodes_replicate_fence_reads_and_restart_from_a_snapshot() {
+    let _turn = common::one_quorum_at_a_time();
     let (_, voters) = common::three_voters();
     let mut members: Vec<Member> = (1..=3)
         .map(|id| {

@@ -23,6 +23,8 @@ struct Cluster {
     nodes: Vec<Option<Node>>,
     /// How many times each node was started (names its ack files).
     starts: Vec<usize>,
+    /// Last, so that it is released after the nodes are killed (`one_quorum_at_a_time`).
+    _turn: std::sync::MutexGuard<'static, ()>,
 }
 
 /// What `ringraft quorum describe --status` printed.
@@ -42,6 +44,7 @@ impl Cluster {
 
     /// A cluster whose configs all carry `extra` lines.
     fn with_extra(extra: &str) -> Cluster {
+        let turn = common::one_quorum_at_a_time();
         let dir = TempDir::new("membership");
         let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
         let out = run(&["storage", "random-uuid"], dir.path());
@@ -72,6 +75,7 @@ impl Cluster {
             ports,
             nodes: vec![None, None, None],
             starts: vec![0; 3],
+            _turn: turn,
         }
     }
 

@@ -392,6 +392,7 @@ fn writer(handles: Vec<RaftHandle>, shared: Arc<Shared>) -> Vec<Instant> {
 }
 
 fn fuzz(frames: u64, seed: u64) {
+    let _turn = common::one_quorum_at_a_time();
     let (ports, voters) = common::three_voters();
     let dirs: Vec<common::TempDir> = (1..=3)
         .map(|id| common::TempDir::new(&format!("semantic-fuzz-{id}")))
@@ -793,6 +794,7 @@ fn serve_fake(mut stream: TcpStream, fake: Arc<Mutex<FakeVoter>>, stop: Arc<Atom
 /// that they fetch from it and read its answers. The pair must commit in every 10-second
 /// window, no node may stop, and every error code must have gone out.
 fn answer_fuzz(duration: Duration, seed: u64) {
+    let _turn = common::one_quorum_at_a_time();
     let ports: Vec<u16> = (0..2).map(|_| common::free_port()).collect();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();

@@ -64,6 +64,7 @@ fn describe(bootstrap: &str, config: Option<&str>, cwd: &Path) -> (bool, String)
 fn a_tls_quorum_commits_and_refuses_clients_without_a_trusted_certificate() {
     let dir = TempDir::new("tls-quorum");
     let (trusted, intruder) = two_pkis(dir.path());
+    let _turn = common::one_quorum_at_a_time();
     let (ports, voters) = three_voters();
     let mut nodes = Vec::new();
     for id in 1..=3 {

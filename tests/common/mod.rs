@@ -204,6 +204,17 @@ pub fn start_writing(cwd: &Path, port: u16, rate: u32, acks: &Path, extra: &[&st
     Node::start(&args, cwd, port)
 }
 
+/// One quorum of several nodes at a time in a test process; hold the guard for the test (or in
+/// the cluster's last field, so that its nodes are gone before the next test's start).
+/// Without CAP_IPC_LOCK (any user but root) the kernel counts every ring's registered memory
+/// against one `ulimit -l` for all of the user's processes together: measured here, five
+/// default nodes fit under 8 MiB and a sixth fails with ENOMEM, so two three-node tests side
+/// by side did not. A single-node test may still run beside one quorum.
+pub fn one_quorum_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static QUORUM: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    QUORUM.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A running node, killed on drop if the test did not stop it.
 pub struct Node {
     pub child: Child,

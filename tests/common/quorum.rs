@@ -27,6 +27,8 @@ pub struct Cluster {
     pub ports: Vec<u16>,
     pub nodes: Vec<Option<Node>>,
     pub cluster_id: String,
+    /// Last, so that it is released after the nodes are killed (`one_quorum_at_a_time`).
+    _turn: std::sync::MutexGuard<'static, ()>,
 }
 
 /// The leader of nodes 1–3 as at least two of them report it (leader and epoch), asked again
@@ -55,6 +57,7 @@ pub struct Probe {
 
 impl Cluster {
     pub fn new(name: &str) -> Cluster {
+        let turn = super::one_quorum_at_a_time();
         let dir = TempDir::new(name);
         let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
         let voters = ports
@@ -103,6 +106,7 @@ impl Cluster {
             ports,
             nodes: vec![None, None, None],
             cluster_id,
+            _turn: turn,
         }
     }
 
