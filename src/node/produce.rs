@@ -84,16 +84,19 @@ pub fn check(request: &ProduceRequest, enabled: bool) -> Result<Checked, Refusal
     if request.acks != -1 {
         return Err(Refusal::new(
             ErrorCode::INVALID_REQUIRED_ACKS,
-            format!("acks must be -1 (committed by a majority), not {}", request.acks),
+            format!(
+                "acks must be -1 (committed by a majority), not {}",
+                request.acks
+            ),
         ));
     }
     check_batch(partition.records.as_ref())
 }
 
 fn check_batch(records: Option<&Bytes>) -> Result<Checked, Refusal> {
-    let records = records.filter(|r| !r.is_empty()).ok_or_else(|| {
-        Refusal::new(ErrorCode::INVALID_REQUEST, "no records")
-    })?;
+    let records = records
+        .filter(|r| !r.is_empty())
+        .ok_or_else(|| Refusal::new(ErrorCode::INVALID_REQUEST, "no records"))?;
     if records.len() > BATCH_MAX_BYTES {
         return Err(Refusal::new(
             ErrorCode::MESSAGE_TOO_LARGE,
@@ -112,7 +115,9 @@ fn check_batch(records: Option<&Bytes>) -> Result<Checked, Refusal> {
         return Err(invalid("control batches are written by raft only".into()));
     }
     if attributes & ATTR_TRANSACTIONAL != 0 || header.producer_id.get() != -1 {
-        return Err(invalid("transactional or idempotent batches are not taken".into()));
+        return Err(invalid(
+            "transactional or idempotent batches are not taken".into(),
+        ));
     }
     if attributes & ATTR_COMPRESSION_MASK != 0 {
         return Err(invalid("compressed batches are not taken".into()));
@@ -178,7 +183,10 @@ pub fn answer(
 }
 
 /// What `__cluster_metadata-0` answers after the append's outcome is known.
-pub fn outcome(result: Result<i64, ClientError>, last_offset_delta: i64) -> ProducePartitionResponse {
+pub fn outcome(
+    result: Result<i64, ClientError>,
+    last_offset_delta: i64,
+) -> ProducePartitionResponse {
     let refused = |code: ErrorCode, message: String| ProducePartitionResponse {
         error_code: code,
         error_message: Some(message),
@@ -222,7 +230,9 @@ pub async fn serve(
             ..Default::default()
         },
         Ok(checked) => {
-            let result = raft.append_batch(checked.batch, AppendCheck::default()).await;
+            let result = raft
+                .append_batch(checked.batch, AppendCheck::default())
+                .await;
             outcome(result, checked.last_offset_delta)
         }
     };

@@ -125,7 +125,9 @@ impl ProduceRequest {
     pub fn decode(r: &mut Reader<'_>, version: i16, frame: &Bytes) -> DecodeResult<Self> {
         check_version(version)?;
         let out = ProduceRequest {
-            transactional_id: r.nullable_string("TransactionalId", true)?.map(str::to_owned),
+            transactional_id: r
+                .nullable_string("TransactionalId", true)?
+                .map(str::to_owned),
             acks: r.i16("Acks")?,
             timeout_ms: r.i32("TimeoutMs")?,
             // A topic is at least a name (1), a partition count (1) and its tags (1).
@@ -277,7 +279,10 @@ impl ProducePartitionResponse {
             if tag != 0 || !hints {
                 return Ok(false);
             }
-            out.current_leader = (r.i32("CurrentLeader.LeaderId")?, r.i32("CurrentLeader.Epoch")?);
+            out.current_leader = (
+                r.i32("CurrentLeader.LeaderId")?,
+                r.i32("CurrentLeader.Epoch")?,
+            );
             r.skip_tagged_fields()?;
             Ok(true)
         })?;
