@@ -1,6 +1,6 @@
 //! `ringraft log append` and `ringraft log tail`: what kafka-console-producer and -consumer are
-//! to a topic, for the metadata log (docs/tools.md §4). Append writes through Produce, which
-//! ringraft serves unadvertised when `ringraft.log.append.enable` is set (docs/wire.md §8.11);
+//! to a topic, for the metadata log (docs/operations.md "The commands"). Append writes through Produce, which
+//! ringraft serves unadvertised when `ringraft.log.append.enable` is set (docs/wire.md §8.10);
 //! tail is an anonymous observer (Fetch with replica id −1) that prints committed records only.
 //!
 //! Neither ever reports what it does not know: append prints an offset only for a record the

@@ -321,7 +321,7 @@ impl PeerConnection {
     }
 
     /// `request` for an API the peer serves without advertising it (ringraft's Produce,
-    /// docs/wire.md §8.11): no version check against ApiVersions. A peer that does not serve
+    /// docs/wire.md §8.10): no version check against ApiVersions. A peer that does not serve
     /// it closes the connection, as Kafka does with an unknown key.
     pub async fn request_unadvertised(
         &mut self,

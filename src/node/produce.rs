@@ -1,4 +1,4 @@
-//! Produce on the controller listener (docs/wire.md §8.11): how `ringraft log append` writes
+//! Produce on the controller listener (docs/wire.md §8.10): how `ringraft log append` writes
 //! records. A pure check of the request (`check`), the answer built from the outcome
 //! (`answer`), and `serve`, which runs on the connection's shard: it hands the one checked
 //! batch to the raft shard (`RaftHandle::append_batch`) and waits for its commit there, so the

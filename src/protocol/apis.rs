@@ -224,7 +224,7 @@ pub const SERVED: &[ApiSpec] = &[
 
 /// APIs this node parses and answers without listing them in ApiVersions: interop compares
 /// our ApiVersions answer with a Kafka controller's, and no Kafka client should find them by
-/// negotiation. Produce serves `ringraft log append` (docs/wire.md §8.11).
+/// negotiation. Produce serves `ringraft log append` (docs/wire.md §8.10).
 pub const UNADVERTISED: &[ApiSpec] = &[ApiSpec {
     key: ApiKey::PRODUCE,
     min_version: 9,

@@ -1,6 +1,6 @@
 //! Produce (key 0), versions 9–12: the flexible versions that still name topics (v13 names them
 //! by id). Served unadvertised, for `__cluster_metadata-0` only, when
-//! `ringraft.log.append.enable` is set (docs/wire.md §8.11); `ringraft log append` is its
+//! `ringraft.log.append.enable` is set (docs/wire.md §8.10); `ringraft log append` is its
 //! client. Versions 10–12 differ from 9 only by the tagged `CurrentLeader` and `NodeEndpoints`
 //! (KIP-951), which are written only in those versions, and only when they differ from the
 //! default, as Kafka writes them.
