@@ -85,6 +85,7 @@ fn seeds() -> Vec<Vec<u8>> {
         hex("0001000d00000003ffff00"),       // Fetch v13 header only
     ];
     seeds.extend(kraft_seeds());
+    seeds.extend(produce_seeds());
     for dir in ["tests/golden"] {
         if let Ok(entries) = std::fs::read_dir(dir) {
             for entry in entries.flatten() {
@@ -96,6 +97,48 @@ fn seeds() -> Vec<Vec<u8>> {
         }
     }
     seeds
+}
+
+/// Produce (served unadvertised for `ringraft log append`) at every served version, carrying a
+/// real batch, an empty one and a batch for another topic.
+fn produce_seeds() -> Vec<Vec<u8>> {
+    use ringraft::protocol::header::RequestHeader;
+    use ringraft::protocol::produce::{ProducePartition, ProduceRequest, ProduceTopic};
+    use ringraft::protocol::request::encode_request_frame;
+    use ringraft::protocol::{apis, ApiKey};
+    let mut builder = ringraft::BatchBuilder::new(0, 0, 1_700_000_000_000, false);
+    builder.append(None, Some(b"hello"));
+    builder.append(None, Some(b"world"));
+    let batch = bytes::Bytes::from(builder.finish());
+    let spec = apis::served(ApiKey::PRODUCE).unwrap();
+    let mut out = Vec::new();
+    for (topic, index, records) in [
+        ("__cluster_metadata", 0, Some(batch.clone())),
+        ("__cluster_metadata", 0, None),
+        ("other", 3, Some(batch)),
+    ] {
+        let request = ProduceRequest {
+            transactional_id: None,
+            acks: -1,
+            timeout_ms: 30_000,
+            topics: vec![ProduceTopic {
+                name: topic.into(),
+                partitions: vec![ProducePartition { index, records }],
+            }],
+        };
+        for version in spec.min_version..=spec.max_version {
+            let header = RequestHeader {
+                api_key: ApiKey::PRODUCE.0,
+                api_version: version,
+                correlation_id: 12,
+                client_id: Some("ringraft-log".into()),
+            };
+            let frame = encode_request_frame(&header, spec, |w| request.encode(w, version));
+            assert!(decode_request(&frame[4..]).is_ok(), "Produce v{version}");
+            out.push(frame[4..].to_vec());
+        }
+    }
+    out
 }
 
 /// One valid request of every Raft RPC at every served version, as ringraft's peers send them.
@@ -326,6 +369,7 @@ fn hostile_frames_never_panic_or_overallocate() {
     let seeds = seeds();
     let state = ServerState::default();
     let (mut answered, mut closed, mut raft_calls) = (0usize, 0usize, 0usize);
+    let mut produce_calls = 0usize;
     for i in 0..FRAMES {
         let pick = below(&mut rng, seeds.len());
         let frame = mutate(&mut rng, &seeds[pick]);
@@ -351,7 +395,22 @@ fn hostile_frames_never_panic_or_overallocate() {
             (true, Action::Raft(call)) => {
                 // The raft shard's first steps on it: shape check, or a top-level error.
                 raft_calls += 1;
-                if ringraft::net::raft_rpc::request_from_wire(&call.body).is_none() {
+                if let ringraft::protocol::RequestBody::Produce(r) = &call.body {
+                    // The connection shard's check and answer (`node::produce`), both ways.
+                    for enabled in [true, false] {
+                        let outcome = match ringraft::node::produce::check(r, enabled) {
+                            Ok(_) => ringraft::node::produce::outcome(Ok(9), 0),
+                            Err(refusal) => ringraft::protocol::produce::ProducePartitionResponse {
+                                error_code: refusal.code,
+                                ..Default::default()
+                            },
+                        };
+                        let response = ringraft::node::produce::answer(r, &outcome, vec![]);
+                        let mut w = ringraft::protocol::Writer::new();
+                        response.encode(&mut w, call.version);
+                    }
+                    produce_calls += 1;
+                } else if ringraft::net::raft_rpc::request_from_wire(&call.body).is_none() {
                     let mut w = ringraft::protocol::Writer::new();
                     ringraft::net::raft_rpc::encode_top_level_error(
                         call.key,
@@ -375,6 +434,10 @@ fn hostile_frames_never_panic_or_overallocate() {
     assert!(
         raft_calls > FRAMES / 100,
         "only {raft_calls} frames reached raft"
+    );
+    assert!(
+        produce_calls > FRAMES / 1000,
+        "only {produce_calls} Produce frames decoded"
     );
 }
 

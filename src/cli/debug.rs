@@ -58,6 +58,10 @@ pub enum DebugCommand {
     ReadLog {
         #[arg(long)]
         dir: PathBuf,
+        /// Also print each data record: `record <offset> <timestamp> <value as hex>` (what
+        /// `ringraft log tail` is checked against).
+        #[arg(long)]
+        records: bool,
     },
 }
 
@@ -78,7 +82,7 @@ pub fn run(command: DebugCommand) -> Result<(), CliError> {
             };
             executor()?.run(make_log(dir, config))
         }
-        DebugCommand::ReadLog { dir } => executor()?.run(read_log(dir)),
+        DebugCommand::ReadLog { dir, records } => executor()?.run(read_log(dir, records)),
         DebugCommand::Observe {
             voters,
             observers,
@@ -212,7 +216,7 @@ async fn make_log(dir: PathBuf, config: LogConfig) -> Result<(), CliError> {
     }
     snapshot.finish(ts).map_err(io)?;
     log.close().await.map_err(fail)?;
-    read_log(dir).await
+    read_log(dir, false).await
 }
 
 /// One line per batch: `batch <base> <last> <epoch> <control|data> <records> <crc> <first>
@@ -253,7 +257,28 @@ fn print_batch(out: &mut impl Write, batch: &Batch<'_>) -> Result<(), CliError> 
     Ok(())
 }
 
-async fn read_log(dir: PathBuf) -> Result<(), CliError> {
+/// `record <offset> <timestamp> <value as hex>` per record of a data batch (`-` for a null
+/// value).
+fn print_records(out: &mut impl Write, batch: &Batch<'_>) -> Result<(), CliError> {
+    let records = batch.records().map_err(|e| CliError::new(e.to_string()))?;
+    let base_timestamp = batch.header().base_timestamp.get();
+    for record in records {
+        let record = record.map_err(|e| CliError::new(e.to_string()))?;
+        let value = record.value.map_or_else(
+            || "-".to_string(),
+            |v| v.iter().map(|b| format!("{b:02x}")).collect(),
+        );
+        let _ = writeln!(
+            out,
+            "record {} {} {value}",
+            batch.base_offset() + i64::from(record.offset_delta),
+            base_timestamp + record.timestamp_delta
+        );
+    }
+    Ok(())
+}
+
+async fn read_log(dir: PathBuf, records: bool) -> Result<(), CliError> {
     let (log, report) = MetadataLog::open(&dir, LogConfig::default())
         .await
         .map_err(|e| CliError::new(format!("cannot open the log: {e}")))?;
@@ -280,6 +305,9 @@ async fn read_log(dir: PathBuf) -> Result<(), CliError> {
                 let (batch, after) =
                     Batch::parse(rest).map_err(|e| CliError::new(e.to_string()))?;
                 print_batch(&mut out, &batch)?;
+                if records && !batch.is_control() {
+                    print_records(&mut out, &batch)?;
+                }
                 offset = batch.next_offset();
                 rest = after;
             }

@@ -3,6 +3,7 @@
 
 pub mod debug;
 pub mod format;
+pub mod log;
 pub mod quorum;
 pub mod storage;
 
@@ -40,6 +41,9 @@ pub enum Command {
     /// Describe the metadata quorum through a controller (like kafka-metadata-quorum).
     #[command(subcommand)]
     Quorum(quorum::QuorumCommand),
+    /// Append to and tail the metadata log (like kafka-console-producer/-consumer).
+    #[command(subcommand)]
+    Log(log::LogCommand),
     /// Benchmarks that print ratios against baselines measured in the same run.
     #[command(subcommand)]
     Bench(crate::bench::BenchCommand),
@@ -233,6 +237,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Start(args) => start(&args),
         Command::Storage(command) => storage::run(command),
         Command::Quorum(command) => quorum::run(command),
+        Command::Log(command) => log::run(command),
         Command::Debug(command) => debug::run(command),
         Command::Bench(command) => crate::bench::run(command).map_err(CliError::from),
         Command::Version => {

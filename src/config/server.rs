@@ -113,6 +113,10 @@ pub struct ServerConfig {
     /// `ringraft.batch.cache.bytes`: each fetch shard's batch cache; the raft shard's is half
     /// (`constants::BATCH_CACHE_BYTES_DEFAULT`).
     pub batch_cache_bytes: i64,
+    /// `ringraft.log.append.enable`: serve Produce for `__cluster_metadata-0` (`ringraft log
+    /// append`). False by default: beside Kafka controllers, raw records in the metadata log
+    /// would stop them replaying it. The embedded default sets it.
+    pub log_append_enable: bool,
     /// TLS on the controller listeners and on peer connections, when the first controller
     /// listener's security protocol is SSL (`config::tls`).
     pub tls: Option<super::tls::TlsConfig>,
@@ -157,6 +161,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "ringraft.admin.listener",
     "ringraft.leadership",
     "ringraft.batch.cache.bytes",
+    "ringraft.log.append.enable",
 ];
 
 /// The known key an unknown `key` was probably meant to be: the closest by edit distance,
@@ -213,7 +218,8 @@ pub fn embedded_default_properties_at(listen: &str, admin: &str) -> String {
          listener.security.protocol.map=CONTROLLER:PLAINTEXT\n\
          controller.quorum.voters=1@{listen}\n\
          metadata.log.dir=./data\n\
-         ringraft.admin.listener={admin}\n"
+         ringraft.admin.listener={admin}\n\
+         ringraft.log.append.enable=true\n"
     )
 }
 
@@ -468,6 +474,7 @@ impl ServerConfig {
                 }
             },
             batch_cache_bytes: g.batch_cache_bytes,
+            log_append_enable: l.bool("ringraft.log.append.enable", false)?,
             tls: None,
             unknown_keys: props
                 .keys()
@@ -870,6 +877,10 @@ mod tests {
         assert_eq!(config.socket_request_max_bytes, 100 * 1024 * 1024);
         assert_eq!(config.metadata_dir(), PathBuf::from("./data"));
         assert!(config.unknown_keys.is_empty());
+        // The embedded default is a ringraft-only quorum: `ringraft log append` works on it.
+        assert!(config.log_append_enable);
+        let text = embedded_default_properties().replace("ringraft.log.append.enable=true", "");
+        assert!(!load(&text).unwrap().log_append_enable, "off unless set");
         assert_eq!(
             config.all_log_dirs(),
             [PathBuf::from("./data")],

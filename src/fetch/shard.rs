@@ -263,6 +263,16 @@ impl Serving {
             .is_some_and(|v| v.is_voter(replica))
     }
 
+    /// Where the leader this shard last heard of listens (empty when unknown): the hint a
+    /// refused Produce carries (`node::produce`).
+    pub fn leader_endpoints(&self) -> Vec<crate::raft::Endpoint> {
+        self.view
+            .borrow()
+            .as_ref()
+            .map(|v| v.facts.leader_endpoints.clone())
+            .unwrap_or_default()
+    }
+
     async fn view_ready(&self) {
         while self.view.borrow().is_none() {
             self.published.next().await;

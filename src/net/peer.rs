@@ -320,6 +320,21 @@ impl PeerConnection {
             .await
     }
 
+    /// `request` for an API the peer serves without advertising it (ringraft's Produce,
+    /// docs/wire.md §8.10): no version check against ApiVersions. A peer that does not serve
+    /// it closes the connection, as Kafka does with an unknown key.
+    pub async fn request_unadvertised(
+        &mut self,
+        key: ApiKey,
+        version: i16,
+        flexible_from: i16,
+        body: &[u8],
+        timeout: Duration,
+    ) -> Result<Bytes, PeerError> {
+        self.exchange(key, version, flexible_from, body, timeout)
+            .await
+    }
+
     /// One request/response round trip within `timeout`, without the version check.
     async fn exchange(
         &mut self,

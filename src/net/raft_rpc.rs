@@ -276,6 +276,7 @@ pub fn request_from_wire(body: &RequestBody) -> Option<Request> {
             kraft_max: r.kraft_version_feature.max_supported_version,
         }),
         RequestBody::ApiVersions(_)
+        | RequestBody::Produce(_)
         | RequestBody::ControllerOnly
         | RequestBody::DescribeQuorum(_)
         | RequestBody::DescribeCluster(_)
@@ -346,6 +347,9 @@ pub fn encode_top_level_error(key: ApiKey, version: i16, error: ErrorCode, w: &m
             ..Default::default()
         }
         .encode(w, version),
+        // Produce has no top-level error; `node::produce` answers it on the connection's
+        // shard, so only a caller that bypasses it gets this empty answer.
+        ApiKey::PRODUCE => crate::protocol::produce::ProduceResponse::default().encode(w, version),
         key if crate::protocol::controller_only::encode_error(key, error, w) => {}
         // ApiVersions is answered before raft; nothing else reaches here.
         other => debug_assert!(false, "{} has no raft error response", other.name()),

@@ -24,6 +24,21 @@ pub fn answer(raft: &mut Raft, call: &RaftCall, cluster_id: &str, now: Time) -> 
                 crate::protocol::controller_only::encode_not_controller(call.key, w);
             },
         )),
+        // Produce is answered on the connection's shard (`node::produce`); a path that
+        // bypasses it (the simulator's network) gets a refusal, never a silent drop.
+        RequestBody::Produce(r) => {
+            let refused = crate::protocol::produce::ProducePartitionResponse {
+                error_code: ErrorCode::INVALID_REQUEST,
+                error_message: Some("Produce is served on the controller listener only".into()),
+                ..Default::default()
+            };
+            let response = crate::node::produce::answer(r, &refused, vec![]);
+            Some(encode_response_frame(
+                call.correlation_id,
+                call.response_header_version,
+                |w| response.encode(w, call.version),
+            ))
+        }
         _ => None,
     }
 }

@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod notify;
 pub mod peers;
 pub mod preflight;
+pub mod produce;
 pub mod publish;
 pub mod raft_shard;
 pub mod raft_storage;
@@ -70,6 +71,8 @@ struct ShardContext {
     /// descriptor of each.
     listen: Vec<(SocketAddr, Arc<std::net::TcpListener>)>,
     limits: ConnectionLimits,
+    /// `ringraft.log.append.enable`: connections serve Produce (`node::produce`).
+    log_append_enable: bool,
     state: ServerState,
     stop_flag: Arc<AtomicBool>,
     mesh: MeshBuilder<ShardMessage, Full>,

@@ -1,5 +1,7 @@
 //! Where a connection's requests go on a node: Fetch to this shard's fetch role, FetchSnapshot
-//! to a snapshot role (here, or on another shard), everything else to the raft shard.
+//! to a snapshot role (here, or on another shard), Produce answered here (`node::produce`: it
+//! waits for its commit on this shard, not on the raft shard), everything else to the raft
+//! shard.
 
 use std::rc::Rc;
 
@@ -23,10 +25,17 @@ pub struct NodeService {
     pub snapshot: Option<Rc<Serving>>,
     /// Snapshot roles on other shards, used when this shard has none.
     pub remote_snapshot: Vec<mpsc::UnboundedSender<SnapshotCall>>,
+    /// `ringraft.log.append.enable`.
+    pub log_append_enable: bool,
 }
 
 impl Service for NodeService {
     async fn call(&self, call: RaftCall) -> Option<LocalFrame> {
+        if let RequestBody::Produce(r) = &call.body {
+            let (raft, enabled) = (&self.raft, self.log_append_enable);
+            let serving = self.fetch.as_deref();
+            return Some(super::produce::serve(raft, serving, enabled, &call, r).await);
+        }
         match (
             &call.body,
             crate::net::raft_rpc::request_from_wire(&call.body),

@@ -268,6 +268,7 @@ fn connections(
         fetch: serving.clone().filter(|_| fetch_here),
         snapshot: serving.filter(|_| ctx.roles.contains(&Role::Snapshot)),
         remote_snapshot,
+        log_append_enable: ctx.log_append_enable,
     };
     let connections = server::Connections::with_metrics(
         service,

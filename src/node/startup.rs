@@ -311,6 +311,7 @@ fn spawn_shards(
                 .filter(|ms| *ms > 0)
                 .map(Duration::from_millis),
         },
+        log_append_enable: config.log_append_enable,
         state: ServerState::default(),
         stop_flag: stop_flag.clone(),
         mesh: MeshBuilder::full(n, c::SHARD_CHANNEL_CAPACITY),

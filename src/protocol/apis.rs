@@ -8,6 +8,7 @@
 pub struct ApiKey(pub i16);
 
 impl ApiKey {
+    pub const PRODUCE: ApiKey = ApiKey(0);
     pub const FETCH: ApiKey = ApiKey(1);
     pub const METADATA: ApiKey = ApiKey(3);
     pub const API_VERSIONS: ApiKey = ApiKey(18);
@@ -221,9 +222,22 @@ pub const SERVED: &[ApiSpec] = &[
     },
 ];
 
-/// The served API with this key, if any.
+/// APIs this node parses and answers without listing them in ApiVersions: interop compares
+/// our ApiVersions answer with a Kafka controller's, and no Kafka client should find them by
+/// negotiation. Produce serves `ringraft log append` (docs/wire.md §8.10).
+pub const UNADVERTISED: &[ApiSpec] = &[ApiSpec {
+    key: ApiKey::PRODUCE,
+    min_version: 9,
+    max_version: 12,
+    flexible_from: 9,
+}];
+
+/// The served API with this key, if any (advertised or not).
 pub fn served(key: ApiKey) -> Option<&'static ApiSpec> {
-    SERVED.iter().find(|spec| spec.key == key)
+    SERVED
+        .iter()
+        .chain(UNADVERTISED)
+        .find(|spec| spec.key == key)
 }
 
 /// The ApiVersions row, needed by the too-new-version fallback.
@@ -246,6 +260,9 @@ mod tests {
                 SERVED[i + 1..].iter().all(|other| other.key != spec.key),
                 "duplicate"
             );
+        }
+        for spec in UNADVERTISED {
+            assert!(SERVED.iter().all(|other| other.key != spec.key), "{spec:?}");
         }
         let av = api_versions_spec();
         assert_eq!((av.min_version, av.max_version), (0, 4));

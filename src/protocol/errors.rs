@@ -9,16 +9,27 @@ pub struct ErrorCode(pub i16);
 impl ErrorCode {
     pub const UNKNOWN_SERVER_ERROR: ErrorCode = ErrorCode(-1);
     pub const NONE: ErrorCode = ErrorCode(0);
+    /// Produce: a batch whose CRC or framing is wrong.
+    pub const CORRUPT_MESSAGE: ErrorCode = ErrorCode(2);
     pub const UNKNOWN_TOPIC_OR_PARTITION: ErrorCode = ErrorCode(3);
     pub const NOT_LEADER_OR_FOLLOWER: ErrorCode = ErrorCode(6);
     pub const REQUEST_TIMED_OUT: ErrorCode = ErrorCode(7);
     pub const BROKER_NOT_AVAILABLE: ErrorCode = ErrorCode(8);
+    /// Produce: a batch above `constants::BATCH_MAX_BYTES`.
+    pub const MESSAGE_TOO_LARGE: ErrorCode = ErrorCode(10);
+    /// Produce with acks other than −1.
+    pub const INVALID_REQUIRED_ACKS: ErrorCode = ErrorCode(21);
     pub const UNSUPPORTED_VERSION: ErrorCode = ErrorCode(35);
     /// UpdateFeatures on a controller that is not the active one (docs/wire.md §8.9).
     pub const NOT_CONTROLLER: ErrorCode = ErrorCode(41);
     pub const INVALID_REQUEST: ErrorCode = ErrorCode(42);
+    /// Produce while `ringraft.log.append.enable` is false.
+    pub const POLICY_VIOLATION: ErrorCode = ErrorCode(44);
     pub const FENCED_LEADER_EPOCH: ErrorCode = ErrorCode(74);
     pub const UNKNOWN_LEADER_EPOCH: ErrorCode = ErrorCode(75);
+    /// Produce: a batch ringraft does not take (control, transactional, idempotent,
+    /// compressed, records that do not parse).
+    pub const INVALID_RECORD: ErrorCode = ErrorCode(87);
     pub const INCONSISTENT_VOTER_SET: ErrorCode = ErrorCode(94);
     /// UpdateFeatures: a level the feature cannot move to (docs/membership.md §10).
     pub const INVALID_UPDATE_VERSION: ErrorCode = ErrorCode(95);
@@ -39,15 +50,20 @@ impl ErrorCode {
         match self.0 {
             -1 => "UNKNOWN_SERVER_ERROR",
             0 => "NONE",
+            2 => "CORRUPT_MESSAGE",
             3 => "UNKNOWN_TOPIC_OR_PARTITION",
             6 => "NOT_LEADER_OR_FOLLOWER",
             7 => "REQUEST_TIMED_OUT",
             8 => "BROKER_NOT_AVAILABLE",
+            10 => "MESSAGE_TOO_LARGE",
+            21 => "INVALID_REQUIRED_ACKS",
             35 => "UNSUPPORTED_VERSION",
             41 => "NOT_CONTROLLER",
             42 => "INVALID_REQUEST",
+            44 => "POLICY_VIOLATION",
             74 => "FENCED_LEADER_EPOCH",
             75 => "UNKNOWN_LEADER_EPOCH",
+            87 => "INVALID_RECORD",
             94 => "INCONSISTENT_VOTER_SET",
             95 => "INVALID_UPDATE_VERSION",
             96 => "FEATURE_UPDATE_FAILED",

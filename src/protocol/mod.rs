@@ -15,6 +15,7 @@ pub mod fetch;
 pub mod fetch_snapshot;
 pub mod header;
 pub mod kraft;
+pub mod produce;
 pub mod remove_raft_voter;
 pub mod request;
 pub mod update_features;

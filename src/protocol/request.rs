@@ -30,6 +30,8 @@ pub enum RequestBody {
     RemoveRaftVoter(super::remove_raft_voter::RemoveRaftVoterRequest),
     UpdateRaftVoter(super::update_raft_voter::UpdateRaftVoterRequest),
     UpdateFeatures(super::update_features::UpdateFeaturesRequest),
+    /// Served unadvertised, for `ringraft log append` (`protocol::produce`).
+    Produce(super::produce::ProduceRequest),
     /// A request only Kafka's active controller serves (`controller_only`); its body is not
     /// parsed, because the answer is NOT_CONTROLLER whatever it holds.
     ControllerOnly,
@@ -118,7 +120,8 @@ pub fn decode_request(frame: &[u8]) -> Result<Decoded, RequestError> {
         return Ok(Decoded::ApiVersionsTooNew { header });
     }
     // Trailing bytes after the body are ignored, as Kafka's parser ignores them.
-    // Requests carry no records, so nothing is shared with the frame.
+    // Nothing is shared with the frame: a Produce's records are copied once, bounded by the
+    // frame's own size.
     let none = bytes::Bytes::new();
     let body = match spec.key {
         ApiKey::API_VERSIONS => RequestBody::ApiVersions(
@@ -162,6 +165,9 @@ pub fn decode_request(frame: &[u8]) -> Result<Decoded, RequestError> {
         ApiKey::UPDATE_FEATURES => RequestBody::UpdateFeatures(
             super::update_features::UpdateFeaturesRequest::decode(&mut r, version, &none)
                 .map_err(malformed)?,
+        ),
+        ApiKey::PRODUCE => RequestBody::Produce(
+            super::produce::ProduceRequest::decode(&mut r, version, &none).map_err(malformed)?,
         ),
         key if super::controller_only::is_controller_only(key) => RequestBody::ControllerOnly,
         other => unreachable!("{} is in the served table without a decoder", other.name()),
@@ -328,10 +334,16 @@ mod tests {
             decode_request(&[0, 18]),
             Err(RequestError::TooShort { len: 2 })
         );
-        let produce = [0, 0, 0, 9, 0, 0, 0, 1, 0, 0];
+        let unknown = [0, 2, 0, 9, 0, 0, 0, 1, 0, 0];
         assert!(matches!(
-            decode_request(&produce),
-            Err(RequestError::UnknownApi { key: 0, .. })
+            decode_request(&unknown),
+            Err(RequestError::UnknownApi { key: 2, .. })
+        ));
+        // Produce is served (unadvertised) at 9–12 only.
+        let produce_v8 = [0, 0, 0, 8, 0, 0, 0, 1, 0, 0];
+        assert!(matches!(
+            decode_request(&produce_v8),
+            Err(RequestError::UnsupportedVersion { key: 0, version: 8 })
         ));
         let vote_v3 = [0, 52, 0, 3, 0, 0, 0, 1, 0, 0];
         assert!(matches!(
