@@ -26,10 +26,13 @@ struct Quorum {
     dir: TempDir,
     ports: Vec<u16>,
     nodes: Vec<Option<Node>>,
+    /// Last, so that it is released after the nodes are killed (`one_quorum_at_a_time`).
+    _turn: std::sync::MutexGuard<'static, ()>,
 }
 
 impl Quorum {
     fn new(name: &str, extra: &str) -> Quorum {
+        let turn = common::one_quorum_at_a_time();
         let dir = TempDir::new(name);
         let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
         let voters = ports
@@ -57,6 +60,7 @@ impl Quorum {
             dir,
             ports,
             nodes: vec![None, None, None],
+            _turn: turn,
         }
     }
 
