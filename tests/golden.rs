@@ -75,23 +75,67 @@ fn kcat_librdkafka_2_0() {
     );
 }
 
-/// Kafka 4.4's client starts at ApiVersions v5, which ringraft does not parse: the answer is
-/// the v0-format UNSUPPORTED_VERSION naming ApiVersions 0..4, so the client retries at v4.
+/// Kafka 4.4's admin client starts at ApiVersions v5 (KIP-1242) with a null ClusterId and
+/// NodeId −1 while bootstrapping: served, and answered as a Kafka 4.4 controller answers it.
 #[test]
-fn java_4_4_admin_client_sends_v5_and_gets_the_fallback() {
-    let frame = golden("java-4.4.0-api-versions.bin");
-    let Decoded::ApiVersionsTooNew { header } = decode_request(&frame).unwrap() else {
-        panic!("v5 must take the too-new path");
-    };
-    assert_eq!(
-        (header.api_version, header.client_id.as_deref()),
-        (5, Some("adminclient-1"))
+fn java_4_4_admin_client_sends_v5_and_is_served() {
+    check_request(
+        "java-4.4.0-api-versions.bin",
+        5,
+        "adminclient-1",
+        ("apache-kafka-java", "4.4.0"),
     );
-    let Action::Respond(answer) = handle_frame(&frame, &ServerState::default()) else {
-        panic!("not answered");
+    let frame = golden("java-4.4.0-api-versions.bin");
+    let Decoded::Request {
+        body: RequestBody::ApiVersions(request),
+        ..
+    } = decode_request(&frame).unwrap()
+    else {
+        panic!("not ApiVersions");
     };
-    let mut expected = vec![0, 0, 0, 16];
-    expected.extend(header.correlation_id.to_be_bytes());
-    expected.extend([0x00, 0x23, 0, 0, 0, 1, 0x00, 0x12, 0, 0, 0, 4]);
-    assert_eq!(answer, expected, "docs/wire.md §6 fallback bytes");
+    assert_eq!((request.cluster_id, request.node_id), (None, -1));
+}
+
+/// A Kafka 4.4.0 controller's answers to ApiVersions v3 and v4 (static quorum, formatted at
+/// 4.4-IV2; tests/golden/README.md) against ringraft's answer with
+/// the same finalized levels: every byte is the same once ringraft's answer carries Kafka's
+/// API list (the served APIs differ by design) and Kafka's order of finalized features (which
+/// varies between Kafka runs).
+#[test]
+fn features_are_a_kafka_4_4_controllers_to_the_byte() {
+    use ringraft::cli::format::{DEFAULT_FEATURE_LEVELS, RELEASE_VERSION};
+    use ringraft::protocol::api_versions::{answer, ApiVersionsRequest, FeatureState};
+    use ringraft::protocol::{apis, Writer};
+    let mut features = FeatureState::default();
+    assert!(features.apply_feature_level("metadata.version", RELEASE_VERSION.1));
+    for (name, level) in DEFAULT_FEATURE_LEVELS {
+        assert!(features.apply_feature_level(name, level), "{name}");
+    }
+    for version in [3, 4] {
+        let name = format!("kafka-4.4.0-controller-api-versions-v{version}-response.bin");
+        let frame = golden(&name);
+        let mut r = Reader::new(&frame);
+        assert_eq!(decode_response_header(&mut r, 0).unwrap(), 7);
+        let body = &frame[4..];
+        let kafka = ApiVersionsResponse::decode(&mut Reader::new(body), version).unwrap();
+        // The offset of the controller's last applied record: whatever it was at capture.
+        features.finalized_features_epoch = kafka.finalized_features_epoch;
+        let request = ApiVersionsRequest {
+            client_software_name: "apache-kafka-java".into(),
+            client_software_version: "4.4.0".into(),
+            ..Default::default()
+        };
+        let mut ours = answer(&request, version, apis::SERVED, features);
+        assert_eq!(ours.supported_features, kafka.supported_features, "{name}");
+        let mut finalized = ours.finalized_features.clone();
+        let mut theirs = kafka.finalized_features.clone();
+        finalized.sort_by(|a, b| a.name.cmp(&b.name));
+        theirs.sort_by(|a, b| a.name.cmp(&b.name));
+        assert_eq!(finalized, theirs, "{name}: finalized features");
+        ours.api_keys = kafka.api_keys.clone();
+        ours.finalized_features = kafka.finalized_features.clone();
+        let mut w = Writer::new();
+        ours.encode(&mut w, version);
+        assert_eq!(w.into_vec(), body, "{name}");
+    }
 }

@@ -135,6 +135,7 @@ fn hostile_strings_from_peers_and_clients_cannot_forge_or_flood_log_lines() {
         let versions = ApiVersionsRequest {
             client_software_name: evil.clone(),
             client_software_version: evil.clone(),
+            ..Default::default()
         };
         send(port, &evil, ApiKey::API_VERSIONS, 3, |w| {
             versions.encode(w, 3)

@@ -14,6 +14,16 @@ use ringraft::protocol::request::encode_request_frame;
 use ringraft::protocol::{apis, ErrorCode, Reader};
 
 fn api_versions_frame(version: i16, correlation_id: i32) -> Vec<u8> {
+    api_versions_frame_naming(version, correlation_id, None, -1)
+}
+
+/// ApiVersions naming a cluster and a node (on the wire from v5, KIP-1242).
+fn api_versions_frame_naming(
+    version: i16,
+    correlation_id: i32,
+    cluster_id: Option<&str>,
+    node_id: i32,
+) -> Vec<u8> {
     let header = RequestHeader {
         api_key: 18,
         api_version: version,
@@ -23,6 +33,8 @@ fn api_versions_frame(version: i16, correlation_id: i32) -> Vec<u8> {
     let body = ApiVersionsRequest {
         client_software_name: "ringraft-test".into(),
         client_software_version: "1".into(),
+        cluster_id: cluster_id.map(str::to_owned),
+        node_id,
     };
     let frame = encode_request_frame(&header, apis::api_versions_spec(), |w| {
         body.encode(w, version)
@@ -97,6 +109,68 @@ fn answers_pipelined_api_versions_in_order_and_stops_on_sigterm() {
         log.contains("node=1") && log.contains("shard=0"),
         "node and shard in log lines"
     );
+}
+
+/// ApiVersions v5 (KIP-1242) as a Kafka 4.4 controller answers it (docs/wire.md §6): the
+/// features of the bootstrap checkpoint at every version that carries them; whatever cluster
+/// and node a v5 request names, the same answer (REBOOTSTRAP_REQUIRED is a Kafka broker's, not
+/// a controller's); a cluster without a node, or a node without a cluster, INVALID_REQUEST.
+#[test]
+fn api_versions_v5_answers_as_a_kafka_controller() {
+    let (_dir, mut node) = formatted_node("v5");
+    let mut stream = TcpStream::connect(("127.0.0.1", node.port)).unwrap();
+    let mut ask = |cluster: Option<&str>, node_id: i32, version: i16| {
+        send_frame(
+            &mut stream,
+            &api_versions_frame_naming(version, 5, cluster, node_id),
+        );
+        let (_, response) = parse(&read_frame(&mut stream).unwrap(), version);
+        response
+    };
+    let plain = ask(None, -1, 5);
+    assert_eq!(plain.error_code, ErrorCode::NONE);
+    let finalized: Vec<_> = plain
+        .finalized_features
+        .iter()
+        .map(|f| (f.name.as_str(), f.max_version_level))
+        .collect();
+    assert_eq!(
+        finalized,
+        [
+            ("group.version", 1),
+            ("metadata.version", 33),
+            ("share.version", 2),
+            ("streams.version", 1),
+            ("transaction.version", 2),
+            ("eligible.leader.replicas.version", 1)
+        ],
+        "the bootstrap checkpoint's levels (kraft.version 0 is not listed)"
+    );
+    assert_eq!(plain.supported_features.len(), 7);
+    let ours = Some(TEST_CLUSTER_ID);
+    for (cluster, node_id) in [(ours, 1), (ours, 2), (Some("AAAAAAAAAAAAAAAAAAAAAA"), 1)] {
+        let mut answer = ask(cluster, node_id, 5);
+        answer.finalized_features_epoch = plain.finalized_features_epoch;
+        assert_eq!(answer, plain, "{cluster:?} {node_id}");
+    }
+    for (cluster, node_id) in [(ours, -1), (None, 1)] {
+        let refused = ask(cluster, node_id, 5);
+        assert_eq!(refused.error_code, ErrorCode::INVALID_REQUEST);
+        assert!(refused.api_keys.is_empty() && refused.supported_features.is_empty());
+    }
+    // Older versions have no such fields: the same frame builder sends none.
+    for version in 0..=4 {
+        assert_eq!(ask(ours, 2, version).error_code, ErrorCode::NONE);
+    }
+    let v3 = ask(None, -1, 3);
+    assert_eq!(
+        v3.supported_features.len(),
+        1,
+        "KAFKA-17011: metadata.version only"
+    );
+    assert_eq!(v3.finalized_features.len(), 6);
+    node.signal(SIGTERM);
+    assert_eq!(node.wait_exit(Duration::from_secs(10)), Some(0));
 }
 
 #[test]

@@ -36,6 +36,7 @@ fn request() -> impl Strategy<Value = ApiVersionsRequest> {
     ("\\PC{0,24}", "\\PC{0,24}").prop_map(|(name, version)| ApiVersionsRequest {
         client_software_name: name,
         client_software_version: version,
+        ..Default::default()
     })
 }
 
@@ -159,6 +160,32 @@ proptest! {
         prop_assert_eq!(r.remaining(), 0);
     }
 
+    /// kafka-protocol 0.18 has no v5: its v4 bytes with ClusterId (compact nullable string)
+    /// and NodeId (int32) spliced in before the tagged fields are v5 (ApiVersionsRequest.json).
+    #[test]
+    fn api_versions_request_v5_is_v4_with_cluster_and_node(
+        req in request(),
+        cluster in prop::option::of("[A-Za-z0-9_-]{0,22}"),
+        node in any::<i32>(),
+    ) {
+        let kp_req = kp::ApiVersionsRequest::default()
+            .with_client_software_name(StrBytes::from_string(req.client_software_name.clone()))
+            .with_client_software_version(StrBytes::from_string(
+                req.client_software_version.clone(),
+            ));
+        let v4 = kp_bytes(&kp_req, 4);
+        let mut w = Writer::new();
+        w.nullable_string(cluster.as_deref(), true);
+        w.i32(node);
+        let mut expected = v4[..v4.len() - 1].to_vec();
+        expected.extend(w.into_vec());
+        expected.push(0);
+        let ours = ApiVersionsRequest { cluster_id: cluster, node_id: node, ..req };
+        prop_assert_eq!(&ours_request_bytes(&ours, 5), &expected);
+        let back = ApiVersionsRequest::decode(&mut Reader::new(&expected), 5).unwrap();
+        prop_assert_eq!(back, ours);
+    }
+
     #[test]
     fn api_versions_response_classic(resp in response(false), version in 0i16..=2) {
         check_response(&resp, version)?;
@@ -227,6 +254,7 @@ fn node_answers_parse_in_the_oracle() {
         let req = ApiVersionsRequest {
             client_software_name: "oracle".into(),
             client_software_version: "1.0".into(),
+            ..Default::default()
         };
         let frame = ringraft::protocol::request::encode_request_frame(&header, spec, |w| {
             req.encode(w, version)
@@ -237,24 +265,19 @@ fn node_answers_parse_in_the_oracle() {
         let mut buf = Bytes::copy_from_slice(&bytes[4..]);
         let header = kp::ResponseHeader::decode(&mut buf, 0).unwrap();
         assert_eq!(header.correlation_id, 41);
-        let body_version = if version > 4 { 0 } else { version };
-        let resp = kp::ApiVersionsResponse::decode(&mut buf, body_version).unwrap();
+        // kafka-protocol 0.18 stops at v4; the v5 answer body is v4's (ApiVersionsResponse.json
+        // adds no field in v5).
+        let resp = kp::ApiVersionsResponse::decode(&mut buf, version.min(4)).unwrap();
         assert!(buf.is_empty());
-        if version > 4 {
-            assert_eq!(resp.error_code, 35);
-            assert_eq!(resp.api_keys.len(), 1);
-            assert_eq!(resp.api_keys[0].max_version, 4);
-        } else {
-            assert_eq!(resp.error_code, 0);
-            assert!(resp
-                .api_keys
-                .iter()
-                .any(|k| k.api_key == 18 && k.max_version == 4));
-            let kraft = resp
-                .supported_features
-                .iter()
-                .any(|f| f.name.as_str() == "kraft.version");
-            assert_eq!(kraft, version >= 4, "kraft.version only in v4 answers");
-        }
+        assert_eq!(resp.error_code, 0);
+        assert!(resp
+            .api_keys
+            .iter()
+            .any(|k| k.api_key == 18 && k.max_version == 5));
+        let kraft = resp
+            .supported_features
+            .iter()
+            .any(|f| f.name.as_str() == "kraft.version");
+        assert_eq!(kraft, version >= 4, "kraft.version only in v4+ answers");
     }
 }

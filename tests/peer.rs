@@ -75,6 +75,7 @@ fn api_versions_body(version: i16) -> Vec<u8> {
     ApiVersionsRequest {
         client_software_name: "ringraft-test".into(),
         client_software_version: "1".into(),
+        ..Default::default()
     }
     .encode(&mut w, version);
     w.into_vec()
@@ -164,6 +165,28 @@ fn formatted_node(name: &str) -> (TempDir, Node) {
 
 // ---- tests ----
 
+/// KIP-1242: a connection that names its target sends ApiVersions v5 with it; ringraft, like
+/// a Kafka 4.4 controller, answers whatever cluster and node are named.
+#[test]
+fn a_named_target_goes_in_api_versions_v5() {
+    use ringraft::net::peer::Target;
+    let (_dir, node) = formatted_node("peer-target");
+    let addr = localhost(node.port);
+    glommio_rt::run(async move {
+        for (cluster_id, node_id) in [("AAAAAAAAAAAAAAAAAAAAAA", 9), ("x", 0)] {
+            let target = Target {
+                cluster_id: cluster_id.into(),
+                node_id,
+            };
+            let conn = PeerConnection::connect_with(addr, "c", LONG, None, Some(&target))
+                .await
+                .unwrap();
+            assert_eq!(conn.api_versions_version(), 5);
+            assert_eq!(conn.api_versions().error_code, ErrorCode::NONE);
+        }
+    });
+}
+
 #[test]
 fn negotiates_with_a_real_node_and_round_trips_api_versions() {
     let (_dir, node) = formatted_node("peer");
@@ -172,10 +195,10 @@ fn negotiates_with_a_real_node_and_round_trips_api_versions() {
         let mut conn = PeerConnection::connect(addr, "raft-client-2", LONG)
             .await
             .unwrap();
-        assert_eq!(conn.peer_range(ApiKey::API_VERSIONS), Some((0, 4)));
-        assert_eq!(conn.api_versions_version(), 4);
+        assert_eq!(conn.peer_range(ApiKey::API_VERSIONS), Some((0, 5)));
+        assert_eq!(conn.api_versions_version(), 5);
         assert_eq!(conn.negotiate(ApiKey::API_VERSIONS, (0, 3)), Some(3));
-        assert_eq!(conn.negotiate(ApiKey::API_VERSIONS, (5, 7)), None);
+        assert_eq!(conn.negotiate(ApiKey::API_VERSIONS, (6, 7)), None);
         assert_eq!(conn.peer_range(ApiKey::VOTE), Some((0, 2)));
         assert_eq!(conn.negotiate(ApiKey::VOTE, (0, 1)), Some(1));
         assert_eq!(conn.peer_range(ApiKey::ADD_RAFT_VOTER), Some((0, 1)));
@@ -200,14 +223,14 @@ fn negotiates_with_a_real_node_and_round_trips_api_versions() {
         }
         // A version the peer does not serve fails locally and leaves the connection usable.
         let err = conn
-            .request(ApiKey::API_VERSIONS, 5, 3, &[], LONG)
+            .request(ApiKey::API_VERSIONS, 6, 3, &[], LONG)
             .await
             .unwrap_err();
         assert!(
             matches!(
                 err,
                 PeerError::UnsupportedVersion {
-                    theirs: Some((0, 4)),
+                    theirs: Some((0, 5)),
                     ..
                 }
             ),
@@ -225,7 +248,7 @@ fn negotiates_with_a_real_node_and_round_trips_api_versions() {
 fn retries_api_versions_at_the_version_a_v0_fallback_names() {
     let (addr, seen) = fake_peer(|n, seen, stream| {
         if n == 0 {
-            // What a peer that serves ApiVersions 0..2 answers to v4 (docs/wire.md §6).
+            // What a peer that serves ApiVersions 0..2 answers to v5 (docs/wire.md §6).
             let mut fallback = unsupported_version_answer();
             fallback.api_keys[0].max_version = 2;
             let frame = encode_response_frame(seen.correlation_id, 0, |w| fallback.encode(w, 0));
@@ -247,7 +270,7 @@ fn retries_api_versions_at_the_version_a_v0_fallback_names() {
     let seen: Vec<Seen> = seen.try_iter().collect();
     assert_eq!(
         seen.iter().map(|s| (s.key, s.version)).collect::<Vec<_>>(),
-        [(18, 4), (18, 2)]
+        [(18, 5), (18, 2)]
     );
     assert_ne!(seen[0].correlation_id, seen[1].correlation_id);
     assert_eq!(seen[0].client_id.as_deref(), Some("raft-client-1"));

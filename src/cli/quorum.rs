@@ -516,7 +516,7 @@ impl Dialer {
         let mut tried = Vec::new();
         for (host, addr) in addrs {
             let tls = self.tls.as_ref().map(|t| (t, host.as_str()));
-            match PeerConnection::connect_with(*addr, CLIENT_ID, CONNECT_TIMEOUT, tls).await {
+            match PeerConnection::connect_with(*addr, CLIENT_ID, CONNECT_TIMEOUT, tls, None).await {
                 Ok(conn) => return Ok(conn),
                 Err(e) => tried.push(format!("{addr} ({e})")),
             }

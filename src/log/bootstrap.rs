@@ -1,8 +1,9 @@
 //! The bootstrap snapshot `__cluster_metadata-0/00000000000000000000-0000000000.checkpoint`
 //! (docs/membership.md §2 and §9, docs/storage.md §1): `storage format` writes it into the metadata
 //! directory, and a node reads from it at its first start the kraft.version and — for a dynamic
-//! quorum — the initial voter set, which count as sitting at offset −1. Its data records (the
-//! feature levels) are for Kafka controllers; ringraft carries them without reading them.
+//! quorum — the initial voter set, which count as sitting at offset −1. Its data records are
+//! FeatureLevelRecords: ringraft reads their levels to advertise them in ApiVersions as a
+//! Kafka controller does (docs/wire.md §6), and skips any other metadata record.
 //!
 //! Layout, as Kafka 4.4 writes it: a control batch {SnapshotHeader, KRaftVersion and Voters when
 //! kraft.version ≥ 1 and a voter set exists}, one data batch of metadata records, a control
@@ -17,6 +18,7 @@ use std::path::{Path, PathBuf};
 use super::layout;
 use super::snapshot::{SnapshotId, SnapshotWriter};
 use crate::records::control::{decode_control_batch, ControlRecord, VotersRecord};
+use crate::records::metadata::FeatureLevelRecord;
 use crate::records::Batch;
 
 /// The bootstrap snapshot's id: it ends at offset 0, in epoch 0.
@@ -39,6 +41,24 @@ pub struct BootstrapSnapshot {
     pub voters: Option<VotersRecord>,
     /// Framed metadata record values (docs/records.md §6), in order.
     pub records: Vec<Vec<u8>>,
+}
+
+impl BootstrapSnapshot {
+    /// The FeatureLevelRecords among the data records, in order (a later one for the same
+    /// feature overrides an earlier one, as in a log); other metadata records are skipped.
+    pub fn feature_levels(&self) -> Result<Vec<FeatureLevelRecord>, super::FileFormatError> {
+        let mut out = Vec::new();
+        for value in &self.records {
+            let record =
+                FeatureLevelRecord::decode(value).map_err(|e| super::FileFormatError::Value {
+                    field: "a metadata record",
+                    value: e.to_string(),
+                    expected: "a framed metadata record (docs/records.md §6)",
+                })?;
+            out.extend(record);
+        }
+        Ok(out)
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -215,6 +235,33 @@ mod tests {
             fs::remove_dir_all(dir.parent().unwrap()).unwrap();
         }
         assert_eq!(read(&scratch("none")).unwrap(), None);
+    }
+
+    #[test]
+    fn feature_levels_are_read_and_other_records_skipped() {
+        let level = |name: &str, feature_level| FeatureLevelRecord {
+            name: name.into(),
+            feature_level,
+        };
+        let snapshot = BootstrapSnapshot {
+            kraft_version: 0,
+            voters: None,
+            records: vec![
+                level("metadata.version", 33).encode(),
+                vec![1, 23, 0, 0], // another record type (a NoOpRecord-like frame)
+                level("group.version", 1).encode(),
+            ],
+        };
+        assert_eq!(
+            snapshot.feature_levels().unwrap(),
+            [level("metadata.version", 33), level("group.version", 1)]
+        );
+        let broken = BootstrapSnapshot {
+            records: vec![vec![2, 12]],
+            ..snapshot
+        };
+        let err = broken.feature_levels().unwrap_err().to_string();
+        assert!(err.contains("metadata record"), "{err}");
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicI16, AtomicI64, Ordering};
 use std::sync::Arc;
 
 use super::frame_out::LocalFrame;
-use crate::protocol::api_versions::{self, FeatureState};
+use crate::protocol::api_versions::{self, FeatureState, FEATURE_COUNT};
 use crate::protocol::request::encode_response_frame;
 use crate::protocol::{apis, decode_request, ApiKey, Decoded, RequestBody, RequestError};
 
@@ -55,11 +55,12 @@ pub enum Action {
     Close(RequestError),
 }
 
-/// The node state a response depends on, shared by every acceptor shard. The raft shard
-/// updates it as kraft.version records are applied.
+/// The node state a response depends on, shared by every acceptor shard: the finalized
+/// feature levels (one per `SUPPORTED_FEATURES` entry; set from the bootstrap checkpoint at
+/// start, kraft.version by the raft shard as its records are applied) and their epoch.
 #[derive(Debug, Clone, Default)]
 pub struct ServerState {
-    kraft_version_level: Arc<AtomicI16>,
+    levels: Arc<[AtomicI16; FEATURE_COUNT]>,
     finalized_features_epoch: Arc<AtomicI64>,
 }
 
@@ -72,16 +73,25 @@ impl ServerState {
 
     pub fn features(&self) -> FeatureState {
         FeatureState {
-            kraft_version_level: self.kraft_version_level.load(Ordering::Relaxed),
+            levels: std::array::from_fn(|i| self.levels[i].load(Ordering::Relaxed)),
             finalized_features_epoch: self.finalized_features_epoch.load(Ordering::Relaxed),
         }
     }
 
     pub fn set_features(&self, features: FeatureState) {
-        self.kraft_version_level
-            .store(features.kraft_version_level, Ordering::Relaxed);
+        for (slot, level) in self.levels.iter().zip(features.levels) {
+            slot.store(level, Ordering::Relaxed);
+        }
         self.finalized_features_epoch
             .store(features.finalized_features_epoch, Ordering::Relaxed);
+    }
+
+    /// The raft shard's part: kraft.version and the epoch; the other levels stay.
+    pub fn set_kraft_version(&self, level: i16, finalized_features_epoch: i64) {
+        let mut features = self.features();
+        features.set_kraft_version_level(level);
+        features.finalized_features_epoch = finalized_features_epoch;
+        self.set_features(features);
     }
 }
 

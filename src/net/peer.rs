@@ -4,7 +4,9 @@
 //! `PeerConnection::connect` negotiates versions the way Kafka's `NetworkClient` does
 //! (docs/wire.md §5): ApiVersions at our highest version first; an UNSUPPORTED_VERSION answer in
 //! the v0 fallback format (§6) makes it retry at `min(our max, their max)` for ApiVersions (v0 when
-//! the peer does not say). The peer's ranges are kept for `negotiate`.
+//! the peer does not say). The peer's ranges are kept for `negotiate`. When the caller knows
+//! which cluster and node it dials (a `Target`), ApiVersions v5 names them (KIP-1242), as Kafka's
+//! `NetworkClient` does for a node with a known id once it knows the cluster id.
 //!
 //! Everything runs on the calling glommio executor: no blocking call, no helper thread. Timeouts
 //! are glommio timers. A timeout, an I/O error or an undecodable answer leaves the connection in
@@ -28,6 +30,16 @@ use crate::protocol::api_versions::{ApiVersionsRequest, ApiVersionsResponse};
 use crate::protocol::header::{decode_response_header, RequestHeader};
 use crate::protocol::request::encode_request_frame;
 use crate::protocol::{apis, AnswerError, ApiKey, ApiSpec, ErrorCode, Reader, Writer};
+
+/// The cluster and node a connection means to reach, sent in ApiVersions v5 (KIP-1242). A
+/// Kafka broker that is another node answers REBOOTSTRAP_REQUIRED (a `Rejected` error); a
+/// Kafka 4.4 controller, and ringraft, answer as usual.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub cluster_id: String,
+    /// Not negative: Kafka's client names only nodes with a known id (not bootstrap servers).
+    pub node_id: i32,
+}
 
 /// The largest response frame accepted from a peer (size prefix excluded). Larger announced
 /// sizes are refused before anything is allocated. Same bound as `socket.request.max.bytes`.
@@ -139,19 +151,24 @@ impl PeerConnection {
         client_id: &str,
         connect_timeout: Duration,
     ) -> Result<PeerConnection, PeerError> {
-        Self::connect_with(addr, client_id, connect_timeout, None).await
+        Self::connect_with(addr, client_id, connect_timeout, None, None).await
     }
 
     /// `connect`, then over TLS when `tls` is given: the handshake with `host` (the name or
     /// address dialled, which the peer's certificate must name unless host name verification
     /// is off) comes before ApiVersions and within the same `connect_timeout`. A failed
-    /// handshake is a `Connect` error.
+    /// handshake is a `Connect` error. `target`, when given, goes in ApiVersions v5.
     pub async fn connect_with(
         addr: SocketAddr,
         client_id: &str,
         connect_timeout: Duration,
         tls: Option<(&Tls, &str)>,
+        target: Option<&Target>,
     ) -> Result<PeerConnection, PeerError> {
+        assert!(
+            target.is_none_or(|t| t.node_id >= 0),
+            "a target names a node id"
+        );
         let connect_timeout = connect_timeout.min(TIMEOUT_MAX);
         let deadline = Instant::now() + connect_timeout;
         let connect_error = |source: io::Error| PeerError::Connect { peer: addr, source };
@@ -187,17 +204,23 @@ impl PeerConnection {
             api_versions: ApiVersionsResponse::default(),
             api_versions_version: 0,
         };
-        conn.handshake(deadline).await?;
+        conn.handshake(deadline, target).await?;
         Ok(conn)
     }
 
     /// ApiVersions at our highest version; on UNSUPPORTED_VERSION retry once per lower version
-    /// the peer names (docs/wire.md §5 steps 1–2).
-    async fn handshake(&mut self, deadline: Instant) -> Result<(), PeerError> {
+    /// the peer names (docs/wire.md §5 steps 1–2). `target` is on the wire from v5 only.
+    async fn handshake(
+        &mut self,
+        deadline: Instant,
+        target: Option<&Target>,
+    ) -> Result<(), PeerError> {
         let ours = apis::api_versions_spec();
         let request = ApiVersionsRequest {
             client_software_name: CLIENT_SOFTWARE_NAME.to_owned(),
             client_software_version: CLIENT_SOFTWARE_VERSION.to_owned(),
+            cluster_id: target.map(|t| t.cluster_id.clone()),
+            node_id: target.map_or(-1, |t| t.node_id),
         };
         let mut version = ours.max_version;
         loop {
@@ -470,11 +493,11 @@ mod tests {
         let mut w = Writer::new();
         unsupported_version_answer().encode(&mut w, 0);
         let body = w.into_vec();
-        for version in 0..=4 {
+        for version in 0..=5 {
             let response = decode_api_versions(&body, version).unwrap();
             assert_eq!(response.error_code, ErrorCode::UNSUPPORTED_VERSION);
             assert_eq!(response.api_keys.len(), 1);
-            assert_eq!(response.api_keys[0].max_version, 4);
+            assert_eq!(response.api_keys[0].max_version, 5);
         }
         assert!(decode_api_versions(&[0, 0, 0x7f, 0xff, 0xff, 0xff], 4).is_err());
     }

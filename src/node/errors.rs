@@ -85,6 +85,9 @@ pub enum ShardError {
     ResetToSnapshot { offset: i64, source: LogError },
     #[error("the voter set on disk is invalid: {0}")]
     VoterHistory(#[from] VoterRecordsError),
+    /// The bootstrap checkpoint's feature levels cannot be read.
+    #[error("the bootstrap checkpoint: {0}")]
+    Bootstrap(#[from] crate::log::bootstrap::BootstrapError),
     #[error("the voter set on disk is invalid: {0}")]
     VoterSet(#[from] MembershipError),
     /// The data directory cannot be prepared for a serving shard's reads.

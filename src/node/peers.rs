@@ -15,7 +15,7 @@ use tracing::{debug, info, warn, Instrument};
 
 use super::executor::Transport;
 use super::handle::ExecutorInput;
-use crate::net::peer::PeerConnection;
+use crate::net::peer::{PeerConnection, Target};
 use crate::net::raft_rpc;
 use crate::net::tls::Tls;
 use crate::protocol::{apis, Writer};
@@ -32,6 +32,8 @@ pub struct PeerTransport {
     unreachable: Rc<RefCell<HashSet<String>>>,
     /// TLS to every peer, when the controller listener's protocol is SSL.
     tls: Option<Tls>,
+    /// The cluster id, named with each voter's id in ApiVersions v5 (KIP-1242).
+    cluster_id: Option<String>,
 }
 
 /// A connection task and the endpoint it was started for.
@@ -53,7 +55,14 @@ impl PeerTransport {
             client_id: format!("raft-client-{local_id}"),
             unreachable: Rc::default(),
             tls: None,
+            cluster_id: None,
         }
+    }
+
+    /// Names `cluster_id` and the voter's id in every connection's ApiVersions v5.
+    pub fn with_cluster_id(mut self, cluster_id: String) -> Self {
+        self.cluster_id = Some(cluster_id);
+        self
     }
 
     /// Connects to every peer over TLS.
@@ -74,13 +83,22 @@ impl PeerTransport {
             let (tx, rx) = mpsc::unbounded();
             let span = tracing::info_span!("peer", id = to, host = %crate::logsafe::Untrusted(&endpoint.host),
                     port = endpoint.port);
+            // Bootstrap servers have negative ids: the node there is not known (Kafka's rule).
+            let target = self
+                .cluster_id
+                .clone()
+                .filter(|_| to >= 0)
+                .map(|cluster_id| Target {
+                    cluster_id,
+                    node_id: to,
+                });
             let task = peer_task(
                 endpoint.clone(),
                 rx,
                 self.to_executor.clone(),
                 self.request_timeout,
                 (self.client_id.clone(), self.unreachable.clone()),
-                self.tls.clone(),
+                (self.tls.clone(), target),
             );
             glommio::spawn_local(task.instrument(span)).detach();
             self.peers.insert(to, Peer { endpoint, tx });
@@ -132,7 +150,7 @@ async fn peer_task(
     executor: mpsc::UnboundedSender<ExecutorInput>,
     timeout: Duration,
     (client_id, unreachable): (String, Rc<RefCell<HashSet<String>>>),
-    tls: Option<Tls>,
+    (tls, target): (Option<Tls>, Option<Target>),
 ) {
     let mut conn: Option<PeerConnection> = None;
     let mut reconnect_at = Instant::now();
@@ -158,9 +176,15 @@ async fn peer_task(
                 let connected = match crate::net::resolve::resolve(&endpoint).await {
                     Some(addr) => {
                         let tls = tls.as_ref().map(|t| (t, endpoint.host.as_str()));
-                        PeerConnection::connect_with(addr, &client_id, timeout, tls)
-                            .await
-                            .map_err(|e| e.to_string())
+                        PeerConnection::connect_with(
+                            addr,
+                            &client_id,
+                            timeout,
+                            tls,
+                            target.as_ref(),
+                        )
+                        .await
+                        .map_err(|e| e.to_string())
                     }
                     None => Err("the name does not resolve".to_string()),
                 };

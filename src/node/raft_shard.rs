@@ -6,7 +6,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use futures_channel::mpsc;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::executor::{Clock, Executor, Fatal};
 use super::handle::ExecutorInput;
@@ -101,9 +101,11 @@ pub async fn build(
             .join(","),
         "voter set"
     );
+    load_bootstrap_features(&dir, &server_state)?;
     let clock = GlommioClock::new();
     let timeout = Duration::from_millis(setup.config.request_timeout_ms);
     let local_id = setup.config.local.id;
+    let cluster_id = setup.config.cluster_id.clone();
     let tls = setup.tls.clone();
     let raft = Raft::new(
         setup.config,
@@ -113,8 +115,49 @@ pub async fn build(
         clock.now(),
     );
     let storage = Rc::new(LogStorage::new(log));
-    let transport = PeerTransport::new(to_executor, local_id, timeout).with_tls(tls);
+    let transport = PeerTransport::new(to_executor, local_id, timeout)
+        .with_tls(tls)
+        .with_cluster_id(cluster_id);
     Ok(Executor::new(raft, storage, transport, clock, server_state))
+}
+
+/// Puts the feature levels of the bootstrap checkpoint in `dir` (when there is one) into
+/// `state`, for ApiVersions to advertise as finalized (docs/wire.md §6). kraft.version is not
+/// among them: the executor publishes it from the voter-set records. Levels committed later in
+/// the log are not followed (a FeatureLevelRecord written by a Kafka leader after the
+/// bootstrap is not advertised).
+fn load_bootstrap_features(
+    dir: &std::path::Path,
+    state: &ServerState,
+) -> Result<(), crate::log::bootstrap::BootstrapError> {
+    use crate::log::bootstrap::{self, BootstrapError};
+    let Some(snapshot) = bootstrap::read(dir)? else {
+        return Ok(());
+    };
+    let records = snapshot
+        .feature_levels()
+        .map_err(|why| BootstrapError::Invalid {
+            path: bootstrap::path(dir),
+            why,
+        })?;
+    let mut features = state.features();
+    for record in &records {
+        if !features.apply_feature_level(&record.name, record.feature_level) {
+            warn!(feature = %crate::logsafe::Untrusted(&record.name), level = record.feature_level,
+                "the bootstrap checkpoint finalizes a feature ringraft does not advertise");
+        }
+    }
+    state.set_features(features);
+    info!(
+        finalized = %features
+            .finalized()
+            .iter()
+            .map(|f| format!("{}={}", f.name, f.max_version_level))
+            .collect::<Vec<_>>()
+            .join(","),
+        "feature levels from the bootstrap checkpoint"
+    );
+    Ok(())
 }
 
 /// Runs the executor until the input stream ends or a graceful stop completes.

@@ -111,7 +111,7 @@ pub const SERVED: &[ApiSpec] = &[
     ApiSpec {
         key: ApiKey::API_VERSIONS,
         min_version: 0,
-        max_version: 4,
+        max_version: 5,
         flexible_from: 3,
     },
     ApiSpec {
@@ -265,7 +265,7 @@ mod tests {
             assert!(SERVED.iter().all(|other| other.key != spec.key), "{spec:?}");
         }
         let av = api_versions_spec();
-        assert_eq!((av.min_version, av.max_version), (0, 4));
+        assert_eq!((av.min_version, av.max_version), (0, 5));
         assert_eq!(av.response_header_version(4), 0);
         assert_eq!(av.request_header_version(3), 2);
         assert_eq!(av.request_header_version(2), 1);

@@ -45,6 +45,9 @@ impl ErrorCode {
     pub const DUPLICATE_VOTER: ErrorCode = ErrorCode(126);
     /// Remove/UpdateRaftVoter for a key that is not a voter (docs/membership.md §5 step 5, §6 step 7).
     pub const VOTER_NOT_FOUND: ErrorCode = ErrorCode(127);
+    /// ApiVersions v5 from a Kafka broker that is not the cluster or node the client named
+    /// (KIP-1242). ringraft never sends it (a Kafka controller does not); its clients name it.
+    pub const REBOOTSTRAP_REQUIRED: ErrorCode = ErrorCode(129);
 
     pub fn name(self) -> &'static str {
         match self.0 {
@@ -75,6 +78,7 @@ impl ErrorCode {
             125 => "INVALID_VOTER_KEY",
             126 => "DUPLICATE_VOTER",
             127 => "VOTER_NOT_FOUND",
+            129 => "REBOOTSTRAP_REQUIRED",
             _ => "UNKNOWN",
         }
     }

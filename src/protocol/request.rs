@@ -366,7 +366,7 @@ mod tests {
                 version: -1
             })
         ));
-        let too_new = [0, 18, 0, 5, 0, 0, 0, 7, 0xff, 0xff, 0];
+        let too_new = [0, 18, 0, 6, 0, 0, 0, 7, 0xff, 0xff, 0];
         assert!(matches!(
             decode_request(&too_new),
             Ok(Decoded::ApiVersionsTooNew { .. })

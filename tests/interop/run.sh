@@ -666,21 +666,60 @@ for v in $KAFKA_VERSIONS; do
   check "kafka-metadata-quorum $v describe --replication, field by field" metadata_quorum "$v" replication
 done
 
-# kafka-features describe reads kraft.version from ApiVersions (a static quorum: finalized 0,
-# at the epoch of the last committed offset).
+LAST_V=${KAFKA_VERSIONS##* }
+FIRST_V=${KAFKA_VERSIONS%% *}
+# A Kafka controller of the newest version in KAFKA_VERSIONS (4.4+: see the storage-format
+# check), a static quorum of one formatted with kafka-storage's defaults, the release ringraft
+# formats with: what ringraft's ApiVersions answers are compared with below.
+KREF_PORT=$(free_port)
+KREF_ID=$("$RINGRAFT" storage random-uuid)
+storage_config "$RUN/kref" "$KREF_PORT" > "$RUN/kref.properties"
+kafka_storage "$LAST_V" format -t "$KREF_ID" -c "$RUN/kref.properties" >/dev/null
+java -Xmx512m -cp "$WORK/kafka-$LAST_V/*" kafka.Kafka "$RUN/kref.properties" > "$RUN/kref.out" 2>&1 &
+PIDS+=("$!")
+kafka_reference_up() {
+  local i
+  for i in $(seq 60); do
+    timeout 20 java -cp "$WORK/kafka-$LAST_V/*" org.apache.kafka.tools.FeatureCommand \
+      --bootstrap-controller "127.0.0.1:$KREF_PORT" describe 2>/dev/null | grep -q '^Feature: metadata.version' \
+      && { echo "Kafka $LAST_V controller up on $KREF_PORT"; return 0; }
+    sleep 1
+  done
+  tail -20 "$RUN/kref.out"; return 1
+}
+check "a Kafka $LAST_V controller to compare with is up" kafka_reference_up
+
+# kafka-features describe reads the features from ApiVersions: every line the same against
+# ringraft's static quorum as against the Kafka controller (Epoch masked: each node's own
+# offset), kraft.version among them finalized at 0.
 kafka_features() { # kafka_features VERSION
-  local v=$1 out="$RUN/features-$1.out"
+  local v=$1 out="$RUN/features-$1.out" ref="$RUN/features-$1.kafka"
   timeout 60 java -cp "$WORK/kafka-$v/*" org.apache.kafka.tools.FeatureCommand \
     --bootstrap-controller "127.0.0.1:${QPORTS[0]}" describe > "$out" 2>&1 || { cat "$out"; return 1; }
+  timeout 60 java -cp "$WORK/kafka-$v/*" org.apache.kafka.tools.FeatureCommand \
+    --bootstrap-controller "127.0.0.1:$KREF_PORT" describe > "$ref" 2>&1 || { cat "$ref"; return 1; }
   grep -v '^SLF4J' "$out"
   # The epoch is the offset of the last committed record, as a Kafka controller reports it.
   grep -v '^SLF4J' "$out" | tr -s ' \t' ' ' | grep -qxE \
     "Feature: kraft.version SupportedMinVersion: 0 SupportedMaxVersion: 1 FinalizedVersionLevel: 0 Epoch: [0-9]+" \
     || { echo "no kraft.version 0..1, finalized 0"; return 1; }
+  diff <(grep -v '^SLF4J' "$out" | sed -E 's/Epoch: [0-9]+/Epoch: -/') \
+    <(grep -v '^SLF4J' "$ref" | sed -E 's/Epoch: [0-9]+/Epoch: -/') \
+    || { echo "ringraft (<) and Kafka $LAST_V's controller (>) differ"; return 1; }
+  echo "the same lines as Kafka $LAST_V's controller prints (Epoch aside)"
 }
 for v in $KAFKA_VERSIONS; do
-  check "kafka-features $v describe shows kraft.version" kafka_features "$v"
+  check "kafka-features $v describe: the same lines against ringraft as against Kafka $LAST_V" kafka_features "$v"
 done
+
+# ApiVersions v5 (KIP-1242) naming a wrong cluster id, a wrong node id, the right ones, and only
+# one of the two: ringraft answers what the Kafka controller answers (error answers byte for
+# byte; the others error code and features, the API lists differing by design).
+api_versions_v5() {
+  python3 "$HERE/api_versions_v5.py" "${QPORTS[0]}" "$QUORUM_ID" "$KREF_PORT" "$KREF_ID" 1
+}
+check "ApiVersions v5 with a wrong cluster id or node id: ringraft answers as Kafka $LAST_V's controller" \
+  api_versions_v5
 
 # kafka-features upgrades a static quorum to kraft.version 1 (docs/membership.md §10): the voters
 # have told the leader their directory ids with UpdateRaftVoter, and the leader writes
@@ -691,8 +730,6 @@ done
 # UpdateRaftVoter"), as it is on Kafka. The check waits the way an operator would: it repeats the
 # upgrade while that is the answer, at most 15 times a second apart, and fails on any other
 # refusal.
-LAST_V=${KAFKA_VERSIONS##* }
-FIRST_V=${KAFKA_VERSIONS%% *}
 kraft_upgrade() { # kraft_upgrade VERSION PORT...: upgrades through the first port, reads back through the last
   local v=$1; shift
   local first=$1 last=${*: -1} out="$RUN/upgrade-$v-$1.out" tries=0

@@ -75,13 +75,11 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
         }
     }
 
-    /// Tells the acceptor shards the kraft.version level in force.
+    /// Tells the acceptor shards the kraft.version level in force (the other feature levels
+    /// come from the bootstrap checkpoint, set at start).
     pub(super) fn publish_features(&self) {
         let raft = self.raft.borrow();
         self.server_state
-            .set_features(crate::protocol::api_versions::FeatureState {
-                kraft_version_level: raft.kraft_version(),
-                finalized_features_epoch: raft.high_watermark().unwrap_or(-1),
-            });
+            .set_kraft_version(raft.kraft_version(), raft.high_watermark().unwrap_or(-1));
     }
 }
