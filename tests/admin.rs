@@ -151,6 +151,15 @@ fn readyz_fails_with_its_reason_when_the_quorum_loses_its_leader() {
     assert!(sample(&text, "process_resident_memory_bytes").is_some_and(|b| b > 1e6));
     assert!(sample(&text, "process_open_fds").is_some_and(|n| n > 3.0));
     assert!(sample(&text, "process_cpu_seconds_total").is_some());
+    // KIP-1180: metadata.version's finalized level is always exported (0 here: a directory
+    // formatted by the embedding builder has no bootstrap checkpoint, so no level is
+    // finalized; `storage format` writes one, and tests/node.rs reads its levels through
+    // ApiVersions), and the supported range.
+    let finalized = "kafka_server_metadataloader_finalizedlevel{featureName=\"metadataVersion\"}";
+    assert_eq!(sample(&text, finalized), Some(0.0), "{finalized}");
+    let max =
+        "kafka_server_node_metrics_maximum_supported_level{feature_name=\"metadata.version\"}";
+    assert!(sample(&text, max).is_some_and(|v| v >= 33.0), "{max}");
 
     // Stop two voters, the leader among them: the one left cannot know a leader.
     let survivor = (1..=3).find(|id| *id != leader).unwrap();

@@ -187,6 +187,7 @@ fn kraft_seeds() -> Vec<Vec<u8>> {
             last_fetched_epoch: 3,
             current_leader_epoch: 4,
             max_bytes: 1 << 20,
+            high_watermark: None,
         }),
         Request::FetchSnapshot(m::FetchSnapshotRequest {
             cluster_id,

@@ -108,6 +108,7 @@ fn hostile_strings_from_peers_and_clients_cannot_forge_or_flood_log_lines() {
             last_fetched_epoch: 0,
             current_leader_epoch: -1,
             max_bytes: 1024,
+            high_watermark: None,
         });
         let snapshot = Request::FetchSnapshot(FetchSnapshotRequest {
             cluster_id: Some(evil.clone()),

@@ -271,6 +271,7 @@ impl Fuzzer {
                 last_fetched_epoch: self.epoch(),
                 current_leader_epoch: self.epoch(),
                 max_bytes: self.int(),
+                high_watermark: None,
             }),
             5 => Request::FetchSnapshot(FetchSnapshotRequest {
                 cluster_id: self.cluster_id(),

@@ -284,6 +284,7 @@ impl Observer {
                 last_fetched_epoch: last_epoch,
                 current_leader_epoch: leader_epoch,
                 max_bytes: FETCH_MAX_BYTES,
+                high_watermark: None,
             });
             started.get_or_insert_with(Instant::now);
             let answer = crate::node::peers::exchange(c, &request, Duration::from_secs(10)).await;

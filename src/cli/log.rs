@@ -482,6 +482,7 @@ impl Tail {
                 last_fetched_epoch: self.last_fetched_epoch,
                 current_leader_epoch: self.leader_epoch,
                 max_bytes: FETCH_MAX_BYTES,
+                high_watermark: None,
             });
             let r = match crate::node::peers::exchange(c, &request, FETCH_TIMEOUT).await {
                 Ok(Response::Fetch(r)) => r,

@@ -193,6 +193,7 @@ mod tests {
             last_fetched_epoch: 1,
             current_leader_epoch: 1,
             max_bytes: 1000,
+            high_watermark: None,
         }
     }
 

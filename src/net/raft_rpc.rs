@@ -243,6 +243,10 @@ pub fn request_from_wire(body: &RequestBody) -> Option<Request> {
                 last_fetched_epoch: p.last_fetched_epoch,
                 current_leader_epoch: p.current_leader_epoch,
                 max_bytes: r.max_bytes,
+                // Long.MAX_VALUE (the schema's default) and negatives: not sent.
+                high_watermark: (0..fetch::HIGH_WATERMARK_UNKNOWN)
+                    .contains(&p.high_watermark)
+                    .then_some(p.high_watermark),
             })
         }
         RequestBody::FetchSnapshot(r) => {
@@ -653,7 +657,7 @@ fn fetch_request(r: &m::FetchRequest, version: i16) -> fetch::FetchRequest {
                 log_start_offset: -1,
                 partition_max_bytes: 0,
                 replica_directory_id: r.replica.wire_directory_id(),
-                high_watermark: fetch::HIGH_WATERMARK_UNKNOWN,
+                high_watermark: r.high_watermark.unwrap_or(fetch::HIGH_WATERMARK_UNKNOWN),
             }],
         }],
         forgotten_topics_data: vec![],

@@ -41,6 +41,8 @@ pub struct AdminState {
     pub raft: Rc<RefCell<Raft>>,
     pub stats: Rc<RaftStats>,
     pub metrics: SharedMetrics,
+    /// The feature levels ApiVersions answers with (KIP-1180's series on `/metrics`).
+    pub features: crate::net::dispatch::ServerState,
 }
 
 /// Serves `listener` until `stop`.
@@ -200,9 +202,13 @@ pub fn answer(target: &str, state: &AdminState) -> Answer {
         return Answer {
             status: 200,
             content_type: super::metrics::TEXT_FORMAT,
-            body: state
-                .metrics
-                .render(&raft, &state.stats, raft.now_ms(), &ready),
+            body: state.metrics.render(
+                &raft,
+                &state.stats,
+                raft.now_ms(),
+                &ready,
+                &state.features.features(),
+            ),
         };
     }
     let rest = path.strip_prefix('/').unwrap_or_default();

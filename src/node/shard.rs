@@ -207,6 +207,7 @@ async fn start_raft(
                     raft: executor.raft(),
                     stats: executor.stats(),
                     metrics: ctx.metrics.clone(),
+                    features: ctx.state.clone(),
                 });
                 let serve = admin_http::serve(listener, state, stop.clone());
                 glommio::spawn_local(serve.in_current_span()).detach();

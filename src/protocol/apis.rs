@@ -105,7 +105,7 @@ pub const SERVED: &[ApiSpec] = &[
     ApiSpec {
         key: ApiKey::FETCH,
         min_version: 13,
-        max_version: 17,
+        max_version: 18,
         flexible_from: 12,
     },
     ApiSpec {

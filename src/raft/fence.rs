@@ -229,6 +229,7 @@ mod tests {
             last_fetched_epoch: raft.epoch(),
             current_leader_epoch: raft.epoch(),
             max_bytes: 1 << 20,
+            high_watermark: None,
         });
         raft.step(Time::simulated(now), Input::Request { token: 9, request });
         drain(raft);

@@ -720,6 +720,7 @@ impl Raft {
             last_fetched_epoch: self.log.last_fetched_epoch(),
             current_leader_epoch: self.epoch,
             max_bytes: self.config.fetch_max_bytes,
+            high_watermark: None,
         });
         self.send(to, request);
         let until = self.now_ms + BOOTSTRAP_RETRY_MS.max(self.config.retry_backoff_ms);
@@ -892,6 +893,7 @@ mod tests {
             last_fetched_epoch: raft.epoch(),
             current_leader_epoch: raft.epoch(),
             max_bytes: 1 << 20,
+            high_watermark: None,
         });
         request(raft, now, token, r)
     }

@@ -172,6 +172,9 @@ pub struct FetchRequest {
     pub last_fetched_epoch: i32,
     pub current_leader_epoch: i32,
     pub max_bytes: i32,
+    /// Fetch v18 (KIP-1166): the high watermark the follower knows, when it sends one. A
+    /// leader whose own is higher answers at once instead of parking the Fetch.
+    pub high_watermark: Option<i64>,
 }
 
 /// Records in a Fetch response. Outbound, the core names what to read and the runtime reads

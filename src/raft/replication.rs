@@ -323,6 +323,7 @@ impl Raft {
                 last_fetched_epoch: self.log.last_fetched_epoch(),
                 current_leader_epoch: self.epoch,
                 max_bytes: self.config.fetch_max_bytes,
+                high_watermark: self.high_watermark,
             }),
         };
         self.send(leader, request);

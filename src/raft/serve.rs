@@ -161,7 +161,12 @@ pub fn fetch(facts: &Facts, log: &LogView, r: &FetchRequest, now_ms: u64) -> Fet
                 leader_end: log.end_offset(),
                 answered_round: 0,
             });
-            let decision = if r.fetch_offset >= log.end_offset() && r.max_wait_ms > 0 {
+            // KIP-1166: a follower that knows a lower high watermark than ours learns ours now,
+            // not after a long poll that only new records would end.
+            let behind = r
+                .high_watermark
+                .is_some_and(|theirs| facts.high_watermark.is_some_and(|ours| ours > theirs));
+            let decision = if r.fetch_offset >= log.end_offset() && r.max_wait_ms > 0 && !behind {
                 let wait = r.max_wait_ms.min(FETCH_MAX_WAIT_MS) as u64;
                 FetchDecision::Park {
                     deadline_ms: now_ms + wait,
@@ -312,7 +317,26 @@ mod tests {
             last_fetched_epoch: epoch,
             current_leader_epoch: 3,
             max_bytes: 1000,
+            high_watermark: None,
         }
+    }
+
+    #[test]
+    fn a_follower_reporting_a_lower_high_watermark_is_answered_not_parked() {
+        let at_end = |theirs: Option<i64>| {
+            let r = FetchRequest {
+                high_watermark: theirs,
+                ..request(20, 3)
+            };
+            fetch(&facts(), &log(), &r, 100).decision
+        };
+        let park = FetchDecision::Park { deadline_ms: 600 };
+        assert_eq!(at_end(None), park, "v17 and older: parked as before");
+        assert_eq!(at_end(Some(10)), park, "it knows ours");
+        let FetchDecision::Answer(resp) = at_end(Some(7)) else {
+            panic!("a follower behind our high watermark is answered at once (KIP-1166)")
+        };
+        assert_eq!((resp.high_watermark, resp.records), (10, Records::None));
     }
 
     #[test]

@@ -237,6 +237,7 @@ pub fn probe_at(addr: SocketAddr, timeout: Duration) -> Option<Probe> {
         last_fetched_epoch: 0,
         current_leader_epoch: -1,
         max_bytes: 1,
+        high_watermark: None,
     });
     match exchange_at(addr, &request, timeout)? {
         Response::Fetch(f) => Some(Probe {

@@ -43,6 +43,22 @@ def request(version, correlation):
     return req.encode(header=True, framed=True)
 
 
+# What ringraft advertises as a Kafka 4.4 controller does: ApiVersions up to v5 (KIP-1242), and
+# a 4.4 controller's supported features (v3 and older drop those whose minimum is 0,
+# KAFKA-17011).
+API_VERSIONS_RANGE = (0, 5)
+FEATURES_V4 = {
+    "group.version": (0, 1),
+    "kraft.version": (0, 1),
+    "metadata.version": (7, 33),
+    "share.version": (0, 2),
+    "streams.version": (0, 1),
+    "transaction.version": (0, 2),
+    "eligible.leader.replicas.version": (0, 1),
+}
+FEATURES_V3 = {"metadata.version": (7, 33)}
+
+
 def check_direct(port):
     for version in (4, 3, 2, 1, 0):
         body = round_trip(port, request(version, 100 + version))
@@ -52,22 +68,22 @@ def check_direct(port):
         if resp.error_code != 0:
             fail(f"v{version}: error {resp.error_code}")
         keys = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
-        if keys.get(18) != (0, 4):
+        if keys.get(18) != API_VERSIONS_RANGE:
             fail(f"v{version}: ApiVersions range {keys.get(18)}")
         if version >= 3:
             feats = {f.name: (f.min_version, f.max_version) for f in resp.supported_features}
-            want = {"kraft.version": (0, 1)} if version == 4 else {}
+            want = FEATURES_V4 if version == 4 else FEATURES_V3
             if feats != want:
                 fail(f"v{version}: supported features {feats}, want {want}")
         print(f"  ApiVersions v{version}: ok ({len(keys)} APIs)")
-    # v5: craft the header by hand (kafka-python's classes stop at v4).
-    header = struct.pack(">hhih", 18, 5, 7, -1) + b"\x00"
+    # v6, newer than served: craft the header by hand (kafka-python's classes stop at v4).
+    header = struct.pack(">hhih", 18, 6, 7, -1) + b"\x00"
     body = round_trip(port, struct.pack(">i", len(header)) + header)
     resp = ApiVersionsResponse.decode(body, version=4, header=True)  # error => read as v0
     keys = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
-    if resp.error_code != 35 or keys != {18: (0, 4)}:
-        fail(f"v5: error {resp.error_code}, keys {keys}")
-    print("  ApiVersions v5: UNSUPPORTED_VERSION with ApiVersions 0..4: ok")
+    if resp.error_code != 35 or keys != {18: API_VERSIONS_RANGE}:
+        fail(f"v6: error {resp.error_code}, keys {keys}")
+    print(f"  ApiVersions v6: UNSUPPORTED_VERSION with ApiVersions {API_VERSIONS_RANGE}: ok")
 
 
 def check_retry_path(proxy_port):
@@ -86,7 +102,7 @@ def check_retry_path(proxy_port):
         fail(f"kafka-python's handshake failed: {type(e).__name__}: {e}")
     finally:
         conn.close()
-    if api_versions.get(18) != (0, 4):
+    if api_versions.get(18) != API_VERSIONS_RANGE:
         fail(f"kafka-python recorded ApiVersions {api_versions.get(18)}")
     if conn._api_versions_idx != 3:
         fail(f"kafka-python settled on ApiVersions v{conn._api_versions_idx}, expected v3")

@@ -223,6 +223,7 @@ fn fetch(replica: i32, offset: i64, epoch: i32) -> Request {
         last_fetched_epoch: if offset == 0 { 0 } else { epoch },
         current_leader_epoch: epoch,
         max_bytes: 1 << 20,
+        high_watermark: None,
     })
 }
 

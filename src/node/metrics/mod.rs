@@ -30,6 +30,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+use crate::protocol::api_versions::FeatureState;
 use crate::raft::Raft;
 
 type Labels = Vec<(String, String)>;
@@ -101,6 +102,12 @@ pub struct Metrics {
     ready: Family<Labels, Gauge>,
     /// Always 1, labelled with the version.
     build_info: Family<Labels, Gauge>,
+    /// KIP-1180: each feature's supported range (Kafka's `node-metrics` group, label
+    /// `feature_name`) and finalized level (Kafka's Yammer `MetadataLoader` `FinalizedLevel`,
+    /// label `featureName` in camel case), under the names the Strimzi reporter gives them.
+    max_supported_level: Family<Labels, Gauge>,
+    min_supported_level: Family<Labels, Gauge>,
+    finalized_level: Family<Labels, Gauge>,
 }
 
 /// One `/readyz` check's outcome, as `ringraft_ready` shows it.
@@ -300,6 +307,22 @@ fn register_ringraft(r: &mut Registry, m: &Metrics) {
         m.build_info.clone(),
     );
     r.register(
+        "kafka_server_node_metrics_maximum_supported_level",
+        "The highest level of this feature the node supports (KIP-1180)",
+        m.max_supported_level.clone(),
+    );
+    r.register(
+        "kafka_server_node_metrics_minimum_supported_level",
+        "The lowest level of this feature the node supports (KIP-1180)",
+        m.min_supported_level.clone(),
+    );
+    r.register(
+        "kafka_server_metadataloader_finalizedlevel",
+        "The finalized level of this feature (KIP-1180): metadata.version and kraft.version \
+         always, the others while finalized above 0",
+        m.finalized_level.clone(),
+    );
+    r.register(
         "ringraft_data_dir_ring_info",
         "The kind of ring serving each data directory",
         m.data_dir_ring.clone(),
@@ -338,8 +361,22 @@ impl Metrics {
             stalls: Family::default(),
             ready: Family::default(),
             build_info: Family::default(),
+            max_supported_level: Family::default(),
+            min_supported_level: Family::default(),
+            finalized_level: Family::default(),
             registry: Registry::default(),
         };
+        for spec in crate::protocol::api_versions::SUPPORTED_FEATURES {
+            let labels = vec![("feature_name".to_string(), spec.name.to_string())];
+            metrics
+                .max_supported_level
+                .get_or_create(&labels)
+                .set(i64::from(spec.max_level));
+            metrics
+                .min_supported_level
+                .get_or_create(&labels)
+                .set(i64::from(spec.min_level));
+        }
         metrics
             .build_info
             .get_or_create(&vec![(
@@ -380,7 +417,9 @@ impl Metrics {
         stats: &RaftStats,
         now_ms: u64,
         ready: &[Readiness<'_>],
+        features: &FeatureState,
     ) -> String {
+        self.set_finalized_levels(features);
         for r in ready {
             self.ready
                 .get_or_create(&vec![("check".to_string(), r.check.to_string())])
@@ -422,6 +461,41 @@ impl Metrics {
         text.push_str(&process::render());
         text
     }
+}
+
+impl Metrics {
+    /// KIP-1180's FinalizedLevel, as Kafka's metadata loader records it: metadata.version and
+    /// kraft.version always, every other feature while finalized above level 0.
+    fn set_finalized_levels(&self, features: &FeatureState) {
+        use crate::protocol::api_versions::{
+            KRAFT_VERSION_FEATURE, METADATA_VERSION_FEATURE, SUPPORTED_FEATURES,
+        };
+        self.finalized_level.clear();
+        for (spec, level) in SUPPORTED_FEATURES.iter().zip(features.levels) {
+            let always =
+                spec.name == METADATA_VERSION_FEATURE || spec.name == KRAFT_VERSION_FEATURE;
+            if always || level > 0 {
+                let labels = vec![("featureName".to_string(), camel_case(spec.name))];
+                self.finalized_level
+                    .get_or_create(&labels)
+                    .set(i64::from(level));
+            }
+        }
+    }
+}
+
+/// A feature name as Kafka tags its Yammer metrics: `metadata.version` → `metadataVersion`.
+fn camel_case(feature: &str) -> String {
+    let mut words = feature.split('.');
+    let mut out = words.next().unwrap_or_default().to_string();
+    for word in words {
+        let mut chars = word.chars();
+        if let Some(first) = chars.next() {
+            out.extend(first.to_uppercase());
+            out.push_str(&chars.as_str().to_lowercase());
+        }
+    }
+    out
 }
 
 /// The content type of `Metrics::render`'s output.
@@ -494,11 +568,63 @@ impl crate::net::server::ServerProbe for Metrics {
 #[cfg(test)]
 mod tests {
     #[test]
+    fn feature_names_are_camel_cased_as_kafka_tags_them() {
+        assert_eq!(super::camel_case("metadata.version"), "metadataVersion");
+        assert_eq!(
+            super::camel_case("eligible.leader.replicas.version"),
+            "eligibleLeaderReplicasVersion"
+        );
+        assert_eq!(super::camel_case("kraft.version"), "kraftVersion");
+    }
+
+    #[test]
+    fn finalized_levels_follow_kafkas_loader() {
+        use crate::protocol::api_versions::{feature_index, FeatureState};
+        let m = super::Metrics::new();
+        let mut features = FeatureState::default();
+        features.levels[feature_index("metadata.version").unwrap()] = 33;
+        features.levels[feature_index("group.version").unwrap()] = 1;
+        let text = m.render(
+            &test_core(),
+            &super::RaftStats::default(),
+            0,
+            &[],
+            &features,
+        );
+        let has = |line: &str| text.lines().any(|l| l == line);
+        assert!(has(
+            "kafka_server_metadataloader_finalizedlevel{featureName=\"metadataVersion\"} 33"
+        ));
+        assert!(has(
+            "kafka_server_metadataloader_finalizedlevel{featureName=\"kraftVersion\"} 0"
+        ));
+        assert!(has(
+            "kafka_server_metadataloader_finalizedlevel{featureName=\"groupVersion\"} 1"
+        ));
+        assert!(
+            !text.contains("featureName=\"shareVersion\""),
+            "not finalized: no series"
+        );
+        assert!(has(
+            "kafka_server_node_metrics_maximum_supported_level{feature_name=\"metadata.version\"} 33"
+        ));
+        assert!(has(
+            "kafka_server_node_metrics_minimum_supported_level{feature_name=\"metadata.version\"} 7"
+        ));
+    }
+
+    #[test]
     fn the_exposition_is_prometheus_text_format() {
         let m = super::Metrics::new();
         m.request("Fetch", 100, 200);
         let core = test_core();
-        let text = m.render(&core, &super::RaftStats::default(), 0, &[]);
+        let text = m.render(
+            &core,
+            &super::RaftStats::default(),
+            0,
+            &[],
+            &crate::protocol::api_versions::FeatureState::default(),
+        );
         assert!(text.contains("# TYPE ringraft_requests_total counter\n"));
         assert!(text.contains("ringraft_requests_total{api=\"Fetch\"} 1\n"));
         assert!(text.contains("ringraft_request_bytes_total{api=\"Fetch\"} 100\n"));
