@@ -155,7 +155,7 @@ fn readyz_fails_with_its_reason_when_the_quorum_loses_its_leader() {
     // formatted by the embedding builder has no bootstrap checkpoint, so no level is
     // finalized; `storage format` writes one, and tests/node.rs reads its levels through
     // ApiVersions), and the supported range.
-    let finalized = "kafka_server_metadataloader_finalizedlevel{featureName=\"metadataVersion\"}";
+    let finalized = "kafka_server_metadataloader_finalizedlevel{feature_name=\"metadata.version\"}";
     assert_eq!(sample(&text, finalized), Some(0.0), "{finalized}");
     let max =
         "kafka_server_node_metrics_maximum_supported_level{feature_name=\"metadata.version\"}";

@@ -102,9 +102,12 @@ pub struct Metrics {
     ready: Family<Labels, Gauge>,
     /// Always 1, labelled with the version.
     build_info: Family<Labels, Gauge>,
-    /// KIP-1180: each feature's supported range (Kafka's `node-metrics` group, label
-    /// `feature_name`) and finalized level (Kafka's Yammer `MetadataLoader` `FinalizedLevel`,
-    /// label `featureName` in camel case), under the names the Strimzi reporter gives them.
+    /// KIP-1180: each feature's supported range (Kafka's `node-metrics` group) and finalized
+    /// level (Kafka's Yammer `MetadataLoader` `FinalizedLevel`), under the names the Strimzi
+    /// reporter gives them. Both are labelled `feature_name` with the feature's own name:
+    /// Kafka tags the Yammer gauge `featureName=metadataVersion`, but Prometheus' lint
+    /// (`promtool check metrics`) refuses camel-case label names, and one label on both lets a
+    /// query join them.
     max_supported_level: Family<Labels, Gauge>,
     min_supported_level: Family<Labels, Gauge>,
     finalized_level: Family<Labels, Gauge>,
@@ -475,27 +478,13 @@ impl Metrics {
             let always =
                 spec.name == METADATA_VERSION_FEATURE || spec.name == KRAFT_VERSION_FEATURE;
             if always || level > 0 {
-                let labels = vec![("featureName".to_string(), camel_case(spec.name))];
+                let labels = vec![("feature_name".to_string(), spec.name.to_string())];
                 self.finalized_level
                     .get_or_create(&labels)
                     .set(i64::from(level));
             }
         }
     }
-}
-
-/// A feature name as Kafka tags its Yammer metrics: `metadata.version` → `metadataVersion`.
-fn camel_case(feature: &str) -> String {
-    let mut words = feature.split('.');
-    let mut out = words.next().unwrap_or_default().to_string();
-    for word in words {
-        let mut chars = word.chars();
-        if let Some(first) = chars.next() {
-            out.extend(first.to_uppercase());
-            out.push_str(&chars.as_str().to_lowercase());
-        }
-    }
-    out
 }
 
 /// The content type of `Metrics::render`'s output.
@@ -568,16 +557,6 @@ impl crate::net::server::ServerProbe for Metrics {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn feature_names_are_camel_cased_as_kafka_tags_them() {
-        assert_eq!(super::camel_case("metadata.version"), "metadataVersion");
-        assert_eq!(
-            super::camel_case("eligible.leader.replicas.version"),
-            "eligibleLeaderReplicasVersion"
-        );
-        assert_eq!(super::camel_case("kraft.version"), "kraftVersion");
-    }
-
-    #[test]
     fn finalized_levels_follow_kafkas_loader() {
         use crate::protocol::api_versions::{feature_index, FeatureState};
         let m = super::Metrics::new();
@@ -593,16 +572,16 @@ mod tests {
         );
         let has = |line: &str| text.lines().any(|l| l == line);
         assert!(has(
-            "kafka_server_metadataloader_finalizedlevel{featureName=\"metadataVersion\"} 33"
+            "kafka_server_metadataloader_finalizedlevel{feature_name=\"metadata.version\"} 33"
         ));
         assert!(has(
-            "kafka_server_metadataloader_finalizedlevel{featureName=\"kraftVersion\"} 0"
+            "kafka_server_metadataloader_finalizedlevel{feature_name=\"kraft.version\"} 0"
         ));
         assert!(has(
-            "kafka_server_metadataloader_finalizedlevel{featureName=\"groupVersion\"} 1"
+            "kafka_server_metadataloader_finalizedlevel{feature_name=\"group.version\"} 1"
         ));
         assert!(
-            !text.contains("featureName=\"shareVersion\""),
+            !text.contains("finalizedlevel{feature_name=\"share.version\"}"),
             "not finalized: no series"
         );
         assert!(has(
