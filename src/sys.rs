@@ -134,16 +134,42 @@ pub fn page_size() -> u64 {
     u64::try_from(size).unwrap_or(4096)
 }
 
-/// User plus system CPU time of process `pid` so far, in clock ticks (`/proc/<pid>/stat`
-/// fields 14 and 15); `None` once it has gone.
+/// The fields of `/proc/<pid>/stat` the node reads (proc(5), counting from 1): utime (14) and
+/// stime (15) in clock ticks, starttime (22) in ticks after boot, vsize (23) in bytes, rss
+/// (24) in pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcStat {
+    pub utime: u64,
+    pub stime: u64,
+    pub start_ticks: u64,
+    pub vsize: u64,
+    pub rss_pages: u64,
+}
+
+/// `/proc/<pid>/stat` of process `pid`; `None` once it has gone or when it does not parse.
+pub fn proc_stat(pid: u32) -> Option<ProcStat> {
+    parse_proc_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// The command name (field 2) may hold spaces and parentheses, so fields are counted after
+/// its last `)`.
+fn parse_proc_stat(stat: &str) -> Option<ProcStat> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // `rest` starts at field 3 (state).
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let at = |n: usize| f.get(n - 3)?.parse::<u64>().ok();
+    Some(ProcStat {
+        utime: at(14)?,
+        stime: at(15)?,
+        start_ticks: at(22)?,
+        vsize: at(23)?,
+        rss_pages: at(24)?,
+    })
+}
+
+/// User plus system CPU time of process `pid` so far, in clock ticks; `None` once it has gone.
 pub fn process_cpu_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may hold spaces; the fields after its ')' are plain.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split(' ').collect();
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some(utime + stime)
+    proc_stat(pid).map(|s| s.utime + s.stime)
 }
 
 /// Takes a listening socket out of LISTEN at once (`shutdown(2)`), so that its port is free
@@ -218,6 +244,19 @@ pub fn renice_this_thread(nice: i32) -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn proc_stat_fields_count_after_the_command_name() {
+        let stat = "42 (a (b) c) S 1 2 3 4 5 6 7 8 9 10 111 222 13 14 15 16 17 18 333 444 555 \
+                    26 27";
+        let f = super::parse_proc_stat(stat).expect("parsed");
+        assert_eq!(
+            (f.utime, f.stime, f.start_ticks, f.vsize, f.rss_pages),
+            (111, 222, 333, 444, 555)
+        );
+        assert!(super::parse_proc_stat("garbage").is_none());
+        assert!(super::proc_stat(std::process::id()).is_some_and(|s| s.rss_pages > 0));
+    }
+
     #[test]
     fn the_soft_open_files_limit_rises_to_the_hard_one() {
         let soft = super::raise_nofile_soft().expect("getrlimit and setrlimit work");

@@ -8,8 +8,7 @@ use std::fmt::Write;
 /// The `process_*` series in Prometheus' text format, each with its HELP and TYPE.
 pub fn render() -> String {
     let mut out = String::new();
-    let stat = std::fs::read_to_string("/proc/self/stat").ok();
-    let fields = stat.as_deref().and_then(stat_fields);
+    let fields = crate::sys::proc_stat(std::process::id());
     let tick = Some(crate::sys::clock_ticks_per_second() as f64).filter(|t| *t > 0.0);
     if let (Some(f), Some(tick)) = (&fields, tick) {
         let cpu = (f.utime + f.stime) as f64 / tick;
@@ -72,31 +71,6 @@ fn series(out: &mut String, name: &str, kind: &str, help: &str, value: f64) {
     );
 }
 
-/// The fields of `/proc/self/stat` used here (proc(5): utime 14, stime 15, starttime 22,
-/// vsize 23, rss 24, counting from 1). The command name (field 2) may hold spaces and
-/// parentheses, so fields are counted after its last `)`.
-struct StatFields {
-    utime: u64,
-    stime: u64,
-    start_ticks: u64,
-    vsize: u64,
-    rss_pages: u64,
-}
-
-fn stat_fields(stat: &str) -> Option<StatFields> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    // `rest` starts at field 3 (state).
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let at = |n: usize| f.get(n - 3)?.parse::<u64>().ok();
-    Some(StatFields {
-        utime: at(14)?,
-        stime: at(15)?,
-        start_ticks: at(22)?,
-        vsize: at(23)?,
-        rss_pages: at(24)?,
-    })
-}
-
 /// `btime` of `/proc/stat`: the boot time, which `starttime` counts from.
 fn boot_time_seconds() -> Option<u64> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
@@ -121,18 +95,6 @@ fn max_open_files() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stat_fields_count_after_the_command_name() {
-        let stat = "42 (a (b) c) S 1 2 3 4 5 6 7 8 9 10 111 222 13 14 15 16 17 18 333 444 555 \
-                    26 27";
-        let f = stat_fields(stat).expect("parsed");
-        assert_eq!(
-            (f.utime, f.stime, f.start_ticks, f.vsize, f.rss_pages),
-            (111, 222, 333, 444, 555)
-        );
-        assert!(stat_fields("garbage").is_none());
-    }
 
     #[test]
     fn this_process_has_every_series() {
