@@ -14,9 +14,12 @@
 //! id in `X-Leader` (nothing was written). 503 means the outcome is unknown: the leadership
 //! was lost while the write was in flight, and it may or may not have committed.
 //!
-//! The state lives in memory. Every `--snapshot-every` records it is written to a snapshot
-//! through the streaming writer (and the log below it dropped); a replica that falls behind,
-//! or restarts, loads it back through the state machine's snapshot calls.
+//! The state lives in memory. ringraft asks for a snapshot by its policy (Kafka's
+//! `metadata.log.max.record.bytes.between.snapshots`, `metadata.log.max.snapshot.interval.ms`;
+//! set them with `--property`), the state machine copies the map and a thread streams it
+//! through the writer; retention (`metadata.max.retention.*`) then drops the log below older
+//! snapshots. A replica that falls behind, or restarts, loads the snapshot back through the
+//! state machine's snapshot calls. The application never calls for a snapshot itself.
 //!
 //! The HTTP side is plain blocking std threads: an embedder does not have to use glommio.
 //! ringraft's handle is `Send`, and its futures can be awaited from any thread.
@@ -49,9 +52,10 @@ struct Args {
     /// The cluster id every node formats with (ringraft storage random-uuid makes one).
     #[arg(long, default_value = "a2V5LXZhbHVlLXN0b3JlAA")]
     cluster_id: String,
-    /// Snapshot the state every this many records (0: never).
-    #[arg(long, default_value_t = 1000)]
-    snapshot_every: u64,
+    /// More server.properties lines, `KEY=VALUE` (repeatable): the snapshot and retention
+    /// keys, for example.
+    #[arg(long = "property", value_name = "KEY=VALUE")]
+    properties: Vec<String>,
     /// A deliberately broken read path, for the linearizability checker to catch: GET serves
     /// the local state on any node, without the read fence.
     #[arg(long, hide = true)]
@@ -81,14 +85,19 @@ fn run(args: Args) -> Result<(), String> {
          controller.quorum.voters={voters}\n\
          listeners=CONTROLLER://{listen}\n\
          controller.listener.names=CONTROLLER\n\
-         metadata.log.dir={dir}\n",
+         metadata.log.dir={dir}\n{extra}",
         id = args.id,
         voters = args.voters,
         dir = args.dir.display(),
+        extra = args
+            .properties
+            .iter()
+            .map(|p| format!("{p}\n"))
+            .collect::<String>(),
     );
     let config = ServerConfig::parse(&properties).map_err(|e| e.to_string())?;
     let shared = Arc::new(state::Shared::default());
-    let (machine, snapshots) = state::Machine::new(shared.clone(), args.snapshot_every);
+    let (machine, snapshots) = state::Machine::new(shared.clone());
     let node = Node::builder(config)
         .state_machine(machine)
         .format_if_empty(&args.cluster_id)
@@ -97,7 +106,7 @@ fn run(args: Args) -> Result<(), String> {
         .start()
         .map_err(|e| e.to_string())?;
     let handle = node.handle();
-    state::spawn_snapshotter(shared.clone(), handle.clone(), snapshots);
+    state::spawn_snapshotter(snapshots);
     let listener =
         TcpListener::bind(args.http).map_err(|e| format!("cannot listen on {}: {e}", args.http))?;
     let service = Arc::new(http::Service {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ringraft::embed::LeaderAndEpoch;
-use ringraft::{CommittedBatch, OffsetAndEpoch, RaftHandle, StateMachine};
+use ringraft::{CommittedBatch, OffsetAndEpoch, SnapshotWriter, StateMachine};
 
 /// A command, as one record's value: an op byte, then length-prefixed fields.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,8 +84,6 @@ pub struct State {
     /// Whether the command at an offset took effect (a CAS that matched, a delete of a key).
     pub results: BTreeMap<i64, bool>,
     pub leader: Option<LeaderAndEpoch>,
-    since_snapshot: u64,
-    snapshotting: bool,
 }
 
 /// The state, and a condition variable signalled whenever `applied` moves.
@@ -116,22 +114,19 @@ impl Shared {
     }
 }
 
+/// A snapshot ringraft asked for: its writer and a copy of the map as of its offset.
+pub type SnapshotJob = (SnapshotWriter, Vec<(Vec<u8>, Vec<u8>)>);
+
 /// The state machine ringraft calls.
 pub struct Machine {
     shared: Arc<Shared>,
-    every: u64,
-    snapshots: mpsc::Sender<()>,
+    snapshots: mpsc::Sender<SnapshotJob>,
 }
 
 impl Machine {
-    pub fn new(shared: Arc<Shared>, every: u64) -> (Machine, mpsc::Receiver<()>) {
+    pub fn new(shared: Arc<Shared>) -> (Machine, mpsc::Receiver<SnapshotJob>) {
         let (snapshots, rx) = mpsc::channel();
-        let machine = Machine {
-            shared,
-            every,
-            snapshots,
-        };
-        (machine, rx)
+        (Machine { shared, snapshots }, rx)
     }
 }
 
@@ -161,7 +156,6 @@ impl StateMachine for Machine {
                 // A record that is not a command (another writer's) changes nothing.
                 if let Some(command) = record.value.and_then(Command::decode) {
                     apply_command(&mut state, record.offset, command);
-                    state.since_snapshot += 1;
                 }
             }
         }
@@ -173,10 +167,6 @@ impl StateMachine for Machine {
             .is_some_and(|(o, _)| *o < oldest)
         {
             state.results.pop_first();
-        }
-        if self.every > 0 && state.since_snapshot >= self.every && !state.snapshotting {
-            state.snapshotting = true;
-            let _ = self.snapshots.send(());
         }
         drop(state);
         self.shared.moved.notify_all();
@@ -210,31 +200,39 @@ impl StateMachine for Machine {
     fn load_snapshot_end(&mut self, id: OffsetAndEpoch) {
         let mut state = self.shared.lock();
         state.applied = id.offset;
-        state.since_snapshot = 0;
         drop(state);
         self.shared.moved.notify_all();
+    }
+
+    /// ringraft's policy (`metadata.log.max.record.bytes.between.snapshots`) asks: the map is
+    /// copied now, while it is exactly the state below `writer.offset()`, and written by the
+    /// snapshotter thread.
+    fn take_snapshot(&mut self, writer: SnapshotWriter) -> Result<(), SnapshotWriter> {
+        let entries = {
+            let state = self.shared.lock();
+            debug_assert_eq!(state.applied, writer.offset());
+            state
+                .map
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        };
+        self.snapshots
+            .send((writer, entries))
+            .map_err(|refused| refused.0 .0)
     }
 }
 
 /// Entries per snapshot batch.
 const SNAPSHOT_BATCH_ENTRIES: usize = 1000;
 
-/// Writes a snapshot whenever the state machine asks: a copy of the map at its applied
-/// offset, streamed in batches; the log below it is then dropped.
-pub fn spawn_snapshotter(shared: Arc<Shared>, raft: RaftHandle, asks: mpsc::Receiver<()>) {
+/// Writes the snapshots ringraft asks for, streamed in batches. Retention, not this
+/// application, then drops the log below older ones.
+pub fn spawn_snapshotter(asks: mpsc::Receiver<SnapshotJob>) {
     std::thread::spawn(move || {
-        for () in asks {
-            let (offset, entries) = {
-                let state = shared.lock();
-                let entries: Vec<(Vec<u8>, Vec<u8>)> = state
-                    .map
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect();
-                (state.applied, entries)
-            };
-            let written = futures_lite::future::block_on(async {
-                let mut writer = raft.snapshot_writer(offset)?;
+        for (mut writer, entries) in asks {
+            let offset = writer.offset();
+            let written = ringraft::embed::block_on(async {
                 for chunk in entries.chunks(SNAPSHOT_BATCH_ENTRIES) {
                     let values: Vec<Vec<u8>> = chunk
                         .iter()
@@ -248,14 +246,11 @@ pub fn spawn_snapshotter(shared: Arc<Shared>, raft: RaftHandle, asks: mpsc::Rece
                     let refs: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
                     writer.append(&refs).await?;
                 }
-                writer.finish(true).await
+                writer.finish(false).await
             });
             if let Err(e) = written {
                 eprintln!("kv: snapshot at {offset} not written: {e}");
             }
-            let mut state = shared.lock();
-            state.since_snapshot = 0;
-            state.snapshotting = false;
         }
     });
 }

@@ -293,6 +293,18 @@ impl MetadataLog {
         self.state.borrow().flushed_offset
     }
 
+    /// The bytes its segment files hold, appended bytes not yet written included.
+    pub fn size_bytes(&self) -> u64 {
+        let state = self.state.borrow();
+        let sealed: usize = state
+            .files
+            .iter()
+            .filter(|(base, _)| **base != state.active_base)
+            .map(|(_, f)| f.durable_len)
+            .sum();
+        (sealed + state.active_len) as u64
+    }
+
     pub fn stats(&self) -> LogStats {
         let state = self.state.borrow();
         let mut stats = state.stats;
@@ -851,7 +863,8 @@ impl MetadataLog {
     }
 
     /// Advances the log start to `offset` (a snapshot's end offset) and deletes the segments
-    /// wholly before it. Durable on return.
+    /// wholly before it, and the snapshots that end before it (never the bootstrap checkpoint,
+    /// which start-up reads). Durable on return.
     pub async fn delete_before(&self, offset: i64) -> Result<(), LogError> {
         let _permit = self.acquire_flush_lock().await?;
         self.check_failed()?;
@@ -890,12 +903,12 @@ impl MetadataLog {
             remove_segment_files(&self.dir, base).await?;
         }
         epochs.write(&self.dir).await?;
-        Ok(())
+        remove_snapshots_before(&self.dir, offset).await
     }
 
     /// Replaces the whole log with an empty one that starts (and ends) at `offset`: what a
-    /// follower does after downloading a snapshot ending there (docs/raft.md §10). The snapshot
-    /// file must already be durable. Durable on return.
+    /// follower does after downloading a snapshot ending there (docs/raft.md §10); older
+    /// snapshots go too. The snapshot file must already be durable. Durable on return.
     pub async fn reset_to(&self, offset: i64) -> Result<(), LogError> {
         let _permit = self.acquire_flush_lock().await?;
         self.check_failed()?;
@@ -948,7 +961,7 @@ impl MetadataLog {
             state.epochs = epochs.clone();
         }
         epochs.write(&self.dir).await?;
-        Ok(())
+        remove_snapshots_before(&self.dir, offset).await
     }
 
     /// Flushes, trims the active segment and closes it: the directory is then readable by
@@ -1076,6 +1089,26 @@ async fn remove_segment_files(dir: &Path, base: i64) -> io::Result<()> {
             Err(glommio::GlommioError::IoError(e)) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(glommio_io(e)),
             Ok(()) => {}
+        }
+    }
+    Ok(())
+}
+
+/// Deletes the snapshot files of `dir` that end before `offset`, except the bootstrap
+/// checkpoint (0-0). A shard serving one keeps reading its open handle.
+async fn remove_snapshots_before(dir: &Path, offset: i64) -> Result<(), LogError> {
+    let old: Vec<_> = crate::log::snapshot::list(dir)?
+        .into_iter()
+        .filter(|id| id.end_offset > 0 && id.end_offset < offset)
+        .collect();
+    for id in old {
+        let path = layout::snapshot_file(dir, id.end_offset, id.epoch);
+        match glommio::io::remove(&path).await {
+            Err(glommio::GlommioError::IoError(e)) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(glommio_io(e).into()),
+            Ok(()) => {
+                tracing::debug!(file = %path.display(), "snapshot deleted below the log start")
+            }
         }
     }
     Ok(())

@@ -387,6 +387,22 @@ impl SnapshotFile {
     }
 }
 
+/// How much of a snapshot is read for its header batch.
+const HEADER_READ_BYTES: usize = 64 << 10;
+
+/// The LastContainedLogTimestamp in snapshot `id`'s header, reading only its start; `Ok(None)`
+/// when the start is not a header batch (the whole-file check says why when it is served).
+pub async fn header_timestamp(dir: &Path, id: OffsetAndEpoch) -> io::Result<Option<i64>> {
+    let path = final_path(dir, id);
+    let (file, size) = super::segment::open_reader_anchored(&path).await?;
+    let read = file
+        .read_at(0, (size as usize).min(HEADER_READ_BYTES))
+        .await
+        .map_err(glommio_io);
+    let _ = file.close_rc().await;
+    Ok(crate::records::snapshot::header_timestamp(&read?))
+}
+
 fn corrupt(path: &Path, position: u64, reason: String) -> SnapshotFileError {
     SnapshotFileError::Corrupt {
         path: path.to_owned(),

@@ -170,11 +170,30 @@ pub const SNAPSHOT_PARTS_IN_FLIGHT: usize = 4;
 /// A snapshot being written (`RaftHandle::snapshot_writer`): the application appends its
 /// state in batches of values, then finishes. Dropped unfinished, the partial file is removed.
 pub struct SnapshotWriter {
+    offset: i64,
     parts: mpsc::Sender<SnapshotPart>,
     reply: oneshot::Receiver<Result<OffsetAndEpoch, ClientError>>,
 }
 
 impl SnapshotWriter {
+    /// A writer over the channel `parts`, whose answer comes on `reply`.
+    pub(crate) fn new(
+        offset: i64,
+        parts: mpsc::Sender<SnapshotPart>,
+        reply: oneshot::Receiver<Result<OffsetAndEpoch, ClientError>>,
+    ) -> SnapshotWriter {
+        SnapshotWriter {
+            offset,
+            parts,
+            reply,
+        }
+    }
+
+    /// The snapshot covers every offset below this one.
+    pub fn offset(&self) -> i64 {
+        self.offset
+    }
+
     /// Appends one batch of records (waits while earlier batches are being written).
     pub async fn append(&mut self, values: &[&[u8]]) -> Result<(), ClientError> {
         let part = SnapshotPart::Values(values.iter().map(|v| v.to_vec()).collect());
@@ -374,10 +393,7 @@ impl RaftHandle {
             parts: receiver,
             reply,
         })?;
-        Ok(SnapshotWriter {
-            parts,
-            reply: answer,
-        })
+        Ok(SnapshotWriter::new(offset, parts, answer))
     }
 
     /// A snapshot holding `values` below `offset`, in one call (`snapshot_writer` for state

@@ -27,6 +27,7 @@ use hdrhistogram::Histogram;
 use tracing::{info, warn, Instrument};
 
 use super::handle::RaftHandle;
+use super::handle::SnapshotWriter;
 use super::machine::{CommittedBatch, StateMachine};
 use super::unix_millis;
 use crate::net::stop::StopSignal;
@@ -59,6 +60,8 @@ struct Leadership {
     leading: Arc<AtomicBool>,
     epoch: Arc<AtomicI32>,
     local_id: i32,
+    /// Where the snapshots the node's policy asks for go (`write_policy_snapshots`).
+    snapshots: futures_channel::mpsc::UnboundedSender<SnapshotWriter>,
 }
 
 impl StateMachine for Leadership {
@@ -69,6 +72,35 @@ impl StateMachine for Leadership {
         self.leading
             .store(leader.leader_id == Some(self.local_id), Ordering::SeqCst);
         self.epoch.store(leader.epoch, Ordering::SeqCst);
+    }
+    fn take_snapshot(&mut self, writer: SnapshotWriter) -> Result<(), SnapshotWriter> {
+        self.snapshots
+            .unbounded_send(writer)
+            .map_err(|e| e.into_inner())
+    }
+}
+
+/// Writes the snapshots the node's policy asks the generator for: its state is the offset it
+/// reached (as `snapshot` writes), and retention drops the log below older ones.
+async fn write_policy_snapshots(
+    mut writers: futures_channel::mpsc::UnboundedReceiver<SnapshotWriter>,
+) {
+    use futures_lite::StreamExt;
+    while let Some(mut writer) = writers.next().await {
+        let offset = writer.offset();
+        let state = offset.to_be_bytes();
+        let written = match writer.append(&[&state[..]]).await {
+            Ok(()) => writer.finish(false).await,
+            Err(e) => Err(e),
+        };
+        match written {
+            Ok(id) => info!(
+                offset = id.offset,
+                epoch = id.epoch,
+                "snapshot written by policy"
+            ),
+            Err(e) => warn!(offset, error = %e, "no snapshot"),
+        }
     }
 }
 
@@ -104,10 +136,13 @@ fn histogram() -> Histogram<u64> {
 pub async fn run(spec: LoadSpec, handle: RaftHandle, local_id: i32, stop: StopSignal) {
     let leading = Arc::new(AtomicBool::new(false));
     let epoch = Arc::new(AtomicI32::new(-1));
+    let (snapshots, writers) = futures_channel::mpsc::unbounded();
+    glommio::spawn_local(write_policy_snapshots(writers).in_current_span()).detach();
     let listener = Leadership {
         leading: leading.clone(),
         epoch: epoch.clone(),
         local_id,
+        snapshots,
     };
     if handle.register(Box::new(listener)).is_err() {
         return;

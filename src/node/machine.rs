@@ -6,6 +6,7 @@
 
 use bytes::Bytes;
 
+use super::handle::SnapshotWriter;
 use crate::raft::{LeaderAndEpoch, OffsetAndEpoch, QuorumDescription, ReplicaKey};
 
 /// What the application runs on top of the log. Called on the raft shard, in log order, never
@@ -32,6 +33,21 @@ pub trait StateMachine: Send + 'static {
 
     /// Snapshot `id` was loaded whole; the state now reflects every offset below `id.offset`.
     fn load_snapshot_end(&mut self, _id: OffsetAndEpoch) {}
+
+    /// The node's snapshot policy asks for a snapshot (Kafka's
+    /// `metadata.log.max.record.bytes.between.snapshots` and
+    /// `metadata.log.max.snapshot.interval.ms`) of the state as of [`SnapshotWriter::offset`],
+    /// which is exactly what has been applied when this is called. Copy or freeze that state
+    /// now, then append it through `writer` and `finish` it from any thread or task; the call
+    /// itself should return quickly. Retention, not the application, then drops the log below
+    /// older snapshots.
+    ///
+    /// The default declines by handing the writer back: a machine that cannot snapshot says so
+    /// this way, the node warns once that its log will grow, and asks no more until another
+    /// state machine registers.
+    fn take_snapshot(&mut self, writer: SnapshotWriter) -> Result<(), SnapshotWriter> {
+        Err(writer)
+    }
 }
 
 /// One committed v2 batch, as it is in the log. The records borrow its bytes: reading them

@@ -63,6 +63,8 @@ struct ShardContext {
     /// `<metadata.log.dir>/__cluster_metadata-0`, opened by the raft shard.
     partition_dir: std::path::PathBuf,
     log_config: crate::log::LogConfig,
+    /// Snapshots by policy and retention (Kafka's keys).
+    snapshot_policy: executor::SnapshotPolicy,
     index: usize,
     coordinator: usize,
     roles: Vec<Role>,

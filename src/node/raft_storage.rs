@@ -234,6 +234,21 @@ impl Storage for LogStorage {
             }
         }
     }
+
+    fn log_bytes(&self) -> u64 {
+        self.log.size_bytes()
+    }
+
+    async fn snapshot_timestamp(&self, id: OffsetAndEpoch) -> Option<i64> {
+        match crate::log::snapshot_io::header_timestamp(&self.dir, id).await {
+            Ok(timestamp) => timestamp,
+            Err(e) => {
+                warn!(offset = id.offset, epoch = id.epoch, error = %e,
+                    "cannot read a snapshot's header: retention will not age it");
+                None
+            }
+        }
+    }
 }
 
 pub fn quorum_state_data(state: &ElectionState) -> QuorumStateData {

@@ -293,9 +293,14 @@ fn spawn_shards(
         partition_dir: crate::log::layout::partition_dir(&config.metadata_dir()),
         log_config: crate::log::LogConfig {
             segment_bytes: config.metadata_log_segment_bytes as usize,
+            // Never more ahead than a segment holds: small segments (and retention sized to
+            // them) are not doubled on disk by the space reserved past their end.
+            preallocate_bytes: (config.metadata_log_segment_bytes as usize)
+                .next_multiple_of(4096)
+                .min(crate::log::LogConfig::default().preallocate_bytes),
             cache_bytes: usize::try_from(config.batch_cache_bytes / 2).unwrap_or(usize::MAX),
-            ..Default::default()
         },
+        snapshot_policy: super::executor::SnapshotPolicy::from_config(config),
         index: 0,
         coordinator: tuning.raft_shard(),
         roles: Vec::new(),

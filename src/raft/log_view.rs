@@ -75,6 +75,15 @@ impl LogView {
         self.snapshots.keys().next().copied()
     }
 
+    /// The snapshots at or past the log start, oldest first, with their sizes.
+    pub fn snapshots(&self) -> impl Iterator<Item = (OffsetAndEpoch, u64)> + '_ {
+        let start = self.start_offset;
+        self.snapshots
+            .iter()
+            .filter(move |(id, _)| id.offset >= start && id.offset > 0)
+            .map(|(id, size)| (*id, *size))
+    }
+
     pub fn snapshot_size(&self, id: OffsetAndEpoch) -> Option<u64> {
         self.snapshots.get(&id).copied()
     }

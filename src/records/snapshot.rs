@@ -19,6 +19,19 @@ pub struct SnapshotCorrupt {
     pub reason: String,
 }
 
+/// The LastContainedLogTimestamp of the SnapshotHeader that opens a snapshot whose first
+/// bytes are `start` (at least its first batch); `None` when they do not begin with one.
+/// Retention ages snapshots by it, as Kafka does.
+pub fn header_timestamp(start: &[u8]) -> Option<i64> {
+    let (batch, _) = Batch::parse(start).ok()?;
+    match decode_control_batch(&batch).ok()?.first()? {
+        ControlRecord::SnapshotHeader {
+            last_contained_log_timestamp,
+        } => Some(*last_contained_log_timestamp),
+        _ => None,
+    }
+}
+
 /// A streaming validator of one snapshot's bytes.
 #[derive(Debug, Clone)]
 pub struct SnapshotCheck {

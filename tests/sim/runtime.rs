@@ -228,6 +228,16 @@ impl Storage for SimStorage {
             .insert(id, Bytes::from(content));
         Ok(Some((size, delete_log_before)))
     }
+
+    fn log_bytes(&self) -> u64 {
+        let disk = self.disk.borrow();
+        disk.log.batches.iter().map(|b| b.3.len() as u64).sum()
+    }
+
+    async fn snapshot_timestamp(&self, id: OffsetAndEpoch) -> Option<i64> {
+        let disk = self.disk.borrow();
+        ringraft::records::snapshot::header_timestamp(disk.log.snapshots.get(&id)?)
+    }
 }
 
 /// A whole snapshot file as the node writes one: the header batch (SnapshotHeader and the voter

@@ -73,6 +73,10 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
             self.probe
                 .delivered
                 .set(hwm.max(self.probe.delivered.get()));
+            // Nothing is read: the log's growth stands in for the bytes committed, enough to
+            // say once that a snapshot is due and nothing here writes one.
+            self.policy.log_grew_to(self.storage.log_bytes());
+            self.ask_for_snapshot();
             return Ok(());
         }
         while self.probe.delivered.get() < hwm {
@@ -105,11 +109,13 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
                             .observe((unix_ms - stamped) as f64 / 1000.0);
                     }
                 }
+                self.policy.committed(batch.bytes().len() as u64);
                 for l in &mut self.listeners {
                     l.apply(&batch);
                 }
             }
         }
+        self.ask_for_snapshot();
         Ok(())
     }
 
@@ -161,6 +167,7 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
         for l in &mut self.listeners {
             l.load_snapshot_end(id);
         }
+        self.policy.snapshot_taken(self.clock.now().mono_ms);
         Ok(())
     }
 }

@@ -19,11 +19,13 @@
 //! A storage error is `Fatal`: the loop ends with it and the node stops (docs/design.md §3 rule 4).
 
 mod deliver;
+mod policy;
 mod ready;
 mod snapshot;
 mod status;
 mod wire;
 
+pub use policy::SnapshotPolicy;
 use snapshot::{SnapshotFailure, SnapshotInFlight};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -102,6 +104,11 @@ pub trait Storage {
         parts: futures_channel::mpsc::Receiver<super::handle::SnapshotPart>,
         timestamp_ms: i64,
     ) -> Result<Option<(u64, bool)>, Fatal>;
+    /// The bytes the log's segments hold (what retention weighs beside the snapshots).
+    fn log_bytes(&self) -> u64;
+    /// The LastContainedLogTimestamp in snapshot `id`'s header (retention's age); `None` when
+    /// it cannot be read.
+    async fn snapshot_timestamp(&self, id: OffsetAndEpoch) -> Option<i64>;
 }
 
 /// How the executor reaches peers. Answers come back as `ExecutorInput::Peer` through the
@@ -188,6 +195,10 @@ pub struct Executor<S: Storage + 'static, T: Transport, C: Clock> {
     flush: Option<FlushInFlight>,
     /// The application's snapshot being written, and who asked for it.
     snapshot: Option<SnapshotInFlight>,
+    /// When to ask for snapshots and what retention deletes (`policy`).
+    policy: policy::PolicyState,
+    /// Snapshot header timestamps retention has read, by id.
+    snapshot_times: HashMap<OffsetAndEpoch, Option<i64>>,
     /// When a graceful stop was asked (monotonic ms).
     stopping: Option<u64>,
     probe: Rc<Probe>,
@@ -216,6 +227,8 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
         probe.delivered.set(raft.log_start_offset());
         probe.delivered_high_watermark.set(-1);
         let cluster_id = raft.config().cluster_id.clone();
+        let policy =
+            policy::PolicyState::new(SnapshotPolicy::kafka_defaults(), clock.now().mono_ms);
         let executor = Executor {
             raft: Rc::new(RefCell::new(raft)),
             storage,
@@ -238,6 +251,8 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
             waiting: VecDeque::new(),
             flush: None,
             snapshot: None,
+            policy,
+            snapshot_times: HashMap::new(),
             stopping: None,
             probe,
             publish: None,
@@ -283,6 +298,12 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
     pub fn set_state_machine(&mut self, machine: Box<dyn StateMachine>) {
         self.listeners.push(machine);
         self.load_at_start = true;
+        self.policy.machine_added();
+    }
+
+    /// Snapshot and retention by `policy` (Kafka's defaults until set).
+    pub fn set_snapshot_policy(&mut self, policy: SnapshotPolicy) {
+        self.policy.policy = policy;
     }
 
     /// Runs until the input stream ends, or a graceful stop (`ExecutorInput::Stop`) finishes:
@@ -404,10 +425,12 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
                 }
                 Event::Snapshot(result) => {
                     let done = self.snapshot.take().expect("a snapshot in flight");
-                    self.snapshot_written(result, done.reply)?;
+                    self.snapshot_written(result, done)?;
+                    self.apply_retention(true).await;
                 }
                 Event::Tick => self.step(Input::Tick),
             }
+            self.apply_retention(false).await;
         }
     }
 
@@ -503,12 +526,13 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
                 });
                 drop(raft);
                 self.listeners.push(listener);
+                self.policy.machine_added();
             }
             ExecutorInput::Snapshot {
                 offset,
                 parts,
                 reply,
-            } => self.start_snapshot(offset, parts, reply),
+            } => self.start_snapshot(offset, parts, reply, false),
             ExecutorInput::Stop => {
                 if self.stopping.is_none() {
                     info!(
