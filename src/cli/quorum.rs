@@ -47,6 +47,23 @@ pub enum QuorumCommand {
     AddController(AddControllerArgs),
     /// Remove a controller (node id and directory id) from the voters (RemoveRaftVoter).
     RemoveController(RemoveControllerArgs),
+    /// Move the leadership to another voter (a ringraft leader; the target may be any voter,
+    /// a Kafka controller included): docs/operations.md, "Moving the leadership".
+    TransferLeader(TransferLeaderArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct TransferLeaderArgs {
+    /// The node id of the voter to hand the leadership to.
+    #[arg(long = "to", value_name = "ID")]
+    pub to: i32,
+    /// A comma-separated list of controllers' host:port (default: the embedded default's,
+    /// $RINGRAFT_LISTEN or 127.0.0.1:9093).
+    #[arg(long = "bootstrap-controller", value_name = "HOST:PORT")]
+    pub bootstrap_controller: Option<String>,
+    /// Client properties (`security.protocol=SSL` and the `ssl.*` keys), as for describe.
+    #[arg(long = "command-config", value_name = "FILE")]
+    pub command_config: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -177,6 +194,11 @@ pub fn run(command: QuorumCommand) -> Result<(), CliError> {
             }
             text
         }
+        QuorumCommand::TransferLeader(args) => {
+            let bootstrap = bootstrap(args.bootstrap_controller.as_deref())?;
+            let dial = Dialer::from_command_config(args.command_config.as_deref())?;
+            on_glommio(transfer_leader(dial, bootstrap, args.to))?
+        }
         QuorumCommand::RemoveController(args) => {
             let bootstrap = bootstrap(args.bootstrap_controller.as_deref())?;
             let dial = Dialer::from_command_config(args.command_config.as_deref())?;
@@ -275,6 +297,102 @@ pub fn new_controller(path: &std::path::Path) -> Result<NewController, String> {
         listeners,
         tls: config.tls,
     })
+}
+
+/// How long `transfer-leader` waits for the leader's answer (it gives up on its own after an
+/// election timeout) and then for the next epoch's leader to be known.
+const TRANSFER_ANSWER: Duration = Duration::from_secs(30);
+const TRANSFER_ELECTION: Duration = Duration::from_secs(15);
+
+/// The leader and epoch a DescribeQuorum answer names (−1: none known).
+fn quorum_leader(response: &DescribeQuorumResponse) -> Result<(i32, i32), String> {
+    let partition = response
+        .topics
+        .first()
+        .and_then(|t| t.partitions.first())
+        .ok_or("the DescribeQuorum answer names no partition")?;
+    if partition.error_code != ErrorCode::NONE {
+        let message = partition.error_message.as_deref();
+        return Err(error_text(partition.error_code, message));
+    }
+    Ok((partition.leader_id, partition.leader_epoch))
+}
+
+/// `quorum transfer-leader`: TransferLeader to the active controller, then DescribeQuorum until
+/// the next epoch has a leader.
+async fn transfer_leader(
+    dial: Dialer,
+    bootstrap: Vec<(String, SocketAddr)>,
+    to: i32,
+) -> Result<String, String> {
+    use crate::protocol::transfer_leader::{self as tl, TransferLeaderRequest};
+    let mut conn = active_connection(&dial, &bootstrap).await?;
+    let (from, epoch) = quorum_leader(&describe_quorum(&mut conn).await?)?;
+    if from == to {
+        return Ok(format!("Voter {to} already leads epoch {epoch}\n"));
+    }
+    let request = TransferLeaderRequest {
+        to_id: to,
+        timeout_ms: TRANSFER_ANSWER.as_millis() as i32,
+    };
+    let mut body = Writer::with_capacity(16);
+    request.encode(&mut body, 0);
+    let key = ApiKey::RINGRAFT_TRANSFER_LEADER;
+    let started = std::time::Instant::now();
+    let answer = conn
+        .request_unadvertised(key, 0, 0, &body.into_vec(), TRANSFER_ANSWER)
+        .await
+        .map_err(|e| {
+            format!(
+                "the leader (node {from}) did not answer TransferLeader: {e}. Only a ringraft \
+                 leader serves it: a Kafka controller that leads cannot be asked to move"
+            )
+        })?;
+    let response = tl::TransferLeaderResponse::decode(&mut Reader::new(&answer), 0)
+        .map_err(|e| format!("cannot decode the TransferLeader answer: {e}"))?;
+    if response.error != ErrorCode::NONE {
+        let why = error_text(response.error, response.error_message.as_deref());
+        return Err(format!("node {from} did not hand over to {to}: {why}"));
+    }
+    let resigned = started.elapsed();
+    drop(conn);
+    // The election that follows takes a round trip or two; a bootstrap controller says who won.
+    let deadline = std::time::Instant::now() + TRANSFER_ELECTION;
+    let mut last = String::from("no controller answered");
+    while std::time::Instant::now() < deadline {
+        // DescribeQuorum is answered by the leader only: found through DescribeCluster.
+        let described = async {
+            let mut conn = active_connection(&dial, &bootstrap).await?;
+            describe_quorum(&mut conn).await
+        }
+        .await;
+        match described.and_then(|r| quorum_leader(&r)) {
+            Ok((leader, now)) if leader >= 0 && now > epoch => {
+                let elected = started.elapsed();
+                let note = if leader == to {
+                    String::new()
+                } else {
+                    format!(" (not {to}: another voter won the election)")
+                };
+                return Ok(format!(
+                    "Leadership moved from {from} to {leader} in epoch {now}{note}: {from} \
+                     resigned at offset {} after {} ms, {leader} led after {} ms\n",
+                    response.resigned_at_offset,
+                    resigned.as_millis(),
+                    elected.as_millis()
+                ));
+            }
+            Ok(_) => last = "the next epoch has no leader yet".into(),
+            Err(e) => last = e,
+        }
+        glommio::timer::sleep(Duration::from_millis(20)).await;
+    }
+    Err(format!(
+        "node {from} resigned at offset {} naming {to}, but no new leader was known within {} s: \
+         {last}",
+        response.resigned_at_offset,
+        TRANSFER_ELECTION.as_secs()
+    ))
 }
 
 /// How long add/remove keep retrying retriable answers (Kafka's default.api.timeout.ms).

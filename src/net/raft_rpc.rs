@@ -281,6 +281,7 @@ pub fn request_from_wire(body: &RequestBody) -> Option<Request> {
         }),
         RequestBody::ApiVersions(_)
         | RequestBody::Produce(_)
+        | RequestBody::TransferLeader(_)
         | RequestBody::ControllerOnly
         | RequestBody::DescribeQuorum(_)
         | RequestBody::DescribeCluster(_)
@@ -354,6 +355,15 @@ pub fn encode_top_level_error(key: ApiKey, version: i16, error: ErrorCode, w: &m
         // Produce has no top-level error; `node::produce` answers it on the connection's
         // shard, so only a caller that bypasses it gets this empty answer.
         ApiKey::PRODUCE => crate::protocol::produce::ProduceResponse::default().encode(w, version),
+        ApiKey::RINGRAFT_TRANSFER_LEADER => {
+            crate::protocol::transfer_leader::TransferLeaderResponse {
+                error,
+                resigned_at_offset: -1,
+                throttle_time_ms: 0,
+                error_message: None,
+            }
+            .encode(w, version)
+        }
         key if crate::protocol::controller_only::encode_error(key, error, w) => {}
         // ApiVersions is answered before raft; nothing else reaches here.
         other => debug_assert!(false, "{} has no raft error response", other.name()),

@@ -24,6 +24,20 @@ pub fn answer(raft: &mut Raft, call: &RaftCall, cluster_id: &str, now: Time) -> 
                 crate::protocol::controller_only::encode_not_controller(call.key, w);
             },
         )),
+        // TransferLeader too (`node::route`); elsewhere it is refused.
+        RequestBody::TransferLeader(_) => {
+            let refused = crate::protocol::transfer_leader::TransferLeaderResponse {
+                error: ErrorCode::INVALID_REQUEST,
+                error_message: Some("TransferLeader is served on the controller listener".into()),
+                resigned_at_offset: -1,
+                throttle_time_ms: 0,
+            };
+            Some(encode_response_frame(
+                call.correlation_id,
+                call.response_header_version,
+                |w| refused.encode(w, call.version),
+            ))
+        }
         // Produce is answered on the connection's shard (`node::produce`); a path that
         // bypasses it (the simulator's network) gets a refusal, never a silent drop.
         RequestBody::Produce(r) => {

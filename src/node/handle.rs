@@ -72,6 +72,22 @@ pub enum ClientError {
         /// The leader's explanation.
         message: String,
     },
+    /// A leadership transfer to voter `to` was abandoned: it had not fetched up to the
+    /// leader's log end within an election timeout. The leader leads on and takes appends
+    /// again.
+    #[error(
+        "voter {to} did not catch up within an election timeout (it had fetched to {}, the log \
+         ends at {log_end}); this node still leads",
+        .reached.map_or_else(|| "nothing".to_string(), |r| r.to_string())
+    )]
+    TransferTimedOut {
+        /// The voter the leadership was to go to.
+        to: i32,
+        /// How far it had fetched, if at all.
+        reached: Option<i64>,
+        /// The leader's log end.
+        log_end: i64,
+    },
     /// The node has stopped (or is stopping); the outcome of an append in flight is unknown.
     #[error("the raft shard has stopped")]
     Stopped,
@@ -129,6 +145,11 @@ pub enum ExecutorInput {
     Listen(Box<dyn StateMachine>),
     /// A read fence (`RaftHandle::read_fence`).
     ReadFence {
+        reply: oneshot::Sender<Result<i64, ClientError>>,
+    },
+    /// Hand the leadership to voter `to` (`RaftHandle::transfer_leadership`).
+    Transfer {
+        to: i32,
         reply: oneshot::Sender<Result<i64, ClientError>>,
     },
     /// A membership request from the application, answered with the core's response.
@@ -306,6 +327,19 @@ impl RaftHandle {
     pub async fn read_fence(&self) -> Result<i64, ClientError> {
         let (reply, answer) = oneshot::channel();
         self.send(ExecutorInput::ReadFence { reply })?;
+        answer.await.map_err(|_| ClientError::Stopped)?
+    }
+
+    /// Hands the leadership to voter `to` (docs/operations.md, "Moving the leadership"): the
+    /// leader stops taking appends, waits until `to` has fetched up to its log end, then
+    /// resigns naming `to` first in EndQuorumEpoch, so that `to` stands at once and wins the
+    /// next epoch (a Kafka controller does the same). Resolves with the log end at which it
+    /// resigned; the election follows within a round trip or two (`describe_quorum` shows the
+    /// new leader). Call it on the leader; `TransferTimedOut` when `to` did not catch up within
+    /// an election timeout (the leader then leads on).
+    pub async fn transfer_leadership(&self, to: i32) -> Result<i64, ClientError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(ExecutorInput::Transfer { to, reply })?;
         answer.await.map_err(|_| ClientError::Stopped)?
     }
 

@@ -36,6 +36,9 @@ impl Service for NodeService {
             let serving = self.fetch.as_deref();
             return Some(super::produce::serve(raft, serving, enabled, &call, r).await);
         }
+        if let RequestBody::TransferLeader(r) = &call.body {
+            return Some(transfer_leader(&self.raft, &call, r).await);
+        }
         match (
             &call.body,
             crate::net::raft_rpc::request_from_wire(&call.body),
@@ -74,6 +77,47 @@ impl Service for NodeService {
             PeerClass::Observer
         })
     }
+}
+
+/// TransferLeader (`protocol::transfer_leader`): waits for the raft shard's outcome, at most
+/// the request's timeout, and says it in Kafka's error codes.
+async fn transfer_leader(
+    raft: &RaftHandle,
+    call: &RaftCall,
+    request: &crate::protocol::transfer_leader::TransferLeaderRequest,
+) -> LocalFrame {
+    use super::handle::ClientError;
+    use crate::protocol::transfer_leader::TransferLeaderResponse;
+    use crate::protocol::ErrorCode;
+    let timeout = std::time::Duration::from_millis(request.timeout_ms.clamp(0, 600_000) as u64);
+    let outcome = futures_lite::future::or(raft.transfer_leadership(request.to_id), async {
+        glommio::timer::sleep(timeout).await;
+        Err(ClientError::Invalid(format!(
+            "no outcome within the request's {} ms",
+            timeout.as_millis()
+        )))
+    })
+    .await;
+    let (error, resigned_at_offset) = match &outcome {
+        Ok(offset) => (ErrorCode::NONE, *offset),
+        Err(ClientError::NotLeader { .. } | ClientError::Stopped) => {
+            (ErrorCode::NOT_LEADER_OR_FOLLOWER, -1)
+        }
+        Err(ClientError::TransferTimedOut { .. }) => (ErrorCode::REQUEST_TIMED_OUT, -1),
+        Err(_) => (ErrorCode::INVALID_REQUEST, -1),
+    };
+    let response = TransferLeaderResponse {
+        throttle_time_ms: 0,
+        error,
+        error_message: outcome.err().map(|e| e.to_string()),
+        resigned_at_offset,
+    };
+    let frame = crate::protocol::request::encode_response_frame(
+        call.correlation_id,
+        call.response_header_version,
+        |w| response.encode(w, call.version),
+    );
+    LocalFrame::whole(frame)
 }
 
 /// On a snapshot shard: answers FetchSnapshot calls other shards forward, until they all go.

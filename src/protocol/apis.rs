@@ -29,6 +29,8 @@ impl ApiKey {
     pub const ADD_RAFT_VOTER: ApiKey = ApiKey(80);
     pub const REMOVE_RAFT_VOTER: ApiKey = ApiKey(81);
     pub const UPDATE_RAFT_VOTER: ApiKey = ApiKey(82);
+    /// ringraft's own, unadvertised (`protocol::transfer_leader`): far above Kafka's keys.
+    pub const RINGRAFT_TRANSFER_LEADER: ApiKey = ApiKey(10_000);
 
     /// Kafka's name for the key, for logs ("unknown" for keys ringraft has no name for).
     pub fn name(self) -> &'static str {
@@ -55,6 +57,7 @@ impl ApiKey {
             80 => "AddRaftVoter",
             81 => "RemoveRaftVoter",
             82 => "UpdateRaftVoter",
+            10_000 => "TransferLeader (ringraft)",
             _ => "unknown",
         }
     }
@@ -224,13 +227,22 @@ pub const SERVED: &[ApiSpec] = &[
 
 /// APIs this node parses and answers without listing them in ApiVersions: interop compares
 /// our ApiVersions answer with a Kafka controller's, and no Kafka client should find them by
-/// negotiation. Produce serves `ringraft log append` (docs/wire.md §8.10).
-pub const UNADVERTISED: &[ApiSpec] = &[ApiSpec {
-    key: ApiKey::PRODUCE,
-    min_version: 9,
-    max_version: 12,
-    flexible_from: 9,
-}];
+/// negotiation. Produce serves `ringraft log append` (docs/wire.md §8.10), TransferLeader
+/// `ringraft quorum transfer-leader` (§8.11).
+pub const UNADVERTISED: &[ApiSpec] = &[
+    ApiSpec {
+        key: ApiKey::PRODUCE,
+        min_version: 9,
+        max_version: 12,
+        flexible_from: 9,
+    },
+    ApiSpec {
+        key: ApiKey::RINGRAFT_TRANSFER_LEADER,
+        min_version: 0,
+        max_version: 0,
+        flexible_from: 0,
+    },
+];
 
 /// The served API with this key, if any (advertised or not).
 pub fn served(key: ApiKey) -> Option<&'static ApiSpec> {

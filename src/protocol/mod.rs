@@ -18,6 +18,7 @@ pub mod kraft;
 pub mod produce;
 pub mod remove_raft_voter;
 pub mod request;
+pub mod transfer_leader;
 pub mod update_features;
 pub mod update_raft_voter;
 pub mod vote;

@@ -32,6 +32,8 @@ pub enum RequestBody {
     UpdateFeatures(super::update_features::UpdateFeaturesRequest),
     /// Served unadvertised, for `ringraft log append` (`protocol::produce`).
     Produce(super::produce::ProduceRequest),
+    /// Served unadvertised, for `ringraft quorum transfer-leader` (`protocol::transfer_leader`).
+    TransferLeader(super::transfer_leader::TransferLeaderRequest),
     /// A request only Kafka's active controller serves (`controller_only`); its body is not
     /// parsed, because the answer is NOT_CONTROLLER whatever it holds.
     ControllerOnly,
@@ -168,6 +170,10 @@ pub fn decode_request(frame: &[u8]) -> Result<Decoded, RequestError> {
         ),
         ApiKey::PRODUCE => RequestBody::Produce(
             super::produce::ProduceRequest::decode(&mut r, version, &none).map_err(malformed)?,
+        ),
+        ApiKey::RINGRAFT_TRANSFER_LEADER => RequestBody::TransferLeader(
+            super::transfer_leader::TransferLeaderRequest::decode(&mut r, version, &none)
+                .map_err(malformed)?,
         ),
         key if super::controller_only::is_controller_only(key) => RequestBody::ControllerOnly,
         other => unreachable!("{} is in the served table without a decoder", other.name()),

@@ -420,6 +420,9 @@ pub struct Raft {
     pub(super) last_leader: LeaderAndEpoch,
     pub(super) fences: super::fence::Fences,
     pub(super) witness: super::witness::WitnessState,
+    /// A leadership transfer in progress, and the outcomes not yet taken (`transfer`).
+    pub(super) transfer: Option<super::transfer::Transfer>,
+    pub(super) transfer_outcomes: Vec<(u64, super::transfer::TransferOutcome)>,
 }
 
 impl Raft {
@@ -475,6 +478,8 @@ impl Raft {
                 leader_heard_ms: now.mono_ms,
                 ..Default::default()
             },
+            transfer: None,
+            transfer_outcomes: Vec::new(),
         };
         raft.initialize(stored.unwrap_or(ElectionState::unattached(0)));
         raft
@@ -643,6 +648,9 @@ impl Raft {
         for f in self.inflight.values() {
             next = next.min(f.deadline);
         }
+        if let Some(t) = &self.transfer {
+            next = next.min(t.deadline_ms);
+        }
         for until in self.backoff_until.values() {
             if *until > self.now_ms {
                 next = next.min(*until);
@@ -656,8 +664,9 @@ impl Raft {
     /// A witness leads only to hand over (`witness`): it takes no writes, so that the voter
     /// catching up can reach its log end, and answers as if there were no leader yet.
     pub fn append(&mut self, batches: Vec<u8>) -> Result<(i64, i64), AppendError> {
-        if !matches!(self.role, Role::Leader(_)) || self.shutting_down || self.config.witness {
-            let leader = self.leader_id().filter(|_| !self.config.witness);
+        let paused = self.config.witness || self.transfer.is_some();
+        if !matches!(self.role, Role::Leader(_)) || self.shutting_down || paused {
+            let leader = self.leader_id().filter(|_| !paused);
             return Err(AppendError::NotLeader {
                 epoch: self.epoch,
                 leader,
@@ -1205,7 +1214,17 @@ impl Raft {
     }
 
     pub(super) fn become_resigned(&mut self) {
-        let preferred = self.preferred_successors();
+        self.become_resigned_naming(None);
+    }
+
+    /// Resigns naming `first` (a leadership transfer's target) as the first preferred
+    /// successor, then the others best replicated first.
+    pub(super) fn become_resigned_naming(&mut self, first: Option<i32>) {
+        let mut preferred = self.preferred_successors();
+        if let Some(at) = first.and_then(|id| preferred.iter().position(|k| k.id == id)) {
+            let target = preferred.remove(at);
+            preferred.insert(0, target);
+        }
         let unacked = preferred.iter().map(|k| k.id).collect();
         let election_deadline = self.random_election_deadline(self.now_ms);
         self.set_role(Role::Resigned(ResignedState {
@@ -1477,6 +1496,7 @@ impl Raft {
         }
         self.poll_sends();
         self.poll_fences();
+        self.poll_transfer();
     }
 
     /// A Prospective that lost or timed out (docs/raft.md §3).
@@ -1528,8 +1548,10 @@ impl Raft {
 /// endpoints, cluster id "c", seed 1, an empty log, time 0.
 #[cfg(test)]
 pub(crate) mod testing {
-    use super::{ElectionState, Raft, RaftConfig};
+    use super::{ElectionState, Input, Raft, RaftConfig};
     use crate::membership::{Voter, VoterSet};
+    use crate::protocol::ErrorCode;
+    use crate::raft::message::{FetchRequest, Outbound, Request, Response, VoteResponse};
     use crate::raft::{LogInfo, ReplicaKey, Time};
 
     pub fn voters(ids: &[i32]) -> VoterSet {
@@ -1552,5 +1574,66 @@ pub(crate) mod testing {
     /// Replica `id` of `voter_ids`, fresh.
     pub fn core(id: i32, voter_ids: &[i32]) -> Raft {
         start(config(id), voter_ids, None)
+    }
+
+    /// Node 1 of three, elected by granting every vote it asks for, with its LeaderChange
+    /// batch durable. Returns the core and the time reached.
+    pub fn leader_of_three() -> (Raft, u64) {
+        let mut raft = core(1, &[1, 2, 3]);
+        let mut now = 0;
+        while !raft.is_leader() {
+            now += 50;
+            assert!(now < 60_000, "never elected");
+            raft.step(Time::simulated(now), Input::Tick);
+            while let Some(ready) = raft.ready() {
+                raft.persisted(ready.id);
+                for m in ready.early_messages.iter().chain(&ready.messages) {
+                    if let Outbound::Request {
+                        id,
+                        request: Request::Vote(_),
+                        ..
+                    } = m
+                    {
+                        let granted = Response::Vote(VoteResponse {
+                            error: ErrorCode::NONE,
+                            partition_error: ErrorCode::NONE,
+                            leader_id: -1,
+                            leader_epoch: raft.epoch(),
+                            vote_granted: true,
+                            leader_endpoints: vec![],
+                        });
+                        let input = Input::Response {
+                            id: *id,
+                            response: granted,
+                        };
+                        raft.step(Time::simulated(now), input);
+                    }
+                }
+            }
+        }
+        drain(&mut raft);
+        (raft, now)
+    }
+
+    pub fn drain(raft: &mut Raft) {
+        while let Some(ready) = raft.ready() {
+            raft.persisted(ready.id);
+        }
+    }
+
+    /// Voter `id` fetches at the leader's log end (answered at once).
+    pub fn fetch(raft: &mut Raft, now: u64, id: i32) {
+        let request = Request::Fetch(FetchRequest {
+            cluster_id: Some("c".into()),
+            replica: ReplicaKey::new(id, None),
+            max_wait_ms: 0,
+            fetch_offset: raft.log_end_offset(),
+            last_fetched_epoch: raft.epoch(),
+            current_leader_epoch: raft.epoch(),
+            max_bytes: 1 << 20,
+            high_watermark: None,
+        });
+        raft.step(Time::simulated(now), Input::Request { token: 9, request });
+        drain(raft);
     }
 }

@@ -160,10 +160,8 @@ impl Raft {
 #[cfg(test)]
 mod tests {
     use super::{FenceAck, FenceOutcome};
-    use crate::protocol::ErrorCode;
-    use crate::raft::core::Input;
-    use crate::raft::message::{FetchRequest, Outbound, Request, Response, VoteResponse};
-    use crate::raft::{Raft, ReplicaKey, Time};
+    use crate::raft::core::testing::{fetch, leader_of_three};
+    use crate::raft::{Input, Time};
 
     #[test]
     fn acknowledged_rounds_never_go_backwards() {
@@ -172,67 +170,6 @@ mod tests {
         assert_eq!(ack.acked_round, 4);
         ack.fetched(2);
         assert_eq!(ack.acked_round, 4);
-    }
-
-    /// Node 1 of three, elected by granting every vote it asks for, with its LeaderChange
-    /// batch durable. Returns the core and the time reached.
-    fn leader_of_three() -> (Raft, u64) {
-        let mut raft = super::super::core::testing::core(1, &[1, 2, 3]);
-        let mut now = 0;
-        while !raft.is_leader() {
-            now += 50;
-            assert!(now < 60_000, "never elected");
-            raft.step(Time::simulated(now), Input::Tick);
-            while let Some(ready) = raft.ready() {
-                raft.persisted(ready.id);
-                for m in ready.early_messages.iter().chain(&ready.messages) {
-                    if let Outbound::Request {
-                        id,
-                        request: Request::Vote(_),
-                        ..
-                    } = m
-                    {
-                        let granted = Response::Vote(VoteResponse {
-                            error: ErrorCode::NONE,
-                            partition_error: ErrorCode::NONE,
-                            leader_id: -1,
-                            leader_epoch: raft.epoch(),
-                            vote_granted: true,
-                            leader_endpoints: vec![],
-                        });
-                        let input = Input::Response {
-                            id: *id,
-                            response: granted,
-                        };
-                        raft.step(Time::simulated(now), input);
-                    }
-                }
-            }
-        }
-        drain(&mut raft);
-        (raft, now)
-    }
-
-    fn drain(raft: &mut Raft) {
-        while let Some(ready) = raft.ready() {
-            raft.persisted(ready.id);
-        }
-    }
-
-    /// Voter `id` fetches at the leader's log end (answered at once).
-    fn fetch(raft: &mut Raft, now: u64, id: i32) {
-        let request = Request::Fetch(FetchRequest {
-            cluster_id: Some("c".into()),
-            replica: ReplicaKey::new(id, None),
-            max_wait_ms: 0,
-            fetch_offset: raft.log_end_offset(),
-            last_fetched_epoch: raft.epoch(),
-            current_leader_epoch: raft.epoch(),
-            max_bytes: 1 << 20,
-            high_watermark: None,
-        });
-        raft.step(Time::simulated(now), Input::Request { token: 9, request });
-        drain(raft);
     }
 
     #[test]

@@ -40,6 +40,7 @@ pub mod membership;
 pub mod message;
 pub mod replication;
 pub mod serve;
+pub mod transfer;
 pub mod types;
 pub mod witness;
 
@@ -50,4 +51,5 @@ pub use self::core::{
 pub use fence::FenceOutcome;
 pub use log_view::LogInfo;
 pub use message::{Failure, Outbound, Request, RequestId, Response, Token};
+pub use transfer::TransferOutcome;
 pub use types::{ElectionState, Endpoint, LeaderAndEpoch, OffsetAndEpoch, ReplicaKey, Time};

@@ -186,8 +186,9 @@ pub struct Executor<S: Storage + 'static, T: Transport, C: Clock> {
     listeners: Vec<Box<dyn StateMachine>>,
     /// The state machine given before the run hears the latest snapshot first.
     load_at_start: bool,
-    /// Read fences waiting for the core, by id.
+    /// Read fences and leadership transfers waiting for the core, by id (one numbering).
     fences: HashMap<u64, oneshot::Sender<Result<i64, ClientError>>>,
+    transfers: HashMap<u64, oneshot::Sender<Result<i64, ClientError>>>,
     next_fence: u64,
     /// The application's membership requests waiting for the core's answer.
     local: HashMap<Token, oneshot::Sender<Response>>,
@@ -246,6 +247,7 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
             listeners: Vec::new(),
             load_at_start: false,
             fences: HashMap::new(),
+            transfers: HashMap::new(),
             next_fence: 1,
             local: HashMap::new(),
             waiting: VecDeque::new(),
@@ -339,7 +341,7 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
                 let _ = w.send(Err(lost));
             }
         }
-        for (_, fence) in self.fences.drain() {
+        for (_, fence) in self.fences.drain().chain(self.transfers.drain()) {
             let _ = fence.send(Err(ClientError::Stopped));
         }
         result
@@ -509,6 +511,12 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
                 self.next_fence += 1;
                 self.fences.insert(id, reply);
                 self.raft.borrow_mut().read_fence(id);
+            }
+            ExecutorInput::Transfer { to, reply } => {
+                let id = self.next_fence;
+                self.next_fence += 1;
+                self.transfers.insert(id, reply);
+                self.raft.borrow_mut().transfer_leadership(id, to);
             }
             ExecutorInput::Local { request, reply } => {
                 let token = self.wire.next_token();

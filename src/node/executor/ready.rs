@@ -8,6 +8,7 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
     /// Takes every Ready the core has and begins it (see the module doc).
     pub(super) async fn drain_readys(&mut self) -> Result<(), Fatal> {
         self.settle_fences();
+        self.settle_transfers();
         loop {
             let ready = self.raft.borrow_mut().ready();
             let Some(ready) = ready else { break };

@@ -75,6 +75,39 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
         }
     }
 
+    /// Answers the leadership transfers the core finished.
+    pub(super) fn settle_transfers(&mut self) {
+        use crate::raft::TransferOutcome;
+        let outcomes = self.raft.borrow_mut().take_transfer_outcomes();
+        for (id, outcome) in outcomes {
+            let Some(reply) = self.transfers.remove(&id) else {
+                continue;
+            };
+            let answer = match outcome {
+                TransferOutcome::Resigned { offset, .. } => Ok(offset),
+                TransferOutcome::TimedOut {
+                    to,
+                    reached,
+                    log_end,
+                } => Err(ClientError::TransferTimedOut {
+                    to,
+                    reached,
+                    log_end,
+                }),
+                TransferOutcome::NotLeader { epoch, leader } => {
+                    Err(ClientError::NotLeader { epoch, leader })
+                }
+                TransferOutcome::NotAVoter { to } => Err(ClientError::Invalid(format!(
+                    "{to} is not another voter of the current voter set"
+                ))),
+                TransferOutcome::Busy { to } => Err(ClientError::Invalid(format!(
+                    "a transfer to voter {to} is in progress"
+                ))),
+            };
+            let _ = reply.send(answer);
+        }
+    }
+
     /// Tells the acceptor shards the kraft.version level in force (the other feature levels
     /// come from the bootstrap checkpoint, set at start).
     pub(super) fn publish_features(&self) {

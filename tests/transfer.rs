@@ -1,0 +1,134 @@
+//! Leadership transfer on real processes (docs/operations.md, "Moving the leadership"): three
+//! voters under the load generator; `ringraft quorum transfer-leader --to N` moves the
+//! leadership to exactly N, round after round, and every acknowledged append is in every log.
+//! A target that cannot catch up (stopped) makes the leader give up after an election timeout
+//! and lead on; a target that is not a voter is refused.
+
+mod common;
+
+use std::time::Duration;
+
+use common::quorum::{batches, Cluster};
+use common::*;
+
+fn bootstrap(c: &Cluster) -> String {
+    c.ports
+        .iter()
+        .map(|p| format!("127.0.0.1:{p}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn transfer(c: &Cluster, to: i32) -> (bool, String) {
+    let out = run(
+        &[
+            "quorum",
+            "transfer-leader",
+            "--to",
+            &to.to_string(),
+            "--bootstrap-controller",
+            &bootstrap(c),
+        ],
+        c.dir.path(),
+    );
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// Every acknowledged append is in every node's log, with its count and first sequence.
+fn check_acks(c: &Cluster) {
+    let acks = c.acks();
+    assert!(acks.len() > 100, "too few acknowledged appends");
+    for id in 1..=3 {
+        let log = batches(&c.log_lines(id));
+        for (last, (first_seq, count)) in &acks {
+            let found = log
+                .values()
+                .find(|f| f[1].parse::<i64>().ok() == Some(*last))
+                .unwrap_or_else(|| panic!("node {id}: acknowledged offset {last} missing"));
+            assert_eq!(
+                found[4].parse::<u64>().unwrap(),
+                *count,
+                "node {id}: {last}"
+            );
+            assert_eq!(
+                found[6].parse::<u64>().unwrap(),
+                *first_seq,
+                "node {id}: {last}"
+            );
+        }
+    }
+}
+
+#[test]
+fn transfer_leader_moves_the_leadership_to_the_named_voter_and_loses_nothing() {
+    let mut c = Cluster::new("transfer");
+    for id in 1..=3 {
+        c.start(id);
+    }
+    let (mut leader, _) = c
+        .wait_for(Duration::from_secs(20), Cluster::leader)
+        .expect("a leader within 20 s");
+    for round in 0..6 {
+        std::thread::sleep(Duration::from_millis(300));
+        let to = leader % 3 + 1;
+        let (ok, text) = transfer(&c, to);
+        assert!(ok, "round {round}: {text}\n{}", c.elections());
+        print!("round {round}: {text}");
+        assert!(
+            text.contains(&format!("Leadership moved from {leader} to {to} in epoch")),
+            "round {round}: {text}"
+        );
+        let (now, _) = c
+            .wait_for(Duration::from_secs(10), |c| {
+                c.leader().filter(|(l, _)| *l == to)
+            })
+            .unwrap_or_else(|| panic!("round {round}: {to} never led\n{}", c.elections()));
+        leader = now;
+    }
+    // Asking for the leader itself, or a node that is not a voter, is refused.
+    let (ok, text) = transfer(&c, leader);
+    assert!(ok && text.contains("already leads"), "{text}");
+    let (ok, text) = transfer(&c, 9);
+    assert!(!ok && text.contains("not another voter"), "{text}");
+    std::thread::sleep(Duration::from_millis(500));
+    for node in c.nodes.iter_mut().flatten() {
+        node.signal(SIGTERM);
+        assert_eq!(node.wait_exit(Duration::from_secs(10)), Some(0));
+    }
+    check_acks(&c);
+}
+
+#[test]
+fn a_target_that_cannot_catch_up_leaves_the_leader_leading() {
+    let mut c = Cluster::new("transfer-stopped-target");
+    for id in 1..=3 {
+        c.start(id);
+    }
+    let (leader, _) = c
+        .wait_for(Duration::from_secs(20), Cluster::leader)
+        .expect("a leader within 20 s");
+    let target = leader % 3 + 1;
+    let node = c.nodes[target as usize - 1].as_mut().unwrap();
+    node.signal(SIGTERM);
+    assert_eq!(node.wait_exit(Duration::from_secs(10)), Some(0));
+    c.nodes[target as usize - 1] = None;
+    let (ok, text) = transfer(&c, target);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("REQUEST_TIMED_OUT") && text.contains("did not catch up"),
+        "{text}"
+    );
+    // It leads on, in the same epoch, and takes appends again.
+    let (still, before) = c.leader().expect("a leader");
+    assert_eq!(still, leader, "{}", c.elections());
+    let grew = c.wait_for(Duration::from_secs(5), |c| {
+        c.leader()
+            .filter(|(l, p)| *l == leader && p.high_watermark > before.high_watermark + 100)
+    });
+    assert!(grew.is_some(), "appends did not resume");
+}
