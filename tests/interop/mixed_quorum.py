@@ -4,6 +4,7 @@
 usage: mixed_quorum.py static --layout KKW --kills N --seed S [--tls DIR]
        mixed_quorum.py dynamic
        mixed_quorum.py latency [--layouts KKK,KKW] [--seconds 60]
+       mixed_quorum.py transfer --layout KRR --kills N
   common: --kafka-jars DIR --tool-classes DIR --logging-jar JAR --ringraft BIN --work DIR
           --pids FILE (the PIDs of the processes started, for the caller's cleanup)
 
@@ -35,6 +36,10 @@ With --tls DIR (certificates from tls_certs.sh), every node's controller listene
 CONTROLLER:SSL with ssl.client.auth=required (Kafka's keys, PEM files from DIR), so the voters'
 own connections are mTLS with hostname verification, and kafka-metadata-quorum connects with
 DIR/client.properties. Static runs only.
+
+The transfer run (KRR) asks the ringraft leader, N times, to hand the leadership to the Kafka
+controller and to the other ringraft voter in turn (`ringraft quorum transfer-leader`); the
+named voter must lead the next epoch, and the checks after each step are the static run's.
 
 The dynamic run starts one Kafka controller formatted --standalone, adds a ringraft node with
 kafka-metadata-quorum add-controller, and removes it again with remove-controller.
@@ -384,18 +389,79 @@ class Suite:
             for line in errors[:5]:
                 self.fail(f"{n.name()} logged: {line[:300]}")
 
-    def run_static(self):
+    def start_static(self, layout):
+        """Nodes 1..3 of `layout`, formatted (kraft.version 0) and started."""
         a = self.args
-        layout = a.layout
         ports = {i: free_port() for i in (1, 2, 3)}
         cluster_id = subprocess.run([a.ringraft, "storage", "random-uuid"], capture_output=True,
                                     text=True).stdout.strip()
         voters = "controller.quorum.voters=" + ",".join(f"{i}@127.0.0.1:{ports[i]}" for i in (1, 2, 3))
         nodes = {i: Node(i, layout[i - 1], a, self.work, ports, cluster_id, voters) for i in (1, 2, 3)}
-        witness = "W" in layout
         for n in nodes.values():
             n.format()
             n.start()
+        return nodes
+
+    def run_transfer(self):
+        """`ringraft quorum transfer-leader`, --kills times, alternately to a Kafka controller
+        and to the other ringraft voter; a Kafka leader (which cannot be asked) is first stopped
+        with SIGTERM and restarted, so that a ringraft node leads."""
+        a = self.args
+        nodes = self.start_static(a.layout)
+        kafka = [n.id for n in nodes.values() if n.is_kafka]
+        ours = [n.id for n in nodes.values() if not n.is_kafka]
+        if not kafka or len(ours) < 2:
+            sys.exit("transfer: a layout with a Kafka controller and two ringraft voters (KRR)")
+        bootstrap = ",".join(f"127.0.0.1:{nodes[i].port}" for i in ours)
+        found = self.wait_leader(nodes, time.time(), 0)
+        if not found:
+            self.fail("no first leader")
+            return self.finish(nodes)
+        moved = {"K": 0, "R": 0}
+        for step in range(a.kills):
+            leader_id = self.settle(nodes, found, False, step)
+            if leader_id is None:
+                break
+            if nodes[leader_id].is_kafka:
+                victim, since = nodes[leader_id], time.time()
+                victim.stop(signal.SIGTERM)
+                found = self.wait_leader(nodes, since, found[1])
+                victim.start()
+                if not found:
+                    self.fail(f"step {step}: no leader after SIGTERM of {victim.name()}")
+                    break
+                leader_id = self.settle(nodes, found, False, step)
+                if leader_id is None or nodes[leader_id].is_kafka:
+                    continue
+            target = kafka[0] if step % 2 == 0 else next(i for i in ours if i != leader_id)
+            epoch = self.leader(nodes)[1]
+            since = time.time()
+            r = subprocess.run([a.ringraft, "quorum", "transfer-leader", "--to", str(target),
+                                "--bootstrap-controller", bootstrap],
+                               capture_output=True, text=True, timeout=60)
+            if r.returncode != 0:
+                self.fail(f"step {step}: transfer-leader {nodes[leader_id].name()} -> "
+                          f"{nodes[target].name()}: {r.stdout}{r.stderr}")
+                break
+            found = self.wait_leader(nodes, since, epoch)
+            if not found or found[0] != target:
+                self.fail(f"step {step}: {nodes[target].name()} was named, {found} leads")
+                break
+            moved[nodes[target].kind] += 1
+            self.changes += 1
+            print(f"step {step}: transfer-leader {nodes[leader_id].name()} -> "
+                  f"{nodes[target].name()}: {r.stdout.strip()}", flush=True)
+        if not self.failures and (moved["K"] < 1 or moved["R"] < 1):
+            self.fail(f"transfers to a Kafka controller {moved['K']}, to ringraft {moved['R']}")
+        print(f"transfers: to a Kafka controller {moved['K']}, to a ringraft voter {moved['R']}",
+              flush=True)
+        return self.finish(nodes)
+
+    def run_static(self):
+        a = self.args
+        layout = a.layout
+        nodes = self.start_static(layout)
+        witness = "W" in layout
         rng = random.Random(a.seed)
         start = time.time()
         found = self.wait_leader(nodes, start, 0)
@@ -678,7 +744,7 @@ def dump_class(jars):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["static", "dynamic", "latency"])
+    p.add_argument("mode", choices=["static", "dynamic", "latency", "transfer"])
     p.add_argument("--layouts", default="KKK,KKW", help="latency: the two layouts to compare")
     p.add_argument("--seconds", type=int, default=60, help="latency: samples, one a second")
     p.add_argument("--warmup", type=int, default=10, help="latency: seconds before sampling")
@@ -702,10 +768,11 @@ def main():
         for name in ["ca.pem", "client.properties", "node1.pem", "node2.pem", "node3.pem"]:
             if not os.path.exists(os.path.join(args.tls, name)):
                 sys.exit(f"--tls: no {name} in {args.tls} (tls_certs.sh makes them)")
-    if args.mode == "static" and (len(args.layout) != 3 or set(args.layout) - set("KRW")):
+    if args.mode in ("static", "transfer") and (len(args.layout) != 3 or set(args.layout) - set("KRW")):
         sys.exit("--layout: three of K, R, W")
     suite = Suite(args)
-    run = {"static": suite.run_static, "dynamic": suite.run_dynamic, "latency": suite.run_latency}
+    run = {"static": suite.run_static, "dynamic": suite.run_dynamic, "latency": suite.run_latency,
+           "transfer": suite.run_transfer}
     sys.exit(run[args.mode]())
 
 
