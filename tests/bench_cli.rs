@@ -185,3 +185,33 @@ fn bench_soak_json_and_check() {
     assert_eq!(goal(&result, "anon_growth")["bound"], 1.1, "{result}");
     assert_eq!(code, Some(3), "{stderr}");
 }
+
+#[test]
+fn bench_transfer_json_and_check() {
+    let dir = common::TempDir::new("bench-transfer");
+    let (code, result, stderr) = bench(
+        &[
+            "transfer",
+            "--transfers",
+            "3",
+            "--gap-seconds",
+            "0.5",
+            "--throughput",
+            "500",
+            "--json",
+            "--check",
+            "--goal",
+            "transfer_pause=0.001",
+        ],
+        &dir,
+    );
+    assert_eq!(result["bench"], "transfer", "{result}");
+    let pauses = result["pauses_us"].as_array().unwrap();
+    assert_eq!(pauses.len(), 3, "{result}");
+    assert!(pauses.iter().all(|p| p.as_f64().unwrap() > 0.0), "{result}");
+    assert!(result["commit_p50_us"].as_f64().unwrap() > 0.0, "{result}");
+    // No transfer pauses writes for under 0.1 % of the bound: the goal is missed, and --check
+    // says so.
+    assert_eq!(goal(&result, "transfer_pause")["met"], false, "{result}");
+    assert_eq!(code, Some(3), "{stderr}");
+}

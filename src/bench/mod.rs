@@ -15,6 +15,7 @@ pub mod log;
 pub mod quorum;
 pub mod report;
 pub mod soak;
+pub mod transfer;
 
 use clap::Subcommand;
 
@@ -62,6 +63,9 @@ pub enum BenchCommand {
     /// Fetch fan-out to observers, catch-up and snapshot streaming, against same-run
     /// baselines, with ratios.
     Fetch(fetch::FetchBenchArgs),
+    /// Leadership transfers under load: the write pause each causes, against the commit
+    /// latency measured in the same run.
+    Transfer(transfer::TransferBenchArgs),
     /// A 3-voter quorum under steady load for a long while: each node's memory after the
     /// warm-up must stay flat (RSS at the end within 10 % of RSS after the warm-up).
     Soak(soak::SoakBenchArgs),
@@ -77,6 +81,7 @@ pub fn run(command: BenchCommand) -> Result<(), BenchError> {
         BenchCommand::Quorum(args) => quorum::run(args),
         BenchCommand::Fetch(args) => fetch::run(args),
         BenchCommand::Soak(args) => soak::run(args),
+        BenchCommand::Transfer(args) => transfer::run(args),
         BenchCommand::QuorumFloorNode(args) => floor::run_floor_node(args),
     }
 }
