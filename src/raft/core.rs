@@ -1016,6 +1016,10 @@ impl Raft {
         // as the leader's own (KAFKA-20514), and it may be the only one that can reach us.
         let epoch = self.epoch;
         self.inflight.retain(|to, f| *to <= -2 && f.epoch == epoch);
+        // Backoffs too, as Kafka resets its connections on every transition: a new leader
+        // whose last Fetch to the old one failed must still send it BeginQuorumEpoch now,
+        // not one period later (a transferred leadership left the old leader leaderless 1 s).
+        self.backoff_until.clear();
         self.note_leader();
     }
 
