@@ -28,7 +28,7 @@ pub fn our_versions(key: ApiKey) -> (i16, i16) {
     match key {
         ApiKey::VOTE => (0, 2),
         ApiKey::BEGIN_QUORUM_EPOCH | ApiKey::END_QUORUM_EPOCH => (0, 1),
-        ApiKey::FETCH => (13, 17),
+        ApiKey::FETCH => (13, 18),
         ApiKey::FETCH_SNAPSHOT => (0, 1),
         ApiKey::ADD_RAFT_VOTER => (0, 1),
         ApiKey::REMOVE_RAFT_VOTER | ApiKey::UPDATE_RAFT_VOTER => (0, 0),

@@ -76,8 +76,8 @@ pub fn for_shard(listener: &std::net::TcpListener) -> std::io::Result<TcpListene
 /// What the node counts of its connections' traffic (`node::metrics` implements it): `net`
 /// reports through this, and does not know the node's metrics.
 pub trait ServerProbe {
-    /// One request of `api`, `bytes` long, answered with `answered` bytes.
-    fn request(&self, api: &str, bytes: usize, answered: usize);
+    /// One request of `api` at `version`, `bytes` long, answered with `answered` bytes.
+    fn request(&self, api: &str, version: i16, bytes: usize, answered: usize);
 }
 
 /// Whether a frame size read off the wire is the start of an HTTP request (`GET `, `POST`,
@@ -466,6 +466,12 @@ async fn serve_connection<S: Service>(
         let mut moved = None;
         let request_bytes = conn.frame.bytes().len();
         let mut api = "ApiVersions";
+        // The header's RequestApiVersion (the frame starts at its ApiKey).
+        let version = conn
+            .frame
+            .bytes()
+            .get(2..4)
+            .map_or(-1, |v| i16::from_be_bytes([v[0], v[1]]));
         let frame = match handle_frame(conn.frame.bytes(), &connections.state) {
             Action::Respond(bytes) => LocalFrame::whole(bytes),
             Action::Raft(mut call) => {
@@ -486,7 +492,7 @@ async fn serve_connection<S: Service>(
             }
         };
         if let Some(m) = &connections.metrics {
-            m.request(api, request_bytes, frame.len());
+            m.request(api, version, request_bytes, frame.len());
         }
         if let Err(e) = conn.stream.write_frame(&frame).await {
             debug!(error = %e, "write failed; closing connection");

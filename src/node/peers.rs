@@ -15,6 +15,7 @@ use tracing::{debug, info, warn, Instrument};
 
 use super::executor::Transport;
 use super::handle::ExecutorInput;
+use super::metrics::SharedMetrics;
 use crate::net::peer::{PeerConnection, Target};
 use crate::net::raft_rpc;
 use crate::net::tls::Tls;
@@ -34,6 +35,8 @@ pub struct PeerTransport {
     tls: Option<Tls>,
     /// The cluster id, named with each voter's id in ApiVersions v5 (KIP-1242).
     cluster_id: Option<String>,
+    /// Counts every request sent, by API and version (`ringraft_peer_requests_total`).
+    metrics: Option<SharedMetrics>,
 }
 
 /// A connection task and the endpoint it was started for.
@@ -56,7 +59,13 @@ impl PeerTransport {
             unreachable: Rc::default(),
             tls: None,
             cluster_id: None,
+            metrics: None,
         }
+    }
+
+    /// Counts the requests sent in `metrics`.
+    pub fn set_metrics(&mut self, metrics: SharedMetrics) {
+        self.metrics = Some(metrics);
     }
 
     /// Names `cluster_id` and the voter's id in every connection's ApiVersions v5.
@@ -99,6 +108,7 @@ impl PeerTransport {
                 self.request_timeout,
                 (self.client_id.clone(), self.unreachable.clone()),
                 (self.tls.clone(), target),
+                self.metrics.clone(),
             );
             glommio::spawn_local(task.instrument(span)).detach();
             self.peers.insert(to, Peer { endpoint, tx });
@@ -151,6 +161,7 @@ async fn peer_task(
     timeout: Duration,
     (client_id, unreachable): (String, Rc<RefCell<HashSet<String>>>),
     (tls, target): (Option<Tls>, Option<Target>),
+    metrics: Option<SharedMetrics>,
 ) {
     let mut conn: Option<PeerConnection> = None;
     let mut reconnect_at = Instant::now();
@@ -216,7 +227,14 @@ async fn peer_task(
         }
         let result = match conn.as_mut() {
             None => Err(Failure::Disconnected),
-            Some(c) => exchange(c, &request, timeout).await,
+            Some(c) => {
+                let version = wire_version(c, &request);
+                let result = exchange(c, &request, timeout).await;
+                if let (Some(m), Some(v), Ok(_)) = (&metrics, version, &result) {
+                    m.sent(raft_rpc::api_key(&request).name(), v);
+                }
+                result
+            }
         };
         if executor
             .unbounded_send(ExecutorInput::Peer { id, result })
@@ -225,6 +243,17 @@ async fn peer_task(
             return;
         }
     }
+}
+
+/// The version `exchange` sends `request` at to `conn` (`None`: none both serve, or the
+/// ApiVersions probe, which is not sent).
+fn wire_version(conn: &PeerConnection, request: &Request) -> Option<i16> {
+    if matches!(request, Request::ApiVersions) {
+        return None;
+    }
+    let key = raft_rpc::api_key(request);
+    conn.negotiate(key, raft_rpc::our_versions(key))
+        .filter(|v| *v >= raft_rpc::min_version(request))
 }
 
 /// One request to a connected peer at the best version both serve.
@@ -248,10 +277,7 @@ pub(crate) async fn exchange(
         ));
     }
     let key = raft_rpc::api_key(request);
-    let version = conn
-        .negotiate(key, raft_rpc::our_versions(key))
-        .filter(|v| *v >= raft_rpc::min_version(request))
-        .ok_or(Failure::UnsupportedVersion)?;
+    let version = wire_version(conn, request).ok_or(Failure::UnsupportedVersion)?;
     let flexible_from = apis::served(key).map_or(0, |s| s.flexible_from);
     let mut w = Writer::new();
     raft_rpc::encode_request(request, version, &mut w);

@@ -200,6 +200,7 @@ async fn start_raft(
         executor.set_state_machine(machine);
     }
     executor.set_metrics(ctx.metrics.clone());
+    executor.transport_mut().set_metrics(ctx.metrics.clone());
     executor.set_snapshot_policy(ctx.snapshot_policy);
     if let Some(admin) = &ctx.admin {
         match server::for_shard(admin) {

@@ -162,7 +162,7 @@ pub struct EpochResponse {
     pub leader_endpoints: Vec<Endpoint>,
 }
 
-/// Fetch v13–17 as raft uses it (docs/wire.md §8.4).
+/// Fetch v13–18 as raft uses it (docs/wire.md §8.4).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchRequest {
     pub cluster_id: Option<String>,

@@ -170,6 +170,10 @@ class Node:
             ]
         if kind == "W":
             lines.append("ringraft.leadership=witness")
+        self.admin_port = None
+        if kind != "K":
+            self.admin_port = free_port()
+            lines.append(f"ringraft.admin.listener=127.0.0.1:{self.admin_port}")
         lines.extend(extra)
         with open(self.props, "w") as f:
             f.write("\n".join(lines) + "\n")
@@ -455,7 +459,33 @@ class Suite:
             self.fail(f"transfers to a Kafka controller {moved['K']}, to ringraft {moved['R']}")
         print(f"transfers: to a Kafka controller {moved['K']}, to a ringraft voter {moved['R']}",
               flush=True)
+        # Fetch v18 (KIP-1166) both ways with Kafka: the ringraft nodes fetched from a Kafka
+        # leader, and the Kafka controller from a ringraft leader; every Fetch at version 18
+        # (a Kafka peer that negotiated less would show as another version).
+        versions = self.fetch_versions(nodes)
+        print(f"Fetch versions at the ringraft nodes: {versions}", flush=True)
+        for side in ("received", "sent"):
+            if set(versions[side]) != {18} or not versions[side][18]:
+                self.fail(f"Fetch {side} by version {versions[side]}: expected only v18")
         return self.finish(nodes)
+
+    def fetch_versions(self, nodes):
+        """Fetch requests by version, received and sent (and answered) by the ringraft nodes,
+        from their /metrics: {"received": {version: n}, "sent": {version: n}}."""
+        import urllib.request
+        out = {"received": {}, "sent": {}}
+        series = {"ringraft_requests_by_version_total": "received",
+                  "ringraft_peer_requests_total": "sent"}
+        for n in nodes.values():
+            if n.admin_port is None or not n.running():
+                continue
+            url = f"http://127.0.0.1:{n.admin_port}/metrics"
+            text = urllib.request.urlopen(url, timeout=5).read().decode()
+            for m in re.finditer(r'^(\w+)\{api="Fetch",version="(-?\d+)"\} (\d+)', text, re.M):
+                if m.group(1) in series:
+                    side = out[series[m.group(1)]]
+                    side[int(m.group(2))] = side.get(int(m.group(2)), 0) + int(m.group(3))
+        return out
 
     def run_static(self):
         a = self.args

@@ -1033,7 +1033,7 @@ else
 fi
 # ringraft quorum transfer-leader: the ringraft leader hands over to a named Kafka controller and
 # to the other ringraft voter in turn (docs/operations.md, "Moving the leadership").
-check "mixed quorum KRR on Kafka $MIXED_NEWEST: transfer-leader to a Kafka controller and to a ringraft voter, 4 times" \
+check "mixed quorum KRR on Kafka $MIXED_NEWEST: transfer-leader to a Kafka controller and to a ringraft voter, 4 times; Fetch v18 both ways" \
   mixed "$MIXED_NEWEST" transfer --layout KRR --kills 4
 # The same over mTLS, with the certificates of the TLS section (tls.sh).
 check "mixed TLS quorum KKW (2 Kafka $MIXED_NEWEST controllers + 1 ringraft witness, mTLS): 2 leader kills" \

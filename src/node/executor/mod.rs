@@ -303,6 +303,11 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
         self.policy.machine_added();
     }
 
+    /// The transport, to configure before the run.
+    pub fn transport_mut(&mut self) -> &mut T {
+        &mut self.transport
+    }
+
     /// Snapshot and retention by `policy` (Kafka's defaults until set).
     pub fn set_snapshot_policy(&mut self, policy: SnapshotPolicy) {
         self.policy.policy = policy;

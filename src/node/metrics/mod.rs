@@ -84,6 +84,10 @@ pub struct Metrics {
     pub peer_round_trip_seconds: Histogram,
     /// Requests and bytes in and out, by API.
     pub requests: Family<Labels, Counter>,
+    /// Requests received, and sent to peers, by API and version (which version a peer
+    /// negotiated: Fetch v18 between Kafka 4.4 and ringraft, say).
+    pub requests_by_version: Family<Labels, Counter>,
+    pub peer_requests: Family<Labels, Counter>,
     pub request_bytes: Family<Labels, Counter>,
     pub response_bytes: Family<Labels, Counter>,
     /// Per shard, sampled every second: busy ratio, tasks run, ring reads and writes.
@@ -254,6 +258,16 @@ fn register_ringraft(r: &mut Registry, m: &Metrics) {
         m.requests.clone(),
     );
     r.register(
+        "ringraft_requests_by_version",
+        "Requests received, by API and version",
+        m.requests_by_version.clone(),
+    );
+    r.register(
+        "ringraft_peer_requests",
+        "Requests sent to peers and answered, by API and version",
+        m.peer_requests.clone(),
+    );
+    r.register(
         "ringraft_request_bytes",
         "Request bytes received, by API",
         m.request_bytes.clone(),
@@ -352,6 +366,8 @@ impl Metrics {
             propagation_seconds: histogram(),
             peer_round_trip_seconds: histogram(),
             requests: Family::default(),
+            requests_by_version: Family::default(),
+            peer_requests: Family::default(),
             request_bytes: Family::default(),
             response_bytes: Family::default(),
             shard_busy_ratio: Family::default(),
@@ -400,16 +416,27 @@ impl Metrics {
         metrics
     }
 
-    /// Counts one request of `api` (`bytes` long) and its response (`answered` bytes).
-    pub fn request(&self, api: &str, bytes: usize, answered: usize) {
+    /// Counts one request of `api` at `version` (`bytes` long) and its response (`answered`
+    /// bytes).
+    pub fn request(&self, api: &str, version: i16, bytes: usize, answered: usize) {
         let labels = vec![("api".to_string(), api.to_string())];
         self.requests.get_or_create(&labels).inc();
+        self.requests_by_version
+            .get_or_create(&versioned(api, version))
+            .inc();
         self.request_bytes
             .get_or_create(&labels)
             .inc_by(bytes as u64);
         self.response_bytes
             .get_or_create(&labels)
             .inc_by(answered as u64);
+    }
+
+    /// Counts one request sent to a peer and answered.
+    pub fn sent(&self, api: &str, version: i16) {
+        self.peer_requests
+            .get_or_create(&versioned(api, version))
+            .inc();
     }
 
     /// The exposition: the Kafka gauges set from `raft` and `stats` first, the readiness
@@ -545,12 +572,19 @@ pub fn shard_labels(index: usize) -> Labels {
     vec![("shard".to_string(), index.to_string())]
 }
 
+fn versioned(api: &str, version: i16) -> Labels {
+    vec![
+        ("api".to_string(), api.to_string()),
+        ("version".to_string(), version.to_string()),
+    ]
+}
+
 /// A shared handle to one node's metrics.
 pub type SharedMetrics = Arc<Metrics>;
 
 impl crate::net::server::ServerProbe for Metrics {
-    fn request(&self, api: &str, bytes: usize, answered: usize) {
-        Metrics::request(self, api, bytes, answered)
+    fn request(&self, api: &str, version: i16, bytes: usize, answered: usize) {
+        Metrics::request(self, api, version, bytes, answered)
     }
 }
 
@@ -595,7 +629,8 @@ mod tests {
     #[test]
     fn the_exposition_is_prometheus_text_format() {
         let m = super::Metrics::new();
-        m.request("Fetch", 100, 200);
+        m.request("Fetch", 18, 100, 200);
+        m.sent("Vote", 2);
         let core = test_core();
         let text = m.render(
             &core,
@@ -606,6 +641,10 @@ mod tests {
         );
         assert!(text.contains("# TYPE ringraft_requests_total counter\n"));
         assert!(text.contains("ringraft_requests_total{api=\"Fetch\"} 1\n"));
+        assert!(
+            text.contains("ringraft_requests_by_version_total{api=\"Fetch\",version=\"18\"} 1\n")
+        );
+        assert!(text.contains("ringraft_peer_requests_total{api=\"Vote\",version=\"2\"} 1\n"));
         assert!(text.contains("ringraft_request_bytes_total{api=\"Fetch\"} 100\n"));
         assert!(!text.contains("# EOF"));
         assert!(text.contains(
