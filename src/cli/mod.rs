@@ -5,6 +5,7 @@ pub mod debug;
 pub mod format;
 pub mod log;
 pub mod quorum;
+pub mod recover;
 pub mod storage;
 
 use std::fmt;

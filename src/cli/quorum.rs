@@ -230,7 +230,7 @@ pub fn run(command: QuorumCommand) -> Result<(), CliError> {
         .map_err(|e| CliError::new(format!("cannot write the output: {e}")))
 }
 
-fn on_glommio<T>(
+pub(super) fn on_glommio<T>(
     task: impl std::future::Future<Output = Result<T, String>>,
 ) -> Result<T, CliError> {
     glommio::LocalExecutorBuilder::default()
@@ -603,7 +603,7 @@ pub struct Dialer {
 }
 
 impl Dialer {
-    fn new(tls: Option<&crate::config::tls::TlsConfig>) -> Result<Dialer, CliError> {
+    pub(super) fn new(tls: Option<&crate::config::tls::TlsConfig>) -> Result<Dialer, CliError> {
         let tls = tls
             .map(crate::net::tls::Tls::client)
             .transpose()
@@ -630,7 +630,10 @@ impl Dialer {
     /// A connection to the first of `addrs` that answers; the error names the last failure.
     /// The first of `addrs` that connects and answers ApiVersions; the error names every
     /// address tried and why each failed.
-    async fn connect_any(&self, addrs: &[(String, SocketAddr)]) -> Result<PeerConnection, String> {
+    pub(super) async fn connect_any(
+        &self,
+        addrs: &[(String, SocketAddr)],
+    ) -> Result<PeerConnection, String> {
         let mut tried = Vec::new();
         for (host, addr) in addrs {
             let tls = self.tls.as_ref().map(|t| (t, host.as_str()));

@@ -35,6 +35,10 @@ pub enum StorageCommand {
         #[arg(long = "epoch")]
         epoch: Option<i32>,
     },
+    /// After losing a majority of a dynamic quorum's voters for good: on a stopped survivor,
+    /// rewrite the voter set to the survivors in a new epoch (docs/operations.md, "When a
+    /// majority of the voters is lost"). Refuses without --force, or while a majority answers.
+    RecoverQuorum(super::recover::RecoverQuorumArgs),
 }
 
 pub fn run(command: StorageCommand) -> Result<(), CliError> {
@@ -46,6 +50,7 @@ pub fn run(command: StorageCommand) -> Result<(), CliError> {
         StorageCommand::Format(args) => format::run(&args),
         StorageCommand::Info { config } => info(&config),
         StorageCommand::RepairQuorumState { config, epoch } => repair_quorum_state(&config, epoch),
+        StorageCommand::RecoverQuorum(args) => super::recover::run(&args),
     }
 }
 

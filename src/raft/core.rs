@@ -753,7 +753,7 @@ impl Raft {
     }
 
     /// Whether a complaint of `kind` may be logged now (once per `COMPLAINT_INTERVAL_MS`).
-    fn complaint_due(&mut self, kind: &'static str) -> bool {
+    pub(super) fn complaint_due(&mut self, kind: &'static str) -> bool {
         let now = self.now_ms;
         let due = self
             .complaints

@@ -438,6 +438,7 @@ impl Raft {
         let mut last_epoch = self.log.last_fetched_epoch();
         let epoch_now = self.epoch;
         let membership = &mut self.membership;
+        let mut refused = None;
         let accepted = crate::records::ValidBatches::parse_prefix(bytes, |batch| {
             let epoch = batch.partition_leader_epoch();
             if batch.base_offset() != expected || epoch > epoch_now || epoch < last_epoch {
@@ -446,7 +447,7 @@ impl Raft {
             if batch.is_control() {
                 // Voter sets take effect when appended, committed or not (docs/membership.md §2).
                 if let Err(why) = membership.apply_batches(batch.bytes()) {
-                    tracing::warn!(offset = expected, %why, "refusing a fetched control batch");
+                    refused = Some((expected, why));
                     return false;
                 }
             }
@@ -454,6 +455,12 @@ impl Raft {
             last_epoch = epoch;
             true
         });
+        // Refetched every few milliseconds while it stands: said at most once an interval.
+        if let Some((offset, why)) = refused {
+            if self.complaint_due("fetched control batch") {
+                tracing::warn!(offset, %why, "refusing a fetched control batch");
+            }
+        }
         let Some(batches) = accepted else {
             return;
         };
