@@ -171,7 +171,7 @@ pub fn run(args: &RecoverQuorumArgs) -> Result<(), CliError> {
             dir.display()
         ))
     })?;
-    print!("{plan}Done: the voter set is at offset {offset}, epoch {epoch}. Start this node.\n");
+    println!("{plan}Done: the voter set is at offset {offset}, epoch {epoch}. Start this node.");
     Ok(())
 }
 
