@@ -5,6 +5,7 @@ usage: mixed_quorum.py static --layout KKW --kills N --seed S [--tls DIR]
        mixed_quorum.py dynamic
        mixed_quorum.py latency [--layouts KKK,KKW] [--seconds 60]
        mixed_quorum.py transfer --layout KRR --kills N
+       mixed_quorum.py recover
   common: --kafka-jars DIR --tool-classes DIR --logging-jar JAR --ringraft BIN --work DIR
           --pids FILE (the PIDs of the processes started, for the caller's cleanup)
 
@@ -41,6 +42,11 @@ The transfer run (KRR) asks the ringraft leader, N times, to hand the leadership
 controller and to the other ringraft voter in turn (`ringraft quorum transfer-leader`); the
 named voter must lead the next epoch, and the checks after each step are the static run's.
 
+The recover run formats three ringraft voters (kraft.version 1), loses two (SIGKILL, their
+directories deleted), runs `ringraft storage recover-quorum --force` on the third, checks with
+kafka-metadata-quorum that the voters are [3], and adds ids 1 and 2 back as fresh Kafka
+controllers with Kafka's add-controller (they replay the recovery's voter-set records).
+
 The dynamic run starts one Kafka controller formatted --standalone, adds a ringraft node with
 kafka-metadata-quorum add-controller, and removes it again with remove-controller.
 """
@@ -48,6 +54,7 @@ import argparse
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -656,6 +663,76 @@ class Suite:
         print(f"summary dynamic: {len(self.failures)} failures", flush=True)
         return 0 if not self.failures else 1
 
+    def run_recover(self):
+        """`ringraft storage recover-quorum` after losing two of three ringraft voters, then
+        two Kafka controllers added back in their ids with Kafka's add-controller."""
+        a = self.args
+        ports = {i: free_port() for i in (1, 2, 3)}
+        uuid = lambda: subprocess.run([a.ringraft, "storage", "random-uuid"], capture_output=True,
+                                      text=True).stdout.strip()
+        cluster_id = uuid()
+        dirs = {i: uuid() for i in (1, 2, 3)}
+        voter = lambda i: f"{i}@127.0.0.1:{ports[i]}:{dirs[i]}"
+        boot = "controller.quorum.bootstrap.servers=" + ",".join(
+            f"127.0.0.1:{ports[i]}" for i in (1, 2, 3))
+        nodes = {i: Node(i, "R", a, self.work, ports, cluster_id, boot) for i in (1, 2, 3)}
+        try:
+            for n in nodes.values():
+                n.format("--initial-controllers", ",".join(voter(i) for i in (1, 2, 3)))
+                n.start()
+            if not self.wait_leader(nodes, time.time(), 0):
+                self.fail("no first leader")
+                return 1
+            time.sleep(2)
+            survivor = nodes[3]
+            survivor.stop(signal.SIGTERM)
+            for i in (1, 2):
+                nodes[i].stop(signal.SIGKILL)
+                shutil.rmtree(nodes[i].data)
+            r = subprocess.run([a.ringraft, "storage", "recover-quorum", "-c", survivor.props,
+                                "--voters", voter(3), "--force"], capture_output=True, text=True)
+            print(r.stdout.strip(), r.stderr.strip(), flush=True)
+            if r.returncode != 0:
+                self.fail(f"recover-quorum: {r.stderr.strip()}")
+                return 1
+            since = time.time()
+            survivor.start()
+            if self.voter_ids(ports[3], deadline=time.time() + 20, want={3}) != {3}:
+                self.fail("kafka-metadata-quorum describe --status does not show voters [3]")
+                return 1
+            print(f"kafka-metadata-quorum: voters [3], {time.time() - since:.1f} s after the start",
+                  flush=True)
+            # The lost ids come back as Kafka controllers on fresh directories.
+            want = {3}
+            for i in (1, 2):
+                k = Node(i, "K", a, self.work, ports, cluster_id, boot)
+                nodes[i] = k
+                k.format("--no-initial-controllers")
+                k.start()
+                deadline = time.time() + 90
+                while True:
+                    rc, out = self.tool.run(ports[3], "add-controller", config=k.props)
+                    if rc == 0 or time.time() > deadline:
+                        break
+                    time.sleep(1)
+                if rc != 0:
+                    self.fail(f"add-controller {i}: {out.strip()[-600:]}")
+                    return 1
+                want.add(i)
+                got = self.voter_ids(ports[3], deadline=time.time() + 30, want=set(want))
+                if got != want:
+                    self.fail(f"after add-controller {i} the voters are {got}")
+                    return 1
+                print(f"Kafka's add-controller added Kafka controller {i}: voters {sorted(got)}",
+                      flush=True)
+        finally:
+            for n in nodes.values():
+                n.stop(signal.SIGTERM)
+            self.kafka_errors({i: n for i, n in nodes.items() if n.is_kafka})
+            self.tool.close()
+        print(f"summary recover: {len(self.failures)} failures", flush=True)
+        return 0 if not self.failures else 1
+
     def run_latency(self):
         """The Kafka leader's commit latency, 3 Kafka voters against 2 Kafka + 1 witness.
 
@@ -774,7 +851,7 @@ def dump_class(jars):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["static", "dynamic", "latency", "transfer"])
+    p.add_argument("mode", choices=["static", "dynamic", "latency", "transfer", "recover"])
     p.add_argument("--layouts", default="KKK,KKW", help="latency: the two layouts to compare")
     p.add_argument("--seconds", type=int, default=60, help="latency: samples, one a second")
     p.add_argument("--warmup", type=int, default=10, help="latency: seconds before sampling")
@@ -802,7 +879,7 @@ def main():
         sys.exit("--layout: three of K, R, W")
     suite = Suite(args)
     run = {"static": suite.run_static, "dynamic": suite.run_dynamic, "latency": suite.run_latency,
-           "transfer": suite.run_transfer}
+           "transfer": suite.run_transfer, "recover": suite.run_recover}
     sys.exit(run[args.mode]())
 
 

@@ -1035,6 +1035,10 @@ fi
 # to the other ringraft voter in turn (docs/operations.md, "Moving the leadership").
 check "mixed quorum KRR on Kafka $MIXED_NEWEST: transfer-leader to a Kafka controller and to a ringraft voter, 4 times; Fetch v18 both ways" \
   mixed "$MIXED_NEWEST" transfer --layout KRR --kills 4
+# ringraft storage recover-quorum after losing two of three voters; Kafka's tools see the new
+# voter set and Kafka's add-controller adds two Kafka controllers back in the lost ids.
+check "recover-quorum on the survivor of 3 ringraft voters; kafka-metadata-quorum shows [3]; Kafka $MIXED_NEWEST controllers added back with add-controller" \
+  mixed "$MIXED_NEWEST" recover
 # The same over mTLS, with the certificates of the TLS section (tls.sh).
 check "mixed TLS quorum KKW (2 Kafka $MIXED_NEWEST controllers + 1 ringraft witness, mTLS): 2 leader kills" \
   mixed "$MIXED_NEWEST" static --layout KKW --kills 2 --seed 5 --tls "$TLS_DIR"
