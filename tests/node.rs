@@ -996,6 +996,21 @@ fn listen_and_admin_flags_move_the_embedded_default_and_quorum_finds_it() {
         (out.status.success() && text.contains("LeaderId:               1")).then_some(text)
     });
     assert!(found.contains(&listen), "{found}");
+    // Formatted on its first start as `storage format` formats: the bootstrap snapshot is
+    // there, and ApiVersions finalizes metadata.version 4.4-IV2 (33).
+    let bootstrap = dir
+        .path()
+        .join("data/__cluster_metadata-0/00000000000000000000-0000000000.checkpoint");
+    assert!(bootstrap.exists(), "no {}", bootstrap.display());
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    send_frame(&mut stream, &api_versions_frame(3, 7));
+    let (_, answer) = parse(&read_frame(&mut stream).unwrap(), 3);
+    let metadata_version = answer
+        .finalized_features
+        .iter()
+        .find(|f| f.name == "metadata.version")
+        .map(|f| f.max_version_level);
+    assert_eq!(metadata_version, Some(33), "{answer:?}");
     let mut http = TcpStream::connect(("127.0.0.1", admin)).expect("the admin listener moved");
     std::io::Write::write_all(&mut http, b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
     let mut answer = String::new();

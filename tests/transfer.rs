@@ -148,3 +148,103 @@ fn a_target_that_cannot_catch_up_leaves_the_leader_leading() {
     });
     assert!(grew.is_some(), "appends did not resume");
 }
+
+/// Nodes run by shell loops that start them again when they exit, as systemd would; stopped
+/// for good (loops and nodes) on drop, whatever the test did.
+struct Supervised {
+    dirs: Vec<std::path::PathBuf>,
+    loops: Vec<std::process::Child>,
+}
+
+impl Supervised {
+    fn start(c: &Cluster) -> Supervised {
+        let mut s = Supervised {
+            dirs: Vec::new(),
+            loops: Vec::new(),
+        };
+        for id in 1..=3 {
+            let node_dir = c.node_dir(id);
+            let script = format!(
+                "while [ ! -e {stop} ]; do {bin} start -c {config} >> {log} 2>&1 & \
+                 echo $! > {pid}; wait $!; done",
+                stop = node_dir.join("stop").display(),
+                bin = binary(),
+                config = node_dir.join("server.properties").display(),
+                log = node_dir.join("node.log").display(),
+                pid = node_dir.join("pid").display(),
+            );
+            let child = std::process::Command::new("bash")
+                .args(["-c", &script])
+                .spawn()
+                .unwrap();
+            s.loops.push(child);
+            s.dirs.push(node_dir);
+        }
+        s
+    }
+}
+
+impl Drop for Supervised {
+    fn drop(&mut self) {
+        for dir in &self.dirs {
+            let _ = std::fs::write(dir.join("stop"), "");
+        }
+        for dir in &self.dirs {
+            // The node this test's loop started, by the PID the loop recorded.
+            if let Ok(pid) = std::fs::read_to_string(dir.join("pid")) {
+                let _ = std::process::Command::new("kill").arg(pid.trim()).status();
+            }
+        }
+        for child in &mut self.loops {
+            let _ = child.wait();
+        }
+    }
+}
+
+/// `deploy/rolling-restart.sh` over three supervised nodes: every node is restarted once, the
+/// leader only after its leadership was moved away, and every node is caught up after.
+#[test]
+fn the_rolling_restart_script_moves_the_leadership_away_before_each_restart() {
+    let c = Cluster::new("rolling-restart");
+    let nodes = Supervised::start(&c);
+    let leader = c
+        .wait_for(Duration::from_secs(20), |c| {
+            (1..=3).find_map(|id| c.probe(id).filter(|p| p.leader == id).map(|_| id))
+        })
+        .expect("a leader within 20 s");
+    let restart = format!(
+        "kill $(cat {}/n{{id}}/pid); sleep 0.5",
+        c.dir.path().display()
+    );
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/rolling-restart.sh");
+    let out = std::process::Command::new("bash")
+        .arg(script)
+        .args([
+            "--bootstrap-controller",
+            &bootstrap(&c),
+            "--restart",
+            &restart,
+        ])
+        .args(["1", "2", "3"])
+        .env("RINGRAFT", binary())
+        .env("ROLLING_WAIT_S", "30")
+        .output()
+        .unwrap();
+    drop(nodes);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains(&format!("node {leader} leads; moving the leadership to")),
+        "{text}"
+    );
+    for id in 1..=3 {
+        assert!(
+            text.contains(&format!("node {id} is back and caught up")),
+            "{text}"
+        );
+    }
+}

@@ -56,22 +56,9 @@ pub struct FormatArgs {
     pub no_initial_controllers: bool,
 }
 
-/// The metadata.version Kafka 4.4.0 formats with unless told otherwise: its latest production
-/// release, by name and feature level.
-pub const RELEASE_VERSION: (&str, i16) = ("4.4-IV2", 33);
+pub use crate::log::bootstrap::{DEFAULT_FEATURE_LEVELS, RELEASE_VERSION};
 
-/// The default levels of the other features at that release, sorted by name, which is the
-/// order their records take (kraft.version is not among them: it follows the quorum type and
-/// lives in control records only).
-pub const DEFAULT_FEATURE_LEVELS: [(&str, i16); 5] = [
-    ("eligible.leader.replicas.version", 1),
-    ("group.version", 1),
-    ("share.version", 2),
-    ("streams.version", 1),
-    ("transaction.version", 2),
-];
-
-const METADATA_VERSION_FEATURE: &str = "metadata.version";
+use crate::protocol::api_versions::METADATA_VERSION_FEATURE;
 
 // Kafka's messages for the refusals of docs/membership.md §9, verbatim: scripts match on them.
 const VOTERS_WITH_DYNAMIC_FLAG: &str = "You cannot specify controller.quorum.voters and format \
@@ -231,23 +218,9 @@ fn unsupported_feature(name: &str) -> String {
     )
 }
 
-/// The metadata records of the bootstrap snapshot: metadata.version first, then every other
-/// feature above level 0 by name.
+/// The metadata records of the bootstrap snapshot (`log::bootstrap::default_records`).
 fn bootstrap_records() -> Vec<FeatureLevelRecord> {
-    let (_, level) = RELEASE_VERSION;
-    let first = (METADATA_VERSION_FEATURE, level);
-    std::iter::once(first)
-        .chain(
-            DEFAULT_FEATURE_LEVELS
-                .iter()
-                .copied()
-                .filter(|(_, l)| *l > 0),
-        )
-        .map(|(name, feature_level)| FeatureLevelRecord {
-            name: name.to_owned(),
-            feature_level,
-        })
-        .collect()
+    bootstrap::default_records()
 }
 
 /// The text Kafka prints after "Bootstrap metadata: " (Java's `toString` of its object).

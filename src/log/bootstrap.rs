@@ -31,6 +31,56 @@ pub const BOOTSTRAP_SNAPSHOT_ID: SnapshotId = SnapshotId {
 /// must fit in one batch of it.
 const MAX_BATCH_BYTES: usize = 8 * 1024 * 1024;
 
+/// The metadata.version Kafka 4.4.0 formats with unless told otherwise: its latest production
+/// release, by name and feature level.
+pub const RELEASE_VERSION: (&str, i16) = ("4.4-IV2", 33);
+
+/// The default levels of the other features at that release, sorted by name, which is the
+/// order their records take (kraft.version is not among them: it follows the quorum type and
+/// lives in control records only).
+pub const DEFAULT_FEATURE_LEVELS: [(&str, i16); 5] = [
+    ("eligible.leader.replicas.version", 1),
+    ("group.version", 1),
+    ("share.version", 2),
+    ("streams.version", 1),
+    ("transaction.version", 2),
+];
+
+/// The FeatureLevelRecords `storage format` writes: metadata.version first, then every other
+/// feature above level 0 by name.
+pub fn default_records() -> Vec<FeatureLevelRecord> {
+    let first = (
+        crate::protocol::api_versions::METADATA_VERSION_FEATURE,
+        RELEASE_VERSION.1,
+    );
+    std::iter::once(first)
+        .chain(
+            DEFAULT_FEATURE_LEVELS
+                .iter()
+                .copied()
+                .filter(|(_, l)| *l > 0),
+        )
+        .map(|(name, feature_level)| FeatureLevelRecord {
+            name: name.to_owned(),
+            feature_level,
+        })
+        .collect()
+}
+
+/// What `storage format` writes without voter flags: `kraft_version` 0 for a static quorum, 1
+/// for a dynamic one whose voters are learned from the leader (`--no-initial-controllers`),
+/// and the default feature levels. A node formatted on its first start gets this.
+pub fn without_voters(kraft_version: i16) -> BootstrapSnapshot {
+    BootstrapSnapshot {
+        kraft_version,
+        voters: None,
+        records: default_records()
+            .iter()
+            .map(FeatureLevelRecord::encode)
+            .collect(),
+    }
+}
+
 /// What the bootstrap snapshot holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BootstrapSnapshot {

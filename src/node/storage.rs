@@ -85,6 +85,20 @@ fn read_or_format(
             })?;
             let meta = MetaProperties::format_new(dir, &cluster_id, config.node_id)
                 .map_err(|e| NodeError::Refused(format!("cannot format {shown}: {e}")))?;
+            if dir == config.metadata_dir() {
+                // As `storage format` without voter flags: the feature levels and kraft.version
+                // that Kafka's tools and ApiVersions read (docs/membership.md §9).
+                let kraft_version = i16::from(config.controller_quorum_voters.is_empty());
+                let snapshot = crate::log::bootstrap::without_voters(kraft_version);
+                let partition = layout::partition_dir(dir);
+                crate::log::bootstrap::write(&partition, &snapshot, crate::types::unix_millis())
+                    .map_err(|e| {
+                        NodeError::Refused(format!(
+                            "cannot write the bootstrap snapshot in {}: {e}",
+                            partition.display()
+                        ))
+                    })?;
+            }
             info!(dir = %shown, cluster_id = %cluster_id, "formatted on first start");
             Ok(meta)
         }
