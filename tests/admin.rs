@@ -132,7 +132,50 @@ fn readyz_fails_with_its_reason_when_the_quorum_loses_its_leader() {
     assert!(verbose.contains("[+]leader ok") && verbose.contains("readyz check passed"));
     assert_eq!(get(admin[0], "/livez").unwrap(), (200, "ok\n".to_string()));
     assert_eq!(get(admin[0], "/readyz/nonsense").unwrap().0, 404);
+    // Requests are counted by version; ApiVersions at a version no one serves counts as −1,
+    // so a client cannot mint one series per made-up version.
+    for version in [0i16, 777] {
+        let mut frame = Vec::new();
+        frame.extend_from_slice(&18i16.to_be_bytes());
+        frame.extend_from_slice(&version.to_be_bytes());
+        frame.extend_from_slice(&7i32.to_be_bytes());
+        frame.extend_from_slice(&(-1i16).to_be_bytes());
+        if version > 2 {
+            frame.push(0); // header v2: no tagged fields
+        }
+        let mut conn = TcpStream::connect(("127.0.0.1", raft[leader - 1])).unwrap();
+        common::send_frame(&mut conn, &frame);
+        assert!(
+            common::read_frame(&mut conn).is_some(),
+            "ApiVersions v{version}"
+        );
+    }
     let (_, text) = get(admin[leader - 1], "/metrics").unwrap();
+    let by_version = |api: &str, version: &str| {
+        let series =
+            format!("ringraft_requests_by_version_total{{api=\"{api}\",version=\"{version}\"}}");
+        sample(&text, &series)
+    };
+    assert!(
+        by_version("ApiVersions", "0").unwrap_or(0.0) >= 1.0,
+        "{text}"
+    );
+    assert!(
+        by_version("ApiVersions", "-1").unwrap_or(0.0) >= 1.0,
+        "{text}"
+    );
+    assert_eq!(by_version("ApiVersions", "777"), None, "{text}");
+    assert!(
+        by_version("Fetch", "18").unwrap_or(0.0) >= 1.0,
+        "followers fetch at v18: {text}"
+    );
+    let follower = leader % 3 + 1;
+    let (_, followers) = get(admin[follower - 1], "/metrics").unwrap();
+    let sent = "ringraft_peer_requests_total{api=\"Fetch\",version=\"18\"}";
+    assert!(
+        sample(&followers, sent).unwrap_or(0.0) >= 1.0,
+        "{followers}"
+    );
     every_series_the_deploy_files_query_is_exported(&text);
     assert!(
         text.contains("kafka_server_raft_metrics_current_state_info{current_state=\"leader\"} 1")
@@ -151,12 +194,10 @@ fn readyz_fails_with_its_reason_when_the_quorum_loses_its_leader() {
     assert!(sample(&text, "process_resident_memory_bytes").is_some_and(|b| b > 1e6));
     assert!(sample(&text, "process_open_fds").is_some_and(|n| n > 3.0));
     assert!(sample(&text, "process_cpu_seconds_total").is_some());
-    // KIP-1180: metadata.version's finalized level is always exported (0 here: a directory
-    // formatted by the embedding builder has no bootstrap checkpoint, so no level is
-    // finalized; `storage format` writes one, and tests/node.rs reads its levels through
-    // ApiVersions), and the supported range.
+    // KIP-1180: metadata.version's finalized level (the embedding builder formats as
+    // `storage format` does: 4.4-IV2, 33) and the supported range.
     let finalized = "kafka_server_metadataloader_finalizedlevel{feature_name=\"metadata.version\"}";
-    assert_eq!(sample(&text, finalized), Some(0.0), "{finalized}");
+    assert_eq!(sample(&text, finalized), Some(33.0), "{finalized}");
     let max =
         "kafka_server_node_metrics_maximum_supported_level{feature_name=\"metadata.version\"}";
     assert!(sample(&text, max).is_some_and(|v| v >= 33.0), "{max}");

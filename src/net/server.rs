@@ -467,15 +467,22 @@ async fn serve_connection<S: Service>(
         let request_bytes = conn.frame.bytes().len();
         let mut api = "ApiVersions";
         // The header's RequestApiVersion (the frame starts at its ApiKey).
-        let version = conn
+        // ApiVersions is answered here at whatever version the client names (a too-new one
+        // gets the v0 fallback): counted as −1 unless served, so that no client can mint a
+        // metrics series per version it makes up.
+        let asked = conn
             .frame
             .bytes()
             .get(2..4)
             .map_or(-1, |v| i16::from_be_bytes([v[0], v[1]]));
+        let mut version = crate::protocol::apis::served(crate::protocol::ApiKey::API_VERSIONS)
+            .filter(|spec| spec.serves(asked))
+            .map_or(-1, |_| asked);
         let frame = match handle_frame(conn.frame.bytes(), &connections.state) {
             Action::Respond(bytes) => LocalFrame::whole(bytes),
             Action::Raft(mut call) => {
                 api = call.key.name();
+                version = call.version;
                 call.connection = conn.id;
                 moved = connections.service.class_of(&call).filter(|c| *c != class);
                 match connections.service.call(call).await {
