@@ -645,12 +645,7 @@ pub fn run(args: FetchBenchArgs) -> Result<(), BenchError> {
             .map_err(|e| BenchError::new(format!("cannot read {}: {e}", path.display())))?,
         None => DEFAULT_TUNING.to_string(),
     };
-    let interrupted = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register_conditional_shutdown(signal, 1, interrupted.clone())
-            .and_then(|_| signal_hook::flag::register(signal, interrupted.clone()))
-            .map_err(|e| BenchError::new(format!("cannot install a signal handler: {e}")))?;
-    }
+    let interrupted = super::harness::interrupt_on_signals()?;
     // A mistyped --goal fails now, not after the run.
     let mut names: Vec<Goal> = ["commit_p99", "propagation_p99", "catch_up", "snapshot"]
         .into_iter()
@@ -670,8 +665,7 @@ pub fn run(args: FetchBenchArgs) -> Result<(), BenchError> {
     }
     args.common
         .announce("bench fetch", Duration::from_secs_f64(expected));
-    let exe = std::env::current_exe()
-        .map_err(|e| BenchError::new(format!("cannot find the ringraft binary: {e}")))?;
+    let exe = super::harness::own_binary()?;
     let scratch = Scratch::create(&args.dir)?;
     let quorum_args = QuorumBenchArgs {
         throughput: args.throughput,

@@ -242,6 +242,24 @@ pub fn node_properties(id: usize, ports: &[u16], data: &Path) -> String {
     )
 }
 
+/// The flag every bench watches: the first SIGINT/SIGTERM sets it (the phase stops and cleans
+/// up); a second one exits at once.
+pub(super) fn interrupt_on_signals() -> Result<Arc<AtomicBool>, BenchError> {
+    let interrupted = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(signal, 1, interrupted.clone())
+            .and_then(|_| signal_hook::flag::register(signal, interrupted.clone()))
+            .map_err(|e| BenchError::new(format!("cannot install a signal handler: {e}")))?;
+    }
+    Ok(interrupted)
+}
+
+/// This `ringraft` binary, which the benches start as their nodes.
+pub(super) fn own_binary() -> Result<PathBuf, BenchError> {
+    std::env::current_exe()
+        .map_err(|e| BenchError::new(format!("cannot find the ringraft binary: {e}")))
+}
+
 /// The scratch directory; removed when dropped (after every child has stopped).
 pub(super) struct Scratch {
     pub path: PathBuf,

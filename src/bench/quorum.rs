@@ -25,8 +25,7 @@
 use std::fs::{self};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::AtomicBool;
-use std::sync::{mpsc, Arc};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -136,13 +135,7 @@ pub fn run(args: QuorumBenchArgs) -> Result<(), BenchError> {
             "--throughput, --seconds and --report-ms must be at least 1",
         ));
     }
-    // The first SIGINT/SIGTERM stops the phase and cleans up; a second one exits at once.
-    let interrupted = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register_conditional_shutdown(signal, 1, interrupted.clone())
-            .and_then(|_| signal_hook::flag::register(signal, interrupted.clone()))
-            .map_err(|e| BenchError::new(format!("cannot install a signal handler: {e}")))?;
-    }
+    let interrupted = super::harness::interrupt_on_signals()?;
     // A mistyped --goal fails now, not after the run.
     report::apply_overrides(&mut quorum_goal_names(), &args.common)?;
     let phases = 2 * args.rounds.max(1) as u64 + 1;
@@ -151,8 +144,7 @@ pub fn run(args: QuorumBenchArgs) -> Result<(), BenchError> {
         &format!("bench quorum: {phases} phases"),
         Duration::from_secs_f64(phases as f64 * per_phase),
     );
-    let exe = std::env::current_exe()
-        .map_err(|e| BenchError::new(format!("cannot find the ringraft binary: {e}")))?;
+    let exe = super::harness::own_binary()?;
     let scratch = Scratch::create(&args.dir)?;
     let bench = Bench {
         args: &args,

@@ -9,8 +9,7 @@
 //! within the warm-up at 2,000 records/s; `--cache-bytes` runs the same soak with another size.
 
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
-use std::sync::{mpsc, Arc};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -116,17 +115,11 @@ pub fn run(args: SoakBenchArgs) -> Result<(), BenchError> {
     }
     let mut goals = goal_list(None, None);
     report::apply_overrides(&mut goals, &args.common)?;
-    let interrupted = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register_conditional_shutdown(signal, 1, interrupted.clone())
-            .and_then(|_| signal_hook::flag::register(signal, interrupted.clone()))
-            .map_err(|e| BenchError::new(format!("cannot install a signal handler: {e}")))?;
-    }
+    let interrupted = super::harness::interrupt_on_signals()?;
     let total = Duration::from_secs_f64((args.warmup_minutes + args.minutes) * 60.0);
     args.common
         .announce("bench soak", total + Duration::from_secs(5));
-    let exe = std::env::current_exe()
-        .map_err(|e| BenchError::new(format!("cannot find the ringraft binary: {e}")))?;
+    let exe = super::harness::own_binary()?;
     let scratch = Scratch::create(&args.dir)?;
     let quorum_args = QuorumBenchArgs {
         throughput: args.throughput,

@@ -157,20 +157,7 @@ pub fn run(args: &RecoverQuorumArgs) -> Result<(), CliError> {
         .unwrap_or_else(|| "CONTROLLER".into());
     let records = removals(&found.old, &new, &listener);
     let offset = super::quorum::on_glommio(append_voters(dir.clone(), records, epoch))?;
-    let state = QuorumStateData {
-        leader_id: -1,
-        leader_epoch: epoch,
-        voted_id: local.id,
-        voted_directory_id: directory_id,
-        data_version: 1,
-        current_voters: None,
-    };
-    state.write(&dir).map_err(|e| {
-        CliError::new(format!(
-            "cannot write quorum-state in {}: {e}",
-            dir.display()
-        ))
-    })?;
+    super::storage::vote_for_self(&dir, epoch, local.id, directory_id)?;
     println!("{plan}Done: the voter set is at offset {offset}, epoch {epoch}. Start this node.");
     Ok(())
 }

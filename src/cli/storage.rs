@@ -77,20 +77,8 @@ fn repair_quorum_state(config_path: &Path, epoch: Option<i32>) -> Result<(), Cli
             "epoch {target} is the highest epoch there is: this node could never campaign again"
         )));
     }
-    let state = QuorumStateData {
-        leader_id: -1,
-        leader_epoch: target,
-        voted_id: config.node_id,
-        voted_directory_id: meta.directory_id.unwrap_or(uuid::Uuid::nil()),
-        data_version: 1,
-        current_voters: None,
-    };
-    state.write(&dir).map_err(|e| {
-        CliError::new(format!(
-            "cannot write quorum-state in {}: {e}",
-            dir.display()
-        ))
-    })?;
+    let directory_id = meta.directory_id.unwrap_or(uuid::Uuid::nil());
+    vote_for_self(&dir, target, config.node_id, directory_id)?;
     println!(
         "Wrote {}: epoch {target}, voted for itself (node {}). It will not vote for another \
          replica in epoch {target}; it campaigns or follows from there.",
@@ -98,6 +86,31 @@ fn repair_quorum_state(config_path: &Path, epoch: Option<i32>) -> Result<(), Cli
         config.node_id
     );
     Ok(())
+}
+
+/// Writes `quorum-state` in partition directory `dir`: no leader known in `epoch`, and this node
+/// (`node_id`, `directory_id`) voted for itself there, so it never votes for another replica
+/// in that epoch.
+pub(super) fn vote_for_self(
+    dir: &Path,
+    epoch: i32,
+    node_id: i32,
+    directory_id: uuid::Uuid,
+) -> Result<(), CliError> {
+    let state = crate::log::QuorumStateData {
+        leader_id: -1,
+        leader_epoch: epoch,
+        voted_id: node_id,
+        voted_directory_id: directory_id,
+        data_version: 1,
+        current_voters: None,
+    };
+    state.write(dir).map_err(|e| {
+        CliError::new(format!(
+            "cannot write quorum-state in {}: {e}",
+            dir.display()
+        ))
+    })
 }
 
 /// The largest epoch among the batches of every segment and every snapshot in `dir`; −1

@@ -80,6 +80,19 @@ pub trait ServerProbe {
     fn request(&self, api: &str, version: i16, bytes: usize, answered: usize);
 }
 
+/// The version an ApiVersions request answered before raft names in its header, for the
+/// request counters: −1 unless served, since ApiVersions is answered at whatever version a
+/// client names (a too-new one gets the v0 fallback) and no client may mint a metrics series
+/// per version it makes up.
+fn api_versions_label(frame: &[u8]) -> i16 {
+    let asked = frame
+        .get(2..4)
+        .map_or(-1, |v| i16::from_be_bytes([v[0], v[1]]));
+    crate::protocol::apis::served(crate::protocol::ApiKey::API_VERSIONS)
+        .filter(|spec| spec.serves(asked))
+        .map_or(-1, |_| asked)
+}
+
 /// Whether a frame size read off the wire is the start of an HTTP request (`GET `, `POST`,
 /// …): someone pointed curl or a browser at a Kafka port.
 fn looks_like_http(size: i32) -> bool {
@@ -467,19 +480,12 @@ async fn serve_connection<S: Service>(
         let request_bytes = conn.frame.bytes().len();
         let mut api = "ApiVersions";
         // The header's RequestApiVersion (the frame starts at its ApiKey).
-        // ApiVersions is answered here at whatever version the client names (a too-new one
-        // gets the v0 fallback): counted as −1 unless served, so that no client can mint a
-        // metrics series per version it makes up.
-        let asked = conn
-            .frame
-            .bytes()
-            .get(2..4)
-            .map_or(-1, |v| i16::from_be_bytes([v[0], v[1]]));
-        let mut version = crate::protocol::apis::served(crate::protocol::ApiKey::API_VERSIONS)
-            .filter(|spec| spec.serves(asked))
-            .map_or(-1, |_| asked);
+        let version;
         let frame = match handle_frame(conn.frame.bytes(), &connections.state) {
-            Action::Respond(bytes) => LocalFrame::whole(bytes),
+            Action::Respond(bytes) => {
+                version = api_versions_label(conn.frame.bytes());
+                LocalFrame::whole(bytes)
+            }
             Action::Raft(mut call) => {
                 api = call.key.name();
                 version = call.version;

@@ -227,14 +227,15 @@ async fn peer_task(
         }
         let result = match conn.as_mut() {
             None => Err(Failure::Disconnected),
-            Some(c) => {
-                let version = wire_version(c, &request);
-                let result = exchange(c, &request, timeout).await;
-                if let (Some(m), Some(v), Ok(_)) = (&metrics, version, &result) {
-                    m.sent(raft_rpc::api_key(&request).name(), v);
+            Some(c) => match exchange_versioned(c, &request, timeout).await {
+                Ok((version, response)) => {
+                    if let (Some(m), Some(v)) = (&metrics, version) {
+                        m.sent(raft_rpc::api_key(&request).name(), v);
+                    }
+                    Ok(response)
                 }
-                result
-            }
+                Err(failure) => Err(failure),
+            },
         };
         if executor
             .unbounded_send(ExecutorInput::Peer { id, result })
@@ -245,23 +246,24 @@ async fn peer_task(
     }
 }
 
-/// The version `exchange` sends `request` at to `conn` (`None`: none both serve, or the
-/// ApiVersions probe, which is not sent).
-fn wire_version(conn: &PeerConnection, request: &Request) -> Option<i16> {
-    if matches!(request, Request::ApiVersions) {
-        return None;
-    }
-    let key = raft_rpc::api_key(request);
-    conn.negotiate(key, raft_rpc::our_versions(key))
-        .filter(|v| *v >= raft_rpc::min_version(request))
-}
-
 /// One request to a connected peer at the best version both serve.
 pub(crate) async fn exchange(
     conn: &mut PeerConnection,
     request: &Request,
     timeout: Duration,
 ) -> Result<Response, Failure> {
+    exchange_versioned(conn, request, timeout)
+        .await
+        .map(|(_, response)| response)
+}
+
+/// `exchange`, and the version the request went at (`None`: the ApiVersions probe, answered
+/// from the connection's handshake without a request).
+async fn exchange_versioned(
+    conn: &mut PeerConnection,
+    request: &Request,
+    timeout: Duration,
+) -> Result<(Option<i16>, Response), Failure> {
     if matches!(request, Request::ApiVersions) {
         let answer = conn.api_versions();
         let kraft_version = answer
@@ -269,15 +271,17 @@ pub(crate) async fn exchange(
             .iter()
             .find(|f| f.name == crate::protocol::api_versions::KRAFT_VERSION_FEATURE)
             .map(|f| (f.min_version, f.max_version));
-        return Ok(Response::ApiVersions(
-            crate::raft::message::ApiVersionsProbe {
-                error: answer.error_code,
-                kraft_version,
-            },
-        ));
+        let probe = crate::raft::message::ApiVersionsProbe {
+            error: answer.error_code,
+            kraft_version,
+        };
+        return Ok((None, Response::ApiVersions(probe)));
     }
     let key = raft_rpc::api_key(request);
-    let version = wire_version(conn, request).ok_or(Failure::UnsupportedVersion)?;
+    let version = conn
+        .negotiate(key, raft_rpc::our_versions(key))
+        .filter(|v| *v >= raft_rpc::min_version(request))
+        .ok_or(Failure::UnsupportedVersion)?;
     let flexible_from = apis::served(key).map_or(0, |s| s.flexible_from);
     let mut w = Writer::new();
     raft_rpc::encode_request(request, version, &mut w);
@@ -288,8 +292,9 @@ pub(crate) async fn exchange(
             debug!(error = %e, "request failed");
             Failure::Disconnected
         })?;
-    raft_rpc::decode_response(key, version, &body).map_err(|e| {
+    let response = raft_rpc::decode_response(key, version, &body).map_err(|e| {
         warn!(error = %e, "undecodable response");
         Failure::Disconnected
-    })
+    })?;
+    Ok((Some(version), response))
 }
