@@ -206,42 +206,16 @@ impl Cluster {
 
     /// Every acknowledged append, from every ack file: last offset → (first sequence, count).
     fn acks(&self) -> BTreeMap<i64, (u64, u64)> {
-        let mut acks = BTreeMap::new();
-        for id in 1..=3 {
-            for entry in std::fs::read_dir(self.node_dir(id)).unwrap().flatten() {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if !name.starts_with("acks-") {
-                    continue;
-                }
-                for line in std::fs::read_to_string(entry.path()).unwrap().lines() {
-                    let f: Vec<i64> = line.split(' ').filter_map(|x| x.parse().ok()).collect();
-                    if let [last, first, count, _commit_us] = f[..] {
-                        acks.insert(last, (first as u64, count as u64));
-                    }
-                }
-            }
-        }
-        acks
+        let files = (1..=3).flat_map(|id| common::quorum::ack_files_in(&self.node_dir(id)));
+        common::quorum::read_acks(files)
     }
 
     /// `debug read-log` batches by last offset: (kind, count, first sequence).
     fn log(&self, id: i32) -> BTreeMap<i64, (String, u64, String)> {
-        let data = self.node_dir(id).join("data/__cluster_metadata-0");
-        let out = run(
-            &["debug", "read-log", "--dir", data.to_str().unwrap()],
-            self.dir.path(),
-        );
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .filter_map(|l| l.strip_prefix("batch "))
+        common::quorum::batch_lines(&self.node_dir(id).join("data"), self.dir.path())
+            .iter()
             .map(|l| {
-                let f: Vec<&str> = l.split(' ').collect();
+                let f: Vec<&str> = l.split(' ').skip(1).collect();
                 let last = f[1].parse().unwrap();
                 (
                     last,

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::quorum::probe;
+use common::quorum::{ack_files_in, batch_lines, probe, read_acks};
 use common::{free_port, run, Node, TempDir, SIGTERM};
 
 struct Quorum {
@@ -153,22 +153,10 @@ impl Quorum {
 
     /// `debug read-log` batches of node `id`: last offset → (count, first sequence).
     fn log(&self, id: i32) -> BTreeMap<i64, (u64, String)> {
-        let data = self.node_dir(id).join("data/__cluster_metadata-0");
-        let out = run(
-            &["debug", "read-log", "--dir", data.to_str().unwrap()],
-            self.dir.path(),
-        );
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .filter_map(|l| l.strip_prefix("batch "))
+        batch_lines(&self.node_dir(id).join("data"), self.dir.path())
+            .iter()
             .map(|l| {
-                let f: Vec<&str> = l.split(' ').collect();
+                let f: Vec<&str> = l.split(' ').skip(1).collect();
                 (
                     f[1].parse().unwrap(),
                     (f[4].parse().unwrap(), f[6].to_string()),
@@ -179,24 +167,7 @@ impl Quorum {
 
     /// Every acknowledged append: last offset → (first sequence, count).
     fn acks(&self) -> BTreeMap<i64, (u64, u64)> {
-        let mut acks = BTreeMap::new();
-        for id in 1..=3 {
-            let Ok(entries) = std::fs::read_dir(self.node_dir(id)) else {
-                continue;
-            };
-            for entry in entries.flatten() {
-                if !entry.file_name().to_string_lossy().starts_with("acks-") {
-                    continue;
-                }
-                for line in std::fs::read_to_string(entry.path()).unwrap().lines() {
-                    let f: Vec<i64> = line.split(' ').filter_map(|x| x.parse().ok()).collect();
-                    if let [last, first, count, _] = f[..] {
-                        acks.insert(last, (first as u64, count as u64));
-                    }
-                }
-            }
-        }
-        acks
+        read_acks((1..=3).flat_map(|id| ack_files_in(&self.node_dir(id))))
     }
 }
 

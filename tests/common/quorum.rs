@@ -126,35 +126,12 @@ impl Cluster {
     }
 
     pub fn ack_files(&self, id: i32) -> Vec<PathBuf> {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(self.node_dir(id))
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| {
-                p.file_name()
-                    .unwrap()
-                    .to_string_lossy()
-                    .starts_with("acks-")
-            })
-            .collect();
-        files.sort();
-        files
+        ack_files_in(&self.node_dir(id))
     }
 
     /// Every acknowledged append: last offset → (first sequence, count).
     pub fn acks(&self) -> BTreeMap<i64, (u64, u64)> {
-        let mut acks = BTreeMap::new();
-        for id in 1..=3 {
-            for file in self.ack_files(id) {
-                for line in std::fs::read_to_string(file).unwrap().lines() {
-                    let f: Vec<i64> = line.split(' ').filter_map(|x| x.parse().ok()).collect();
-                    if let [last, first, count, _commit_us] = f[..] {
-                        acks.insert(last, (first as u64, count as u64));
-                    }
-                }
-            }
-        }
-        acks
+        read_acks((1..=3).flat_map(|id| self.ack_files(id)))
     }
 
     pub fn probe(&self, id: i32) -> Option<Probe> {
@@ -200,23 +177,58 @@ impl Cluster {
     }
 
     pub fn log_lines(&self, id: i32) -> Vec<String> {
-        let data = self.node_dir(id).join("data/__cluster_metadata-0");
-        let out = run(
-            &["debug", "read-log", "--dir", data.to_str().unwrap()],
-            self.dir.path(),
-        );
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .filter(|l| l.starts_with("batch "))
-            .map(String::from)
-            .collect()
+        batch_lines(&self.node_dir(id).join("data"), self.dir.path())
     }
+}
+
+/// The `batch …` lines `ringraft debug read-log` prints for the metadata log under
+/// `metadata_dir`, run in `cwd`.
+pub fn batch_lines(metadata_dir: &std::path::Path, cwd: &std::path::Path) -> Vec<String> {
+    let data = metadata_dir.join("__cluster_metadata-0");
+    let out = run(&["debug", "read-log", "--dir", data.to_str().unwrap()], cwd);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("batch "))
+        .map(String::from)
+        .collect()
+}
+
+/// The load generator's acknowledgement files (`acks-N`) in `dir`, in order.
+pub fn ack_files_in(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("acks-")
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// Every acknowledgement line of the load generator's `files` (`<last offset> <first
+/// sequence> <count> <commit µs>`): last offset → (first sequence, count).
+pub fn read_acks(files: impl IntoIterator<Item = PathBuf>) -> BTreeMap<i64, (u64, u64)> {
+    let mut acks = BTreeMap::new();
+    for file in files {
+        for line in std::fs::read_to_string(file).unwrap().lines() {
+            let f: Vec<i64> = line.split(' ').filter_map(|x| x.parse().ok()).collect();
+            if let [last, first, count, _commit_us] = f[..] {
+                acks.insert(last, (first as u64, count as u64));
+            }
+        }
+    }
+    acks
 }
 
 pub fn probe(port: u16) -> Option<Probe> {

@@ -613,6 +613,16 @@ class Suite:
               f"{len(self.failures)} failures", flush=True)
         return 0 if not self.failures else 1
 
+    def add_controller(self, port, node, seconds):
+        """Kafka's add-controller of `node` through the controller at `port`, retried for
+        `seconds` while the new controller catches up as an observer: (rc, output)."""
+        deadline = time.time() + seconds
+        while True:
+            rc, out = self.tool.run(port, "add-controller", config=node.props)
+            if rc == 0 or time.time() > deadline:
+                return rc, out
+            time.sleep(1)
+
     def run_dynamic(self):
         """add-controller / remove-controller of a ringraft node in a Kafka --standalone quorum."""
         a = self.args
@@ -633,12 +643,7 @@ class Suite:
                 return 1
             # add-controller reads the new controller's own config (node id, directory id,
             # advertised listener), as an operator runs it on that host.
-            deadline = time.time() + 60
-            while True:
-                rc, out = self.tool.run(ports[1], "add-controller", config=r.props)
-                if rc == 0 or time.time() > deadline:
-                    break
-                time.sleep(1)
+            rc, out = self.add_controller(ports[1], r, 60)
             if rc != 0:
                 self.fail(f"add-controller: {out.strip()[-600:]}")
                 return 1
@@ -709,12 +714,7 @@ class Suite:
                 nodes[i] = k
                 k.format("--no-initial-controllers")
                 k.start()
-                deadline = time.time() + 90
-                while True:
-                    rc, out = self.tool.run(ports[3], "add-controller", config=k.props)
-                    if rc == 0 or time.time() > deadline:
-                        break
-                    time.sleep(1)
+                rc, out = self.add_controller(ports[3], k, 90)
                 if rc != 0:
                     self.fail(f"add-controller {i}: {out.strip()[-600:]}")
                     return 1
