@@ -14,6 +14,7 @@
 //! | partly read request frames of all connections | `queued.max.request.bytes` |
 //! | the leader-epoch cache, the voter history | one entry per epoch / per voter change, dropped with the log prefix they describe |
 //! | metrics | fixed series, two-sample windows (`node::metrics::Window`) |
+//! | blocks freed by the allocator | returned to the kernel from 128 KiB up (`sys::pin_malloc_mmap_threshold`), not kept in a thread's heap |
 
 /// `socket.request.max.bytes`: the largest request frame a server accepts (Kafka: 100 MiB).
 pub const SOCKET_REQUEST_MAX_BYTES_DEFAULT: i32 = 100 * 1024 * 1024;

@@ -22,6 +22,8 @@ pub fn check(shards: usize, io_memory_bytes: usize) -> Result<(), PreflightError
     // Best effort: a node that cannot raise it says so when a segment fails to open (EMFILE,
     // with the path).
     let _ = crate::sys::raise_nofile_soft();
+    // Large blocks back to the kernel when freed: memory flat under load (`bench soak`).
+    crate::sys::pin_malloc_mmap_threshold();
     check_memlock(shards, io_memory_bytes)?;
     check_io_uring()
 }
