@@ -96,7 +96,10 @@ impl Publish for NodePublisher {
                 self.reset = true;
             }
             LogOp::DeleteBefore(_) => self.reset = true,
-            LogOp::Append(_) | LogOp::SnapshotChunk { .. } | LogOp::SnapshotAbandon { .. } => {}
+            LogOp::Append(_)
+            | LogOp::SnapshotChunk { .. }
+            | LogOp::SnapshotAbandon { .. }
+            | LogOp::SnapshotAdopted { .. } => {}
         }
     }
 

@@ -90,6 +90,18 @@ impl LogStorage {
         );
         Ok(())
     }
+
+    /// An adopted snapshot (`raft::adopt`): durable and in place, the log untouched.
+    async fn snapshot_adopted(&self, id: OffsetAndEpoch) -> Result<(), Fatal> {
+        let current = self.download.borrow_mut().take();
+        let op = StorageOp::SnapshotInstall { id };
+        let Some((_, part)) = current.filter(|(cid, _)| *cid == id) else {
+            let why = FatalCause::Contract("a snapshot adopted without its bytes");
+            return Err(Fatal::new(op, why));
+        };
+        part.finish().await.map_err(Fatal::during(op))?;
+        Ok(())
+    }
 }
 
 impl Storage for LogStorage {
@@ -130,6 +142,7 @@ impl Storage for LogStorage {
                 bytes,
             } => self.snapshot_chunk(*id, *position, bytes).await,
             LogOp::SnapshotComplete { id } => self.snapshot_complete(*id).await,
+            LogOp::SnapshotAdopted { id } => self.snapshot_adopted(*id).await,
             LogOp::SnapshotAbandon { id } => {
                 let current = self.download.borrow_mut().take();
                 if let Some((_, part)) = current {

@@ -185,6 +185,9 @@ pub enum LogOp {
     SnapshotComplete { id: OffsetAndEpoch },
     /// The download of `id` failed its check: delete the partial file, never install it.
     SnapshotAbandon { id: OffsetAndEpoch },
+    /// The download of `id` is complete and checked, and adopted beside the log (`adopt`):
+    /// fsync and rename it; the log stays as it is.
+    SnapshotAdopted { id: OffsetAndEpoch },
     /// Delete log segments wholly below `offset` and snapshots older than the one there.
     DeleteBefore(i64),
 }
@@ -423,6 +426,8 @@ pub struct Raft {
     /// A leadership transfer in progress, and the outcomes not yet taken (`transfer`).
     pub(super) transfer: Option<super::transfer::Transfer>,
     pub(super) transfer_outcomes: Vec<(u64, super::transfer::TransferOutcome)>,
+    /// Taking the leader's snapshots when this node writes none (`adopt`).
+    pub(super) adoption: super::adopt::Adoption,
 }
 
 impl Raft {
@@ -480,6 +485,7 @@ impl Raft {
             },
             transfer: None,
             transfer_outcomes: Vec::new(),
+            adoption: Default::default(),
         };
         raft.initialize(stored.unwrap_or(ElectionState::unattached(0)));
         raft
@@ -1016,6 +1022,7 @@ impl Raft {
         // as the leader's own (KAFKA-20514), and it may be the only one that can reach us.
         let epoch = self.epoch;
         self.inflight.retain(|to, f| *to <= -2 && f.epoch == epoch);
+        self.abandon_adoption();
         // Backoffs too, as Kafka resets its connections on every transition: a new leader
         // whose last Fetch to the old one failed must still send it BeginQuorumEpoch now,
         // not one period later (a transferred leadership left the old leader leaderless 1 s).
@@ -1419,6 +1426,8 @@ impl Raft {
         let Some((to, flight)) = self.take_inflight(id) else {
             return;
         };
+        // An adoption request that failed is sent again on adoption's next turn.
+        let _ = self.is_adoption_request(id);
         let prevote = matches!(self.role, Role::Prospective(_)) && flight.epoch == self.epoch;
         if prevote && failure == super::message::Failure::UnsupportedVersion {
             // The peer cannot carry PreVote (no Vote v2): standard Raft (docs/raft.md §5.6).

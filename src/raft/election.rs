@@ -286,6 +286,11 @@ impl Raft {
         let Some((from, flight)) = self.take_inflight(id) else {
             return; // Timed out, or sent in a state we have left.
         };
+        if self.is_adoption_request(id) {
+            let usable = self.handle_response_common(from, &response);
+            self.handle_adoption_response(from, response, usable);
+            return;
+        }
         if matches!(response, Response::Fetch(_)) && flight.log != self.log.last_offset_and_epoch()
         {
             // A Fetch answer about a log we have since changed (a bootstrap server's answer

@@ -32,6 +32,7 @@
 //! never obeyed; a peer naming us leader of an epoch we did not lead makes us Resigned in it
 //! (we never lead or vote there). Nothing a peer sends stops the replica.
 
+pub mod adopt;
 pub mod core;
 pub mod election;
 pub mod fence;

@@ -13,6 +13,20 @@ use super::serve::{self, Facts, FetchDecision};
 use super::types::{OffsetAndEpoch, ReplicaKey};
 use crate::protocol::errors::ErrorCode;
 
+/// What one FetchSnapshot chunk did to a download (`accept_chunk`).
+pub(super) enum Chunk {
+    /// Written; more to come.
+    More,
+    /// Written, and the snapshot is whole and checked: its header's control records.
+    Complete(Vec<crate::records::control::ControlRecord>),
+    /// No bytes in the answer: the download is dropped (fetched again from the start).
+    Dropped,
+    /// Bytes that do not fit the download (position, size): dropped, the leader backed off.
+    Refused,
+    /// Bytes that fail the snapshot's check.
+    Corrupt(crate::records::snapshot::SnapshotCorrupt),
+}
+
 impl Raft {
     /// What this replica knows about its epoch, for the shared answer rules (`serve`).
     pub fn facts(&self) -> Facts {
@@ -304,6 +318,10 @@ impl Raft {
                 self.send(leader, request);
                 return;
             }
+            if let Some(request) = self.adoption_request() {
+                self.send(leader, request);
+                return;
+            }
         }
         let cluster_id = Some(self.config.cluster_id.clone());
         let request = match download {
@@ -376,6 +394,7 @@ impl Raft {
                 self.backoff(from);
                 return;
             }
+            self.abandon_adoption();
             if let Role::Follower(s) = &mut self.role {
                 s.download = Some(Download {
                     id,
@@ -388,6 +407,7 @@ impl Raft {
         if let Records::Bytes(bytes) = &r.records {
             self.append_fetched(bytes);
         }
+        self.note_leader_log_start(r.log_start_offset);
         if r.high_watermark >= 0 {
             let hwm = r.high_watermark.min(self.log.end_offset());
             if self.high_watermark.is_none_or(|h| hwm > h) {
@@ -511,27 +531,61 @@ impl Raft {
         let Some(mut download) = s.download.take() else {
             return;
         };
+        let id = download.id;
+        let header = match self.accept_chunk(&mut download, r) {
+            Chunk::More => {
+                if let Role::Follower(s) = &mut self.role {
+                    s.download = Some(download);
+                }
+                return;
+            }
+            Chunk::Dropped => return,
+            Chunk::Refused => {
+                self.backoff(from);
+                return;
+            }
+            Chunk::Corrupt(corrupt) => {
+                self.abandon_download(from, id, corrupt);
+                return;
+            }
+            Chunk::Complete(header) => header,
+        };
+        if id.offset <= self.log.start_offset() {
+            // A snapshot at or past this one was installed while it downloaded.
+            self.log_ops.push(LogOp::SnapshotAbandon { id });
+            return;
+        }
+        self.log_ops.push(LogOp::SnapshotComplete { id });
+        self.log.reset_to_snapshot(id, download.written);
+        self.membership.reset_to_snapshot(id.offset, &header);
+        if self.high_watermark.is_none_or(|h| h < id.offset) {
+            self.high_watermark = Some(id.offset);
+        }
+        self.load_snapshot = Some(id);
+    }
+
+    /// Takes one FetchSnapshot chunk of `download` (a catch-up download, or an adoption):
+    /// checks it, and writes it to the part file when it is good.
+    pub(super) fn accept_chunk(
+        &mut self,
+        download: &mut Download,
+        r: FetchSnapshotResponse,
+    ) -> Chunk {
         let matches = r.snapshot_id == download.id && r.position == download.written as i64;
         let SnapshotBytes::Bytes(bytes) = r.bytes else {
-            s.download = None;
-            return;
+            return Chunk::Dropped;
         };
         if !matches || r.size <= 0 || bytes.is_empty() {
-            s.download = None;
-            self.backoff(from);
-            return;
+            return Chunk::Refused;
         }
         let len = bytes.len() as u64;
         if download.written.saturating_add(len) > r.size as u64 {
-            s.download = None;
-            self.backoff(from);
-            return;
+            return Chunk::Refused;
         }
         let unchecked = self.config.mutated(|m| m.snapshot_unchecked);
         if let Err(corrupt) = download.check.feed(&bytes) {
             if !unchecked {
-                self.abandon_download(from, download.id, corrupt);
-                return;
+                return Chunk::Corrupt(corrupt);
             }
             download.check = crate::records::snapshot::SnapshotCheck::new(download.id.epoch);
         }
@@ -542,37 +596,22 @@ impl Raft {
         });
         download.written += len;
         if download.written < r.size as u64 {
-            if let Role::Follower(s) = &mut self.role {
-                s.download = Some(download);
-            }
-            return;
+            return Chunk::More;
         }
-        let id = download.id;
-        if id.offset <= self.log.start_offset() {
-            // A snapshot at or past this one was installed while it downloaded.
-            self.log_ops.push(LogOp::SnapshotAbandon { id });
-            return;
+        let check = std::mem::replace(
+            &mut download.check,
+            crate::records::snapshot::SnapshotCheck::new(download.id.epoch),
+        );
+        match check.finish() {
+            Ok(header) => Chunk::Complete(header),
+            Err(_) if unchecked => Chunk::Complete(Vec::new()),
+            Err(corrupt) => Chunk::Corrupt(corrupt),
         }
-        let header = match download.check.finish() {
-            Ok(header) => header,
-            Err(_) if unchecked => Vec::new(),
-            Err(corrupt) => {
-                self.abandon_download(from, id, corrupt);
-                return;
-            }
-        };
-        self.log_ops.push(LogOp::SnapshotComplete { id });
-        self.log.reset_to_snapshot(id, download.written);
-        self.membership.reset_to_snapshot(id.offset, &header);
-        if self.high_watermark.is_none_or(|h| h < id.offset) {
-            self.high_watermark = Some(id.offset);
-        }
-        self.load_snapshot = Some(id);
     }
 
     /// A downloaded snapshot failed its check: its partial file goes, the leader is asked
     /// again after a backoff (it starts over at position 0).
-    fn abandon_download(
+    pub(super) fn abandon_download(
         &mut self,
         from: i32,
         id: OffsetAndEpoch,

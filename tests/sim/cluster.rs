@@ -153,6 +153,22 @@ impl SimLog {
                 self.flushed_batches = 0;
                 std::mem::take(&mut self.batches)
             }
+            LogOp::SnapshotAdopted { id } => {
+                let (pid, data) = self
+                    .partial_snapshot
+                    .take()
+                    .expect("an adoption in progress");
+                assert_eq!(pid, *id);
+                // It must end on a batch of this log, in that batch's epoch: the leader's
+                // snapshot of a prefix this replica holds.
+                let before = self.batches.iter().find(|b| b.1 == id.offset);
+                assert!(
+                    before.is_some_and(|b| b.2 == id.epoch),
+                    "adopted snapshot {id:?} does not end on a batch of this log in its epoch"
+                );
+                self.snapshots.insert(*id, Bytes::from(data));
+                Vec::new()
+            }
             LogOp::DeleteBefore(offset) => {
                 let drop = self.batches.iter().take_while(|b| b.1 <= *offset).count();
                 self.batches.drain(..drop);
@@ -451,6 +467,8 @@ pub struct Cluster {
     /// Snapshot chunks corrupted on the way, and downloads abandoned for failing their check.
     pub corrupted_chunks: u64,
     pub abandoned_downloads: u64,
+    /// Snapshots witnesses adopted from leaders (`raft::adopt`).
+    pub adopted_snapshots: u64,
     pub truncations: u64,
     /// Timer wake-ups per node (KAFKA-17751: an idle replica must not spin).
     pub ticks: Vec<u64>,
@@ -537,6 +555,7 @@ impl Cluster {
             snapshot_downloads: 0,
             corrupted_chunks: 0,
             abandoned_downloads: 0,
+            adopted_snapshots: 0,
             truncations: 0,
             ticks: vec![0; size],
             trace: std::env::var_os("RINGRAFT_SIM_TRACE").is_some(),
@@ -650,7 +669,10 @@ impl Cluster {
             let disk = node.disk.borrow();
             (disk.election.clone(), disk.log.info())
         };
-        let raft = Raft::new(config, history, election, &info, Time::simulated(now));
+        let witness = config.witness;
+        let mut raft = Raft::new(config, history, election, &info, Time::simulated(now));
+        // A witness writes no snapshots of its own here: it adopts the leader's.
+        raft.set_adopting(witness);
         let fetch_shard = self.fetch_lag_ms.map(|_| node.mutations.stale_fetch_view);
         node.exec = Some(Running::new(raft, node.disk.clone(), now, fetch_shard));
         node.timer_at = None;
@@ -867,6 +889,9 @@ impl Cluster {
     fn snapshot_nodes(&mut self, delete_log: Option<bool>) -> Result<(), String> {
         for i in 0..self.nodes.len() {
             let id = i as i32;
+            if self.witnesses.contains(&id) {
+                continue; // It adopts the others' snapshots instead (`raft::adopt`).
+            }
             let node = &self.nodes[i];
             let Some(hwm) = node.raft().and_then(|r| r.high_watermark()) else {
                 continue;
@@ -1008,11 +1033,14 @@ impl Cluster {
         let io = exec.io.clone();
         let floor_of_op = io.applied.take();
         for applied in floor_of_op {
-            if let LogOp::SnapshotComplete { id: sid } = &applied.op {
+            if let LogOp::SnapshotComplete { id: sid } | LogOp::SnapshotAdopted { id: sid } =
+                &applied.op
+            {
                 self.check_installed_snapshot(id, *sid)?;
             }
             match &applied.op {
                 LogOp::SnapshotComplete { .. } => self.snapshot_downloads += 1,
+                LogOp::SnapshotAdopted { .. } => self.adopted_snapshots += 1,
                 LogOp::SnapshotAbandon { .. } => self.abandoned_downloads += 1,
                 LogOp::Truncate(_) => self.truncations += 1,
                 _ => {}

@@ -44,6 +44,8 @@ pub struct RunStats {
     pub snapshot_downloads: u64,
     /// Downloads abandoned because a chunk arrived corrupt (`corrupt_per_mille`).
     pub abandoned_downloads: u64,
+    /// Snapshots a witness adopted from the leader (`raft::adopt`).
+    pub adopted_snapshots: u64,
     pub truncations: u64,
     /// The run had a witness (`with_witness`), and how often it led and handed over.
     pub witness: bool,
@@ -142,6 +144,7 @@ pub fn random_run(seed: u64, size: usize, mutations: Mutations) -> Result<RunSta
         committed_batches: c.checker.committed_batches,
         snapshot_downloads: c.snapshot_downloads,
         abandoned_downloads: c.abandoned_downloads,
+        adopted_snapshots: c.adopted_snapshots,
         truncations: c.truncations,
         witness: !c.witnesses.is_empty(),
         witness_handovers: c
@@ -221,6 +224,7 @@ pub fn dynamic_run(
             committed_batches: c.checker.committed_batches,
             snapshot_downloads: c.snapshot_downloads,
             abandoned_downloads: c.abandoned_downloads,
+            adopted_snapshots: c.adopted_snapshots,
             truncations: c.truncations,
             witness: false,
             witness_handovers: 0,
@@ -409,7 +413,7 @@ fn run_seeds(size: usize, count: u64) {
     let base = env_u64("RINGRAFT_SIM_BASE", 0);
     let (mut events, mut committed, mut downloads, mut truncations) = (0u64, 0usize, 0, 0);
     let (mut abandoned, mut answers, mut retries, mut witnesses, mut handovers) = (0, 0, 0, 0, 0);
-    let (mut split, mut contested) = (0, 0);
+    let (mut split, mut contested, mut adopted) = (0, 0, 0);
     for seed in base..base + count {
         match random_run(seed, size, Mutations::default()) {
             Ok(stats) => {
@@ -421,6 +425,7 @@ fn run_seeds(size: usize, count: u64) {
                 committed += stats.committed_batches;
                 downloads += stats.snapshot_downloads;
                 abandoned += stats.abandoned_downloads;
+                adopted += stats.adopted_snapshots;
                 truncations += stats.truncations;
                 split += stats.split_votes.0;
                 contested += stats.split_votes.1;
@@ -436,10 +441,11 @@ fn run_seeds(size: usize, count: u64) {
          batches, {truncations} divergence truncations, {downloads} snapshot downloads, \
          {abandoned} corrupt downloads abandoned, {answers} fetch-shard answers ({retries} \
          rebuilt after a rewrite); {witnesses} runs with a witness, each ending with a non-witness \
-         leader ({handovers} witness handovers since the last restarts); {split} of \
-         {contested} epochs with a candidate had two or more (split votes)"
+         leader ({handovers} witness handovers since the last restarts, {adopted} snapshots \
+         adopted); {split} of {contested} epochs with a candidate had two or more (split votes)"
     );
     assert!(witnesses > 0, "no run had a witness");
+    assert!(adopted > 0, "no witness adopted a leader's snapshot");
     assert!(answers > 0, "no fetch shard answered");
     assert!(
         committed as u64 >= count,
