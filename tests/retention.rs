@@ -172,3 +172,116 @@ fn without_retention_every_snapshot_and_segment_is_kept() {
     );
     assert!(!run.log.contains("retention: the log now starts"));
 }
+
+/// What a witness beside snapshotting voters kept: its directory's largest size and most
+/// snapshots, its log start at the end, how many snapshots it adopted, its log.
+struct WitnessRun {
+    max_bytes: u64,
+    max_snapshots: usize,
+    log_start: i64,
+    high_watermark: i64,
+    adopted: usize,
+    log: String,
+}
+
+/// Voters 1 and 2 with the load generator (which writes snapshots when the policy asks), and
+/// voter 3 a witness with no state machine, all with the retention `keys`, written at 2,000
+/// records/s × 256 B for `seconds`; the witness's directory measured every 50 ms.
+fn witness_run(name: &str, keys: &str, seconds: u64) -> WitnessRun {
+    let mut c = common::quorum::Cluster::new(name);
+    for id in 1..=3 {
+        let path = c.node_dir(id).join("server.properties");
+        let mut config = std::fs::read_to_string(&path).unwrap();
+        config.push_str(&format!(
+            "metadata.log.segment.min.bytes={SEGMENT}\nmetadata.log.segment.bytes={SEGMENT}\n\
+             metadata.log.max.record.bytes.between.snapshots={BETWEEN}\n{keys}"
+        ));
+        if id == 3 {
+            config.push_str("ringraft.leadership=witness\n");
+        }
+        std::fs::write(&path, config).unwrap();
+    }
+    c.start_with(1, &["--load-record-bytes", "256"]);
+    c.start_with(2, &["--load-record-bytes", "256"]);
+    let witness = Node::start(
+        &["start", "-c", "server.properties"],
+        &c.node_dir(3),
+        c.ports[2],
+    );
+    c.nodes[2] = Some(witness);
+    let partition = c.node_dir(3).join("data/__cluster_metadata-0");
+    let (mut max_bytes, mut max_snapshots) = (0, 0);
+    let until = Instant::now() + Duration::from_secs(seconds);
+    while Instant::now() < until {
+        let (bytes, snapshots) = measure(&partition);
+        max_bytes = max_bytes.max(bytes);
+        max_snapshots = max_snapshots.max(snapshots);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let end = c.probe(3).expect("the witness answers");
+    let log = c.nodes[2].as_ref().unwrap().log_text();
+    WitnessRun {
+        max_bytes,
+        max_snapshots,
+        log_start: end.log_start,
+        high_watermark: end.high_watermark,
+        adopted: log.matches("adopted the leader's snapshot").count(),
+        log,
+    }
+}
+
+const WITNESS_RETENTION: u64 = 2 << 20;
+
+/// What the witness may hold: what retention keeps (log and snapshots), the log grown since
+/// its latest adopted snapshot (as for a node that writes its own, `BETWEEN`, and as much
+/// again while the next one is learned and downloaded), a preallocated segment, and a few KiB
+/// of indexes, checkpoints and quorum-state.
+const WITNESS_BOUND: u64 = WITNESS_RETENTION + 2 * BETWEEN + SEGMENT + (64 << 10);
+
+fn witness_keys() -> String {
+    format!("metadata.max.retention.bytes={WITNESS_RETENTION}\nmetadata.max.retention.ms=-1\n")
+}
+
+#[test]
+fn a_witness_adopts_the_leaders_snapshots_and_retention_bounds_it() {
+    let run = witness_run("witness-adopts", &witness_keys(), 10);
+    eprintln!(
+        "witness: {} snapshots adopted, directory at most {} bytes (bound {WITNESS_BOUND}), \
+         at most {} snapshot files, log start {} of {}",
+        run.adopted, run.max_bytes, run.max_snapshots, run.log_start, run.high_watermark
+    );
+    assert!(
+        run.adopted >= 3,
+        "the witness adopted {} snapshots in 10 s:\n{}",
+        run.adopted,
+        run.log
+    );
+    assert!(
+        run.max_bytes <= WITNESS_BOUND,
+        "the witness's directory reached {} bytes, over the {WITNESS_BOUND} retention implies\n{}",
+        run.max_bytes,
+        run.log
+    );
+    assert!(run.max_snapshots >= 1);
+    assert!(
+        run.log_start > run.high_watermark / 4,
+        "the witness's log start {} of {}",
+        run.log_start,
+        run.high_watermark
+    );
+    assert!(!run.log.contains("refused a peer's claim"), "{}", run.log);
+}
+
+#[test]
+fn without_adoption_the_witness_outgrows_the_bound() {
+    // The checker above fails on a witness that adopts nothing: it keeps every record.
+    let keys = format!("{}ringraft.snapshot.adopt=false\n", witness_keys());
+    let run = witness_run("witness-keeps", &keys, 10);
+    assert_eq!(run.adopted, 0);
+    assert_eq!(run.log_start, 0);
+    assert!(
+        run.max_bytes > WITNESS_BOUND,
+        "{} bytes without adoption",
+        run.max_bytes
+    );
+}

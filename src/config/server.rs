@@ -117,6 +117,10 @@ pub struct ServerConfig {
     /// append`). False by default: beside Kafka controllers, raw records in the metadata log
     /// would stop them replaying it. The embedded default sets it.
     pub log_append_enable: bool,
+    /// `ringraft.snapshot.adopt`: a node with no state machine takes the leader's snapshots,
+    /// so that retention bounds its log (docs/raft.md §11.6). True by default; false keeps
+    /// every record it ever committed.
+    pub snapshot_adopt: bool,
     /// TLS on the controller listeners and on peer connections, when the first controller
     /// listener's security protocol is SSL (`config::tls`).
     pub tls: Option<super::tls::TlsConfig>,
@@ -162,6 +166,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "ringraft.leadership",
     "ringraft.batch.cache.bytes",
     "ringraft.log.append.enable",
+    "ringraft.snapshot.adopt",
 ];
 
 /// The known key an unknown `key` was probably meant to be: the closest by edit distance,
@@ -475,6 +480,7 @@ impl ServerConfig {
             },
             batch_cache_bytes: g.batch_cache_bytes,
             log_append_enable: l.bool("ringraft.log.append.enable", false)?,
+            snapshot_adopt: l.bool("ringraft.snapshot.adopt", true)?,
             tls: None,
             unknown_keys: props
                 .keys()

@@ -196,8 +196,15 @@ async fn start_raft(
     }
     let publisher = publish::NodePublisher::new(log.clone(), ctx.generation.clone(), targets);
     executor.set_publisher(Box::new(publisher));
-    if let Some(machine) = ctx.machine.lock().ok().and_then(|mut m| m.take()) {
-        executor.set_state_machine(machine);
+    match ctx.machine.lock().ok().and_then(|mut m| m.take()) {
+        Some(machine) => executor.set_state_machine(machine),
+        // No state machine writes snapshots here (a witness, a voter beside Kafka
+        // controllers): take the leader's, so that retention can bound the log (`raft::adopt`).
+        // One registered later turns this off.
+        None => executor
+            .raft()
+            .borrow_mut()
+            .set_adopting(ctx.snapshot_policy.adopt),
     }
     executor.set_metrics(ctx.metrics.clone());
     executor.transport_mut().set_metrics(ctx.metrics.clone());

@@ -540,6 +540,7 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
                 drop(raft);
                 self.listeners.push(listener);
                 self.policy.machine_added();
+                self.raft.borrow_mut().set_adopting(false);
             }
             ExecutorInput::Snapshot {
                 offset,

@@ -25,6 +25,8 @@ pub struct SnapshotPolicy {
     pub retention_bytes: i64,
     /// −1: no age bound.
     pub retention_ms: i64,
+    /// `ringraft.snapshot.adopt`: with no state machine here, take the leader's snapshots.
+    pub adopt: bool,
 }
 
 impl SnapshotPolicy {
@@ -36,6 +38,7 @@ impl SnapshotPolicy {
             max_interval_ms: config.metadata_log_max_snapshot_interval_ms.max(0) as u64,
             retention_bytes: config.metadata_max_retention_bytes,
             retention_ms: config.metadata_max_retention_ms,
+            adopt: config.snapshot_adopt,
         }
     }
 
@@ -48,6 +51,7 @@ impl SnapshotPolicy {
             max_interval_ms: c::METADATA_LOG_MAX_SNAPSHOT_INTERVAL_MS_DEFAULT as u64,
             retention_bytes: c::METADATA_MAX_RETENTION_BYTES_DEFAULT,
             retention_ms: c::METADATA_MAX_RETENTION_MS_DEFAULT,
+            adopt: true,
         }
     }
 }
@@ -66,6 +70,8 @@ pub struct PolicyState {
     since_ms: u64,
     /// No state machine took the last request: not asked again until one registers.
     declined: bool,
+    /// The node said it adopts the leader's snapshots instead (`adopting_once`).
+    adopting_said: bool,
     /// The log's size when last looked at by `log_grew_to`.
     log_bytes_seen: Option<u64>,
     /// The next time retention is looked at on a tick (monotonic ms).
@@ -79,6 +85,7 @@ impl PolicyState {
             since_bytes: 0,
             since_ms: now_ms,
             declined: false,
+            adopting_said: false,
             log_bytes_seen: None,
             next_check_ms: now_ms,
         }
@@ -121,6 +128,12 @@ impl PolicyState {
     /// No state machine takes snapshots. Returns true the first time (to say so once).
     pub fn decline(&mut self) -> bool {
         !std::mem::replace(&mut self.declined, true)
+    }
+
+    /// No state machine takes snapshots, but the node adopts the leader's and keeps asking at
+    /// this cadence. Returns true the first time (to say so once).
+    pub fn adopting_once(&mut self) -> bool {
+        !std::mem::replace(&mut self.adopting_said, true)
     }
 
     /// A state machine registered: it may take the next request.
@@ -171,6 +184,7 @@ mod tests {
             max_interval_ms: 60_000,
             retention_bytes: bytes,
             retention_ms: ms,
+            adopt: true,
         }
     }
 

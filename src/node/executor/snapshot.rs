@@ -106,6 +106,20 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
                 Err(back) => writer = back,
             }
         }
+        if self.raft.borrow().is_adopting() {
+            // No state machine here: the leader's latest snapshot stands in for ours, asked for
+            // at the cadence ours would have had (`raft::adopt`).
+            if self.policy.adopting_once() {
+                info!(
+                    since_bytes = self.policy.since_bytes(),
+                    "a snapshot is due and no state machine here writes snapshots: this node \
+                     adopts the leader's at this cadence while it follows (ringraft.snapshot.adopt)"
+                );
+            }
+            self.raft.borrow_mut().ask_leader_for_snapshot();
+            self.policy.snapshot_taken(now);
+            return;
+        }
         if self.policy.decline() {
             warn!(
                 since_bytes = self.policy.since_bytes(),
