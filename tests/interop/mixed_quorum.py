@@ -6,6 +6,7 @@ usage: mixed_quorum.py static --layout KKW --kills N --seed S [--tls DIR]
        mixed_quorum.py latency [--layouts KKK,KKW] [--seconds 60]
        mixed_quorum.py transfer --layout KRR --kills N
        mixed_quorum.py recover
+       mixed_quorum.py adopt
   common: --kafka-jars DIR --tool-classes DIR --logging-jar JAR --ringraft BIN --work DIR
           --pids FILE (the PIDs of the processes started, for the caller's cleanup)
 
@@ -47,6 +48,11 @@ directories deleted), runs `ringraft storage recover-quorum --force` on the thir
 kafka-metadata-quorum that the voters are [3], and adds ids 1 and 2 back as fresh Kafka
 controllers with Kafka's add-controller (they replay the recovery's voter-set records).
 
+The adopt run (KKW) has the Kafka controllers snapshot every 16 KiB or 2 s and keep 128 KiB;
+the ringraft witness, which writes no snapshots, must adopt theirs (docs/raft.md §11.6), move
+its log start by retention, and keep its directory within retention + 2 snapshots + 1 segment;
+Kafka's DumpLogSegments reads what it adopted, byte-identical to the Kafka leader's files.
+
 The dynamic run starts one Kafka controller formatted --standalone, adds a ringraft node with
 kafka-metadata-quorum add-controller, and removes it again with remove-controller.
 """
@@ -63,6 +69,11 @@ import time
 LEADER_BOUND_S = 20
 ACTIVE_BOUND_S = 30
 CONVERGE_BOUND_S = 20
+# The adopt run: Kafka's retention and snapshot keys, and the witness's segment size.
+ADOPT_RETENTION = 128 << 10
+ADOPT_BETWEEN = 16 << 10
+ADOPT_SEGMENT = 64 << 10
+ADOPT_SECONDS = 60
 
 
 def free_port():
@@ -733,6 +744,110 @@ class Suite:
         print(f"summary recover: {len(self.failures)} failures", flush=True)
         return 0 if not self.failures else 1
 
+    def run_adopt(self):
+        """A ringraft witness beside two Kafka controllers that snapshot and delete by
+        retention: the witness adopts their snapshots and its own directory stays bounded.
+
+        The Kafka controllers append a NoOp every 10 ms (metadata.max.idle.interval.ms), take a
+        snapshot every ADOPT_BETWEEN bytes or 2 s, and keep ADOPT_RETENTION bytes; the witness
+        has the same retention keys and segments of ADOPT_SEGMENT bytes. For ADOPT_SECONDS its
+        partition directory is measured every 0.2 s. It must adopt snapshots (log lines), move
+        its log start (retention), stay within retention + 2 snapshots + 1 segment + 64 KiB
+        for its small files, and Kafka's DumpLogSegments must read every snapshot it adopted,
+        byte-identical to the Kafka leader's file of the same name where that still exists. The
+        logs must agree below the last high watermark, from each one's first batch on.
+        """
+        a = self.args
+        ports = {i: free_port() for i in (1, 2, 3)}
+        cluster_id = subprocess.run([a.ringraft, "storage", "random-uuid"], capture_output=True,
+                                    text=True).stdout.strip()
+        voters = "controller.quorum.voters=" + ",".join(
+            f"{i}@127.0.0.1:{ports[i]}" for i in (1, 2, 3))
+        keys = [f"metadata.max.retention.bytes={ADOPT_RETENTION}", "metadata.max.retention.ms=-1",
+                f"metadata.log.max.record.bytes.between.snapshots={ADOPT_BETWEEN}",
+                "metadata.log.max.snapshot.interval.ms=2000"]
+        kafka = keys + ["metadata.max.idle.interval.ms=10"]
+        witness = keys + [f"metadata.log.segment.min.bytes={ADOPT_SEGMENT}",
+                          f"metadata.log.segment.bytes={ADOPT_SEGMENT}"]
+        nodes = {i: Node(i, "KKW"[i - 1], a, self.work, ports, cluster_id, voters,
+                         extra=kafka if i < 3 else witness) for i in (1, 2, 3)}
+        part = lambda n: os.path.join(n.data, "__cluster_metadata-0")
+        snaps = lambda d: sorted(f for f in os.listdir(d) if f.endswith(".checkpoint")
+                                 and not f.startswith("00000000000000000000-"))
+        kafka_snapshots, max_bytes, max_snapshot = set(), 0, 0
+        w = nodes[3]
+        try:
+            for n in nodes.values():
+                n.format()
+                n.start()
+            deadline = time.time() + ADOPT_SECONDS
+            while time.time() < deadline:
+                for n in (nodes[1], nodes[2]):
+                    if os.path.isdir(part(n)):
+                        kafka_snapshots.update(snaps(part(n)))
+                total = 0
+                for f in os.listdir(part(w)) if os.path.isdir(part(w)) else []:
+                    try:
+                        size = os.path.getsize(os.path.join(part(w), f))
+                    except OSError:
+                        continue  # deleted while listed
+                    total += size
+                    if f.endswith(".checkpoint"):
+                        max_snapshot = max(max_snapshot, size)
+                max_bytes = max(max_bytes, total)
+                time.sleep(0.2)
+            adopted_files = snaps(part(w))
+            found = self.leader(nodes)
+            leader = nodes[found[0]] if found else None
+            identical = 0
+            for f in adopted_files:
+                path = os.path.join(part(w), f)
+                cmd = ["java", "-cp", f"{a.kafka_jars}/*", dump_class(a.kafka_jars),
+                       "--files", path]
+                r = subprocess.run(cmd, capture_output=True, text=True)
+                if r.returncode != 0 or "Exception" in r.stdout + r.stderr or "baseOffset" not in r.stdout:
+                    self.fail(f"DumpLogSegments cannot read the adopted {f}: "
+                              f"{(r.stdout + r.stderr)[-400:]}")
+                if leader and leader.is_kafka and os.path.exists(os.path.join(part(leader), f)):
+                    with open(path, "rb") as x, open(os.path.join(part(leader), f), "rb") as y:
+                        if x.read() != y.read():
+                            self.fail(f"the adopted {f} differs from {leader.name()}'s")
+                        identical += 1
+        finally:
+            for n in nodes.values():
+                n.stop(signal.SIGTERM)
+            self.kafka_errors({i: n for i, n in nodes.items() if n.is_kafka})
+            self.tool.close()
+        # Below the high watermark read before stopping, from the witness's log start on, its
+        # batches are the Kafka controllers' (`dumps` compares each log from its first batch).
+        counts = self.dumps(nodes, found[2] if found else None)
+        with open(w.out, errors="replace") as f:
+            log = f.read()
+        adopted = log.count("adopted the leader's snapshot")
+        moved = log.count("retention: the log now starts at a later snapshot")
+        bound = ADOPT_RETENTION + 2 * max_snapshot + ADOPT_SEGMENT + (64 << 10)
+        print(f"adopt: Kafka took {len(kafka_snapshots)} snapshots; the witness adopted {adopted}, "
+              f"moved its log start {moved} times, holds {len(adopted_files)} snapshot files "
+              f"({identical} compared byte for byte with the Kafka leader's); its directory at most "
+              f"{max_bytes} bytes against the bound {bound} (retention {ADOPT_RETENTION} + 2 x "
+              f"{max_snapshot} + segment {ADOPT_SEGMENT} + 64 KiB); batches in the logs {counts}",
+              flush=True)
+        if len(kafka_snapshots) < 5:
+            self.fail(f"the Kafka controllers took {len(kafka_snapshots)} snapshots, fewer than 5")
+        if adopted < 2:
+            self.fail(f"the witness adopted {adopted} snapshots")
+        if moved < 1:
+            self.fail("the witness's log start never moved")
+        if not adopted_files:
+            self.fail("no adopted snapshot left in the witness's directory")
+        if max_bytes > bound:
+            self.fail(f"the witness's directory reached {max_bytes} bytes, over {bound}")
+        if "refused a peer's claim" in log or " ERROR " in log:
+            self.fail("the witness logged an error: " + next(
+                l for l in log.splitlines() if "refused a peer's claim" in l or " ERROR " in l)[:300])
+        print(f"summary adopt: {len(self.failures)} failures", flush=True)
+        return 0 if not self.failures else 1
+
     def run_latency(self):
         """The Kafka leader's commit latency, 3 Kafka voters against 2 Kafka + 1 witness.
 
@@ -851,7 +966,7 @@ def dump_class(jars):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["static", "dynamic", "latency", "transfer", "recover"])
+    p.add_argument("mode", choices=["static", "dynamic", "latency", "transfer", "recover", "adopt"])
     p.add_argument("--layouts", default="KKK,KKW", help="latency: the two layouts to compare")
     p.add_argument("--seconds", type=int, default=60, help="latency: samples, one a second")
     p.add_argument("--warmup", type=int, default=10, help="latency: seconds before sampling")
@@ -879,7 +994,7 @@ def main():
         sys.exit("--layout: three of K, R, W")
     suite = Suite(args)
     run = {"static": suite.run_static, "dynamic": suite.run_dynamic, "latency": suite.run_latency,
-           "transfer": suite.run_transfer, "recover": suite.run_recover}
+           "transfer": suite.run_transfer, "recover": suite.run_recover, "adopt": suite.run_adopt}
     sys.exit(run[args.mode]())
 
 

@@ -1039,6 +1039,10 @@ check "mixed quorum KRR on Kafka $MIXED_NEWEST: transfer-leader to a Kafka contr
 # voter set and Kafka's add-controller adds two Kafka controllers back in the lost ids.
 check "recover-quorum on the survivor of 3 ringraft voters; kafka-metadata-quorum shows [3]; Kafka $MIXED_NEWEST controllers added back with add-controller" \
   mixed "$MIXED_NEWEST" recover
+# A witness beside Kafka controllers that snapshot and delete by retention adopts their
+# snapshots, so that its own directory stays bounded (docs/raft.md §11.6).
+check "witness beside 2 Kafka $MIXED_NEWEST controllers adopts their snapshots: log start moves, directory within retention + 2 snapshots + 1 segment, DumpLogSegments reads them" \
+  mixed "$MIXED_NEWEST" adopt
 # The same over mTLS, with the certificates of the TLS section (tls.sh).
 check "mixed TLS quorum KKW (2 Kafka $MIXED_NEWEST controllers + 1 ringraft witness, mTLS): 2 leader kills" \
   mixed "$MIXED_NEWEST" static --layout KKW --kills 2 --seed 5 --tls "$TLS_DIR"
