@@ -200,11 +200,11 @@ async fn start_raft(
         Some(machine) => executor.set_state_machine(machine),
         // No state machine writes snapshots here (a witness, a voter beside Kafka
         // controllers): take the leader's, so that retention can bound the log (`raft::adopt`).
-        // One registered later turns this off.
+        // The load generator registers one as it starts; any registered later turns this off.
         None => executor
             .raft()
             .borrow_mut()
-            .set_adopting(ctx.snapshot_policy.adopt),
+            .set_adopting(ctx.snapshot_policy.adopt && ctx.load.is_none()),
     }
     executor.set_metrics(ctx.metrics.clone());
     executor.transport_mut().set_metrics(ctx.metrics.clone());

@@ -96,9 +96,12 @@ impl Raft {
         self.adoption.adopted
     }
 
-    /// Forgets an adoption in progress; its partial file goes.
+    /// Forgets an adoption in progress; its partial file goes. A request of its still in
+    /// flight stays known as adoption's, so that its answer is dropped as adoption's: a probe's
+    /// answer taken for a regular Fetch answer would set the high watermark from a Fetch the
+    /// leader never checked against this log (the long fault suite found a follower that
+    /// counted its own divergent suffix as committed that way).
     pub(super) fn abandon_adoption(&mut self) {
-        self.adoption.request = None;
         self.adoption.took_turn = false;
         if let Some(download) = self.adoption.download.take() {
             if download.written > 0 {
@@ -259,5 +262,99 @@ impl Raft {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::core::testing;
+    use super::super::message::{Outbound, Records};
+    use super::super::types::Time;
+    use super::super::Input;
+    use super::*;
+
+    /// The probe a follower of 1 sends first once adoption is on, and the core.
+    fn probing_follower() -> (Raft, RequestId) {
+        let mut raft = testing::core(2, &[1, 2, 3]);
+        raft.become_follower(1, 1);
+        testing::drain(&mut raft);
+        raft.set_adopting(true);
+        raft.step(Time::simulated(10), Input::Tick);
+        let mut probe = None;
+        while let Some(ready) = raft.ready() {
+            raft.persisted(ready.id);
+            for m in ready.early_messages.iter().chain(&ready.messages) {
+                if let Outbound::Request {
+                    id,
+                    request: Request::Fetch(f),
+                    ..
+                } = m
+                {
+                    assert_eq!(
+                        (f.replica.id, f.fetch_offset),
+                        (-1, 0),
+                        "an anonymous probe"
+                    );
+                    probe = Some(*id);
+                }
+            }
+        }
+        (
+            raft,
+            probe.expect("a probe is sent on adoption's first turn"),
+        )
+    }
+
+    fn answer(high_watermark: i64, snapshot_id: Option<super::super::OffsetAndEpoch>) -> Response {
+        Response::Fetch(FetchResponse {
+            error: ErrorCode::NONE,
+            partition_error: ErrorCode::NONE,
+            high_watermark,
+            log_start_offset: 0,
+            diverging_epoch: None,
+            leader_id: 1,
+            leader_epoch: 1,
+            snapshot_id,
+            records: Records::None,
+            leader_endpoints: vec![],
+        })
+    }
+
+    #[test]
+    fn a_probe_answer_never_counts_as_a_fetch_answer_even_after_adoption_stopped() {
+        let (mut raft, probe) = probing_follower();
+        raft.set_adopting(false);
+        let response = answer(100, None);
+        raft.step(
+            Time::simulated(20),
+            Input::Response {
+                id: probe,
+                response,
+            },
+        );
+        assert_eq!(
+            raft.high_watermark(),
+            None,
+            "the probe was not checked against this log: it says nothing of what is committed"
+        );
+    }
+
+    #[test]
+    fn a_snapshot_past_the_high_watermark_or_off_the_log_is_not_adopted() {
+        let (mut raft, probe) = probing_follower();
+        let id = super::super::OffsetAndEpoch::new(50, 1);
+        let response = answer(100, Some(id));
+        raft.step(
+            Time::simulated(20),
+            Input::Response {
+                id: probe,
+                response,
+            },
+        );
+        assert!(
+            raft.adoption.download.is_none(),
+            "nothing of it is in this log"
+        );
+        assert_eq!(raft.high_watermark(), None);
     }
 }

@@ -890,7 +890,17 @@ impl Cluster {
         for i in 0..self.nodes.len() {
             let id = i as i32;
             if self.witnesses.contains(&id) {
-                continue; // It adopts the others' snapshots instead (`raft::adopt`).
+                // It adopts the others' snapshots instead (`raft::adopt`); now and then it is
+                // turned off and on again, as a node does when a state machine registers, so
+                // that requests it had in flight are answered after it stopped adopting.
+                if let Some(exec) = self.nodes[i].exec.as_ref() {
+                    if self.rng.below(4) == 0 {
+                        let mut raft = exec.raft.borrow_mut();
+                        let adopting = raft.is_adopting();
+                        raft.set_adopting(!adopting);
+                    }
+                }
+                continue;
             }
             let node = &self.nodes[i];
             let Some(hwm) = node.raft().and_then(|r| r.high_watermark()) else {
