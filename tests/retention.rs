@@ -5,6 +5,9 @@
 //! `metadata.max.retention.bytes`, or the oldest is older than `metadata.max.retention.ms`.
 //! The directory stays under the bound those keys imply, the log start moves on, and the node
 //! restarts on what is left.
+//!
+//! A witness with no state machine beside such voters adopts their snapshots (docs/raft.md
+//! §11.6), so that the same retention bounds its directory too.
 
 mod common;
 
