@@ -362,6 +362,31 @@ fn corruption_in_the_middle_stops_recovery_with_file_and_position() {
     }
 }
 
+/// A batch's epoch is outside its CRC: a flip that raises the epoch of a segment's last batch
+/// is seen only at the next segment's first batch, whose epoch now goes down. The refusal names
+/// both files (the long fault suite flipped such a byte and the error named only the next).
+#[test]
+fn an_epoch_raised_at_a_segments_end_is_refused_naming_both_segments() {
+    let (_dir, path, _) = written_log("log-epoch-flip");
+    let first = first_segment(&path);
+    let mut bytes = std::fs::read(&first).unwrap();
+    let mut last_batch_at = 0;
+    let mut at = 0;
+    while let Ok((b, _)) = ringraft::records::Batch::parse(&bytes[at..]) {
+        last_batch_at = at;
+        at += b.len();
+    }
+    bytes[last_batch_at + 14] ^= 0x3c; // partitionLeaderEpoch is bytes 12..16
+    std::fs::write(&first, &bytes).unwrap();
+    let err = run(async move { MetadataLog::open(&path, small()).await.err() }).expect("refused");
+    let text = err.to_string();
+    assert!(
+        text.contains(&first.display().to_string()),
+        "the segment whose last batch was flipped is named: {text}"
+    );
+    assert!(text.contains("after epoch"), "{text}");
+}
+
 /// A crash during a roll can leave allocated zeros after a sealed segment's last batch:
 /// recovery trims them and the log reads as written. (It used to fail with EINVAL, naming no
 /// file: the trim ran on a file opened read-only. Found by the fault suite.) A sealed segment

@@ -10,7 +10,7 @@
 //! dropped). Everything after start-up goes through the ring (`metadata_log`, `segment`).
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::epoch_cache::EpochCache;
 use super::layout;
@@ -50,6 +50,9 @@ pub(super) fn recover(partition_dir: &Path) -> Result<Recovered, LogError> {
     let mut epochs = EpochCache::default();
     let mut segments = Vec::new();
     let mut expected: Option<i64> = None;
+    // The last batch of the segment before (its file and position), for naming it when the
+    // next segment's epoch goes below it.
+    let mut previous_last: Option<(PathBuf, usize)> = None;
     for (i, &base) in bases.iter().enumerate() {
         let path = layout::segment_file(partition_dir, base);
         if let Some(expected) = expected.filter(|e| *e != base) {
@@ -72,12 +75,23 @@ pub(super) fn recover(partition_dir: &Path) -> Result<Recovered, LogError> {
         };
         let bytes: &[u8] = map.as_deref().unwrap_or(&[]);
         let scan = scan_segment(bytes, base, epochs.latest_epoch().unwrap_or(-1)).map_err(|c| {
+            let reason = match (&previous_last, c.epoch_below_previous_segment) {
+                (Some((file, at)), true) => format!(
+                    "{}; the higher epoch is the last batch of {} at byte {at}",
+                    c.reason,
+                    file.display()
+                ),
+                _ => c.reason,
+            };
             LogError::Corrupt {
                 path: path.clone(),
                 position: c.position,
-                reason: c.reason,
+                reason,
             }
         })?;
+        if let Some(b) = scan.batches.last() {
+            previous_last = Some((path.clone(), b.position));
+        }
         let is_last = i + 1 == bases.len();
         if let ScanEnd::TornTail { position, reason } = &scan.end {
             if !is_last {

@@ -53,6 +53,9 @@ impl Scan {
 pub struct Corruption {
     pub position: usize,
     pub reason: String,
+    /// The batch at `position` has a lower epoch than the last batch of the segment before:
+    /// either of the two may be the corrupt one (a batch's epoch is outside its CRC).
+    pub epoch_below_previous_segment: bool,
 }
 
 impl fmt::Display for Corruption {
@@ -72,6 +75,8 @@ pub fn scan_segment(
     let mut position = 0;
     let mut expected = base_offset;
     let mut epoch_floor = previous_epoch;
+    // Where in this segment the batch that set `epoch_floor` starts (None: an earlier segment).
+    let mut floor_at: Option<usize> = None;
     loop {
         let rest = &bytes[position..];
         if rest.iter().all(|b| *b == 0) {
@@ -90,15 +95,24 @@ pub fn scan_segment(
                             "batch starts at offset {} where {expected} was expected",
                             batch.base_offset()
                         ),
+                        epoch_below_previous_segment: false,
                     });
                 }
                 if batch.partition_leader_epoch() < epoch_floor {
+                    // A batch's epoch is outside its CRC: a flipped bit in either batch's
+                    // epoch reads as this, so both are named.
+                    let earlier = match floor_at {
+                        Some(at) => format!(" of the batch at byte {at}"),
+                        None => String::new(),
+                    };
                     return Err(Corruption {
                         position,
                         reason: format!(
-                            "epoch {} after epoch {epoch_floor}",
+                            "epoch {} after epoch {epoch_floor}{earlier} (either may be the \
+                             corrupt one: a batch's epoch is outside its CRC)",
                             batch.partition_leader_epoch()
                         ),
+                        epoch_below_previous_segment: floor_at.is_none(),
                     });
                 }
                 batches.push(ScannedBatch {
@@ -109,6 +123,9 @@ pub fn scan_segment(
                     epoch: batch.partition_leader_epoch(),
                     max_timestamp: batch.max_timestamp(),
                 });
+                if batch.partition_leader_epoch() > epoch_floor {
+                    floor_at = Some(position);
+                }
                 epoch_floor = epoch_floor.max(batch.partition_leader_epoch());
                 expected = batch.next_offset();
                 position += batch.len();
@@ -120,6 +137,7 @@ pub fn scan_segment(
             return Err(Corruption {
                 position,
                 reason: format!("{invalid}, yet a valid batch follows at byte {later}"),
+                epoch_below_previous_segment: false,
             });
         }
         let reason = match invalid {
