@@ -486,7 +486,12 @@ impl ActiveSegment {
         if self.zeroed_to >= up_to {
             return Ok(());
         }
-        let end = (self.zeroed_to + ZERO_AHEAD_BYTES).max(up_to.div_ceil(PAGE_BYTES) * PAGE_BYTES);
+        // A step of at most what is preallocated, within what is allocated: zeros never carry a
+        // small segment's file past its data plus one preallocation (a 64 KiB segment's file
+        // reached 320 KiB with 256 KiB steps, over the bound retention sets on a directory).
+        let step = ZERO_AHEAD_BYTES.min(self.preallocate_bytes);
+        let room = (self.zeroed_to + step).min(self.allocated_to.max(self.zeroed_to));
+        let end = room.max(up_to.div_ceil(PAGE_BYTES) * PAGE_BYTES);
         self.allocate_ahead(end).await?;
         let mut buffer = self.file.alloc_dma_buffer(end - self.zeroed_to);
         buffer.as_bytes_mut().fill(0);

@@ -774,7 +774,7 @@ class Suite:
         part = lambda n: os.path.join(n.data, "__cluster_metadata-0")
         snaps = lambda d: sorted(f for f in os.listdir(d) if f.endswith(".checkpoint")
                                  and not f.startswith("00000000000000000000-"))
-        kafka_snapshots, max_bytes, max_snapshot = set(), 0, 0
+        kafka_snapshots, max_bytes, max_snapshot, max_listing = set(), 0, 0, {}
         w = nodes[3]
         try:
             for n in nodes.values():
@@ -785,39 +785,42 @@ class Suite:
                 for n in (nodes[1], nodes[2]):
                     if os.path.isdir(part(n)):
                         kafka_snapshots.update(snaps(part(n)))
-                total = 0
+                total, listing = 0, {}
                 for f in os.listdir(part(w)) if os.path.isdir(part(w)) else []:
                     try:
                         size = os.path.getsize(os.path.join(part(w), f))
                     except OSError:
                         continue  # deleted while listed
                     total += size
+                    listing[f] = size
                     if f.endswith(".checkpoint"):
                         max_snapshot = max(max_snapshot, size)
-                max_bytes = max(max_bytes, total)
+                if total > max_bytes:
+                    max_bytes, max_listing = total, listing
                 time.sleep(0.2)
-            adopted_files = snaps(part(w))
             found = self.leader(nodes)
-            leader = nodes[found[0]] if found else None
-            identical = 0
-            for f in adopted_files:
-                path = os.path.join(part(w), f)
-                cmd = ["java", "-cp", f"{a.kafka_jars}/*", dump_class(a.kafka_jars),
-                       "--files", path]
-                r = subprocess.run(cmd, capture_output=True, text=True)
-                if r.returncode != 0 or "Exception" in r.stdout + r.stderr or "baseOffset" not in r.stdout:
-                    self.fail(f"DumpLogSegments cannot read the adopted {f}: "
-                              f"{(r.stdout + r.stderr)[-400:]}")
-                if leader and leader.is_kafka and os.path.exists(os.path.join(part(leader), f)):
-                    with open(path, "rb") as x, open(os.path.join(part(leader), f), "rb") as y:
-                        if x.read() != y.read():
-                            self.fail(f"the adopted {f} differs from {leader.name()}'s")
-                        identical += 1
         finally:
             for n in nodes.values():
                 n.stop(signal.SIGTERM)
             self.kafka_errors({i: n for i, n in nodes.items() if n.is_kafka})
             self.tool.close()
+        # Read once every node has stopped: retention deletes snapshots while they run.
+        adopted_files = snaps(part(w))
+        leader = nodes[found[0]] if found else None
+        identical = 0
+        for f in adopted_files:
+            path = os.path.join(part(w), f)
+            cmd = ["java", "-cp", f"{a.kafka_jars}/*", dump_class(a.kafka_jars),
+                   "--files", path]
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0 or "Exception" in r.stdout + r.stderr or "baseOffset" not in r.stdout:
+                self.fail(f"DumpLogSegments cannot read the adopted {f}: "
+                          f"{(r.stdout + r.stderr)[-400:]}")
+            if leader and leader.is_kafka and os.path.exists(os.path.join(part(leader), f)):
+                with open(path, "rb") as x, open(os.path.join(part(leader), f), "rb") as y:
+                    if x.read() != y.read():
+                        self.fail(f"the adopted {f} differs from {leader.name()}'s")
+                    identical += 1
         # Below the high watermark read before stopping, from the witness's log start on, its
         # batches are the Kafka controllers' (`dumps` compares each log from its first batch).
         counts = self.dumps(nodes, found[2] if found else None)
@@ -841,7 +844,8 @@ class Suite:
         if not adopted_files:
             self.fail("no adopted snapshot left in the witness's directory")
         if max_bytes > bound:
-            self.fail(f"the witness's directory reached {max_bytes} bytes, over {bound}")
+            self.fail(f"the witness's directory reached {max_bytes} bytes, over {bound}: "
+                      + ", ".join(f"{f} {n}" for f, n in sorted(max_listing.items())))
         if "refused a peer's claim" in log or " ERROR " in log:
             self.fail("the witness logged an error: " + next(
                 l for l in log.splitlines() if "refused a peer's claim" in l or " ERROR " in l)[:300])
