@@ -36,6 +36,19 @@ fn measure(dir: &Path) -> (u64, usize) {
     (bytes, snapshots)
 }
 
+/// `measure` every 50 ms for `seconds`: the largest size and the most snapshots seen.
+fn largest(dir: &Path, seconds: u64) -> (u64, usize) {
+    let (mut max_bytes, mut max_snapshots) = (0, 0);
+    let until = Instant::now() + Duration::from_secs(seconds);
+    while Instant::now() < until {
+        let (bytes, snapshots) = measure(dir);
+        max_bytes = max_bytes.max(bytes);
+        max_snapshots = max_snapshots.max(snapshots);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (max_bytes, max_snapshots)
+}
+
 struct Run {
     max_bytes: u64,
     max_snapshots: usize,
@@ -64,14 +77,7 @@ fn run_with(name: &str, keys: &str, seconds: u64) -> Run {
         &["--load-record-bytes", "256"],
     );
     let partition = dir.path().join("data/__cluster_metadata-0");
-    let (mut max_bytes, mut max_snapshots) = (0, 0);
-    let until = Instant::now() + Duration::from_secs(seconds);
-    while Instant::now() < until {
-        let (bytes, snapshots) = measure(&partition);
-        max_bytes = max_bytes.max(bytes);
-        max_snapshots = max_snapshots.max(snapshots);
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (max_bytes, max_snapshots) = largest(&partition, seconds);
     let before = probe(port).expect("the node answers");
     node.signal(SIGTERM);
     assert_eq!(node.wait_exit(Duration::from_secs(10)), Some(0));
@@ -213,14 +219,7 @@ fn witness_run(name: &str, keys: &str, seconds: u64) -> WitnessRun {
     );
     c.nodes[2] = Some(witness);
     let partition = c.node_dir(3).join("data/__cluster_metadata-0");
-    let (mut max_bytes, mut max_snapshots) = (0, 0);
-    let until = Instant::now() + Duration::from_secs(seconds);
-    while Instant::now() < until {
-        let (bytes, snapshots) = measure(&partition);
-        max_bytes = max_bytes.max(bytes);
-        max_snapshots = max_snapshots.max(snapshots);
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (max_bytes, max_snapshots) = largest(&partition, seconds);
     let end = c.probe(3).expect("the witness answers");
     let log = c.nodes[2].as_ref().unwrap().log_text();
     WitnessRun {

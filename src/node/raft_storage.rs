@@ -70,14 +70,20 @@ impl LogStorage {
         Ok(())
     }
 
-    async fn snapshot_complete(&self, id: OffsetAndEpoch) -> Result<(), Fatal> {
+    /// Makes the download of `id` durable and renames it into place; returns its size.
+    async fn finish_download(&self, id: OffsetAndEpoch) -> Result<u64, Fatal> {
         let current = self.download.borrow_mut().take();
         let op = StorageOp::SnapshotInstall { id };
         let Some((_, part)) = current.filter(|(cid, _)| *cid == id) else {
             let why = FatalCause::Contract("a snapshot completed without its bytes");
             return Err(Fatal::new(op, why));
         };
-        let bytes = part.finish().await.map_err(Fatal::during(op))?;
+        part.finish().await.map_err(Fatal::during(op))
+    }
+
+    async fn snapshot_complete(&self, id: OffsetAndEpoch) -> Result<(), Fatal> {
+        let bytes = self.finish_download(id).await?;
+        let op = StorageOp::SnapshotInstall { id };
         self.log
             .reset_to(id.offset)
             .await
@@ -93,14 +99,7 @@ impl LogStorage {
 
     /// An adopted snapshot (`raft::adopt`): durable and in place, the log untouched.
     async fn snapshot_adopted(&self, id: OffsetAndEpoch) -> Result<(), Fatal> {
-        let current = self.download.borrow_mut().take();
-        let op = StorageOp::SnapshotInstall { id };
-        let Some((_, part)) = current.filter(|(cid, _)| *cid == id) else {
-            let why = FatalCause::Contract("a snapshot adopted without its bytes");
-            return Err(Fatal::new(op, why));
-        };
-        part.finish().await.map_err(Fatal::during(op))?;
-        Ok(())
+        self.finish_download(id).await.map(|_| ())
     }
 }
 
