@@ -8,14 +8,19 @@
 //!                          ▼
 //!                        net::dispatch ─► protocol (checked decoders, ApiVersions table)
 //!                          ▼
-//!                        node::route ─┬─ Fetch ──────► fetch::shard::Serving (fetch role, this
+//!                        node::route: the wire edge. The parsed body becomes the core's
+//!                          request once, the answer is encoded once, here (record and
+//!                          snapshot bytes go uncopied into the frame's hole)
+//!                                     ├─ Fetch ──────► fetch::shard::Serving (fetch role, this
 //!                                     │                  shard): answers from the latest
 //!                                     │                  Publication, batch cache, segment reads
 //!                                     ├─ FetchSnapshot ► Serving (snapshot role, here or on
 //!                                     │                  another shard over a channel)
-//!                                     └─ the rest ───► node::handle::RaftHandle ─► raft shard
-//!                                                                   ▲
-//!  embed (Node, StateMachine, RaftHandle for applications) ─────────┘
+//!                                     ├─ Produce, TransferLeader: answered on this shard
+//!                                     └─ the rest: node::call::Call ─► RaftHandle::request ─►
+//!                                          raft shard (ExecutorInput::Request), answered
+//!                                          with node::call::Answer           ▲
+//!  embed (Node, StateMachine, RaftHandle for applications) ──────────────────┘
 //!
 //!  raft shard: node::executor ── the one loop: feeds raft/ + membership/ (pure cores) and
 //!       │   │   │   │            runs every Ready in order: persist → (flush started) → send

@@ -19,9 +19,7 @@ use super::view::{FetchView, Parking, Ticket};
 use crate::constants::COMPLAINT_INTERVAL_MS;
 use crate::log::snapshot_io::SnapshotFile;
 use crate::logsafe::{RateLimit, ReplicaShown, Untrusted, UntrustedOr};
-use crate::net::dispatch::RaftCall;
-use crate::net::frame_out::{Chunk, LocalFrame};
-use crate::net::raft_rpc;
+use crate::net::frame_out::Chunk;
 use crate::net::stop::StopSignal;
 use crate::protocol::ErrorCode;
 use crate::raft::message::{FetchRequest, FetchSnapshotRequest, Records, Response, SnapshotBytes};
@@ -279,8 +277,10 @@ impl Serving {
         }
     }
 
-    /// Answers a Fetch (see the module doc of `crate::fetch` for the generation check).
-    pub async fn fetch(&self, call: &RaftCall, r: FetchRequest) -> LocalFrame {
+    /// Answers a Fetch that came on `connection` (see the module doc of `crate::fetch` for the
+    /// generation check): the response, and the batches its records are, as read (the wire
+    /// edge sends them without copying).
+    pub async fn fetch(&self, connection: u64, r: FetchRequest) -> (Response, Vec<Chunk>) {
         self.view_ready().await;
         let mut woken = false;
         loop {
@@ -290,7 +290,7 @@ impl Serving {
                 // A voter's answer is sent in this round (`raft::fence`).
                 let answered = view.is_voter(r.replica).then_some((
                     r.replica.id,
-                    call.connection,
+                    connection,
                     view.facts.read_round,
                 ));
                 if woken {
@@ -303,7 +303,7 @@ impl Serving {
                     }
                     let counted = out.progress.and_then(|p| {
                         let p = Progress {
-                            answered_round: self.answered_round(r.replica.id, call.connection),
+                            answered_round: self.answered_round(r.replica.id, connection),
                             ..p
                         };
                         self.note_progress(p, view.is_voter(p.replica))
@@ -384,21 +384,15 @@ impl Serving {
                     .insert(replica, (connection, round));
             }
             resp.records = Records::None;
-            let response = Response::Fetch(resp);
-            return LocalFrame::encode(
-                call.correlation_id,
-                call.response_header_version,
-                chunks,
-                |w, hole| raft_rpc::encode_response(&response, call.version, hole, w),
-            );
+            return (Response::Fetch(resp), chunks);
         }
     }
 
     /// Answers a FetchSnapshot with a chunk of the snapshot file, read through the ring and
     /// checked (a corrupt chunk is not sent: SNAPSHOT_NOT_FOUND, and the reason is logged).
     /// Snapshot files never change once complete, and a deleted one stays readable through
-    /// the open file, so no generation check is needed here.
-    pub async fn fetch_snapshot(&self, call: &RaftCall, r: FetchSnapshotRequest) -> LocalFrame {
+    /// the open file, so no generation check is needed here. The response, and its chunk.
+    pub async fn fetch_snapshot(&self, r: FetchSnapshotRequest) -> (Response, Vec<Chunk>) {
         self.view_ready().await;
         let outcome = {
             let view = self.view.borrow();
@@ -435,13 +429,7 @@ impl Serving {
             }
         }
         resp.bytes = SnapshotBytes::None;
-        let response = Response::FetchSnapshot(resp);
-        LocalFrame::encode(
-            call.correlation_id,
-            call.response_header_version,
-            chunks,
-            |w, hole| raft_rpc::encode_response(&response, call.version, hole, w),
-        )
+        (Response::FetchSnapshot(resp), chunks)
     }
 
     async fn snapshot_chunk(

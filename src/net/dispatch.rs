@@ -25,14 +25,18 @@ pub struct RaftCall {
 /// RPC): the node's router (Fetch to the fetch shard, FetchSnapshot to a snapshot shard, the
 /// rest to the raft shard), anything in a test. The server knows only this trait.
 pub trait Service: 'static {
-    /// The whole response frame for `call`; `None` closes the connection (the node stops).
-    fn call(&self, call: RaftCall) -> impl std::future::Future<Output = Option<LocalFrame>>;
+    /// The answer to `call`; `None` closes the connection (the node stops).
+    fn call(&self, call: RaftCall) -> impl std::future::Future<Output = Option<Served>>;
+}
 
-    /// Which kind of peer sent `call`, when it tells (a Fetch names its replica): voters'
+/// A service's answer to a call.
+#[derive(Debug)]
+pub struct Served {
+    /// The whole response frame.
+    pub frame: LocalFrame,
+    /// Which kind of peer sent the call, when it tells (a Fetch names its replica): voters'
     /// connections are served ahead of observers'.
-    fn class_of(&self, _call: &RaftCall) -> Option<PeerClass> {
-        None
-    }
+    pub class: Option<PeerClass>,
 }
 
 /// Who is on the other end of a connection, as far as scheduling goes.

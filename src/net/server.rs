@@ -490,9 +490,11 @@ async fn serve_connection<S: Service>(
                 api = call.key.name();
                 version = call.version;
                 call.connection = conn.id;
-                moved = connections.service.class_of(&call).filter(|c| *c != class);
                 match connections.service.call(call).await {
-                    Some(frame) => frame,
+                    Some(served) => {
+                        moved = served.class.filter(|c| *c != class);
+                        served.frame
+                    }
                     None => {
                         debug!("the node is stopping; closing connection");
                         return None;

@@ -1,67 +1,25 @@
 //! The admin RPCs the raft shard answers itself, from the core's state: DescribeQuorum v0–2
 //! (docs/raft.md §12), DescribeCluster v0–2 (KIP-919) and UpdateFeatures v0–2 (kraft.version
-//! upgrades, docs/membership.md §10), and NOT_CONTROLLER to the active controller's RPCs
-//! (`protocol::controller_only`). Pure functions from a call to a response frame.
+//! upgrades, docs/membership.md §10). Pure functions from a decoded request to a response; the
+//! wire edge (`node::route`) encodes it.
 
-use crate::net::dispatch::RaftCall;
-use crate::net::raft_rpc;
+use super::call::{AdminCall, Answer};
 use crate::protocol::describe_cluster as dc;
 use crate::protocol::describe_quorum as dq;
-use crate::protocol::request::encode_response_frame;
-use crate::protocol::{ErrorCode, RequestBody, METADATA_TOPIC_NAME};
+use crate::protocol::{ErrorCode, METADATA_TOPIC_NAME};
 use crate::raft::{Raft, Time};
 
-/// The answer to `call` if it is an admin RPC, else `None` (it is for the core).
-pub fn answer(raft: &mut Raft, call: &RaftCall, cluster_id: &str, now: Time) -> Option<Vec<u8>> {
-    match &call.body {
-        RequestBody::DescribeQuorum(r) => Some(describe_quorum(raft, call, r, now)),
-        RequestBody::DescribeCluster(r) => Some(describe_cluster(raft, call, r, cluster_id)),
-        RequestBody::UpdateFeatures(r) => Some(update_features(raft, call, r)),
-        RequestBody::ControllerOnly => Some(encode_response_frame(
-            call.correlation_id,
-            call.response_header_version,
-            |w| {
-                crate::protocol::controller_only::encode_not_controller(call.key, w);
-            },
-        )),
-        // TransferLeader too (`node::route`); elsewhere it is refused.
-        RequestBody::TransferLeader(_) => {
-            let refused = crate::protocol::transfer_leader::TransferLeaderResponse {
-                error: ErrorCode::INVALID_REQUEST,
-                error_message: Some("TransferLeader is served on the controller listener".into()),
-                resigned_at_offset: -1,
-                throttle_time_ms: 0,
-            };
-            Some(encode_response_frame(
-                call.correlation_id,
-                call.response_header_version,
-                |w| refused.encode(w, call.version),
-            ))
+/// The answer to an admin RPC.
+pub fn answer(raft: &mut Raft, call: &AdminCall, cluster_id: &str, now: Time) -> Answer {
+    match call {
+        AdminCall::DescribeQuorum(r) => Answer::DescribeQuorum(describe_quorum(raft, r, now)),
+        AdminCall::DescribeCluster { version, request } => {
+            Answer::DescribeCluster(describe_cluster(raft, *version, request, cluster_id))
         }
-        // Produce is answered on the connection's shard (`node::produce`); a path that
-        // bypasses it (the simulator's network) gets a refusal, never a silent drop.
-        RequestBody::Produce(r) => {
-            let refused = crate::protocol::produce::ProducePartitionResponse {
-                error_code: ErrorCode::INVALID_REQUEST,
-                error_message: Some("Produce is served on the controller listener only".into()),
-                ..Default::default()
-            };
-            let response = crate::node::produce::answer(r, &refused, vec![]);
-            Some(encode_response_frame(
-                call.correlation_id,
-                call.response_header_version,
-                |w| response.encode(w, call.version),
-            ))
+        AdminCall::UpdateFeatures { version, request } => {
+            Answer::UpdateFeatures(update_features(raft, *version, request))
         }
-        _ => None,
     }
-}
-
-/// A response with only a top-level error (a request the core cannot take).
-pub fn error_frame(call: &RaftCall, error: ErrorCode) -> Vec<u8> {
-    encode_response_frame(call.correlation_id, call.response_header_version, |w| {
-        raft_rpc::encode_top_level_error(call.key, call.version, error, w)
-    })
 }
 
 /// Unix milliseconds of a core time (the core's clock is monotonic, from any origin).
@@ -73,10 +31,9 @@ fn wall_ms(now: Time, core_ms: Option<u64>) -> i64 {
 /// DescribeQuorum v0–2 (docs/raft.md §12): the leader's view, or NOT_LEADER_OR_FOLLOWER.
 fn describe_quorum(
     raft: &Raft,
-    call: &RaftCall,
     r: &dq::DescribeQuorumRequest,
     now: Time,
-) -> Vec<u8> {
+) -> dq::DescribeQuorumResponse {
     let ours = matches!(&r.topics[..], [t] if t.topic_name == METADATA_TOPIC_NAME
         && matches!(&t.partitions[..], [p] if p.partition_index == 0));
     let mut partition = dq::PartitionData {
@@ -129,7 +86,7 @@ fn describe_quorum(
                 .collect();
         }
     }
-    let response = dq::DescribeQuorumResponse {
+    dq::DescribeQuorumResponse {
         error_code: ErrorCode::NONE,
         error_message: None,
         topics: vec![dq::TopicData {
@@ -137,26 +94,23 @@ fn describe_quorum(
             partitions: vec![partition],
         }],
         nodes,
-    };
-    encode_response_frame(call.correlation_id, call.response_header_version, |w| {
-        response.encode(w, call.version)
-    })
+    }
 }
 
 /// DescribeCluster v0–2 on a controller (KIP-919, docs/wire.md §8.8): only EndpointType
 /// CONTROLLER; the voters are the nodes and the raft leader the controller.
 fn describe_cluster(
     raft: &Raft,
-    call: &RaftCall,
+    version: i16,
     r: &dc::DescribeClusterRequest,
     cluster_id: &str,
-) -> Vec<u8> {
+) -> dc::DescribeClusterResponse {
     let mut response = dc::DescribeClusterResponse {
         endpoint_type: dc::ENDPOINT_TYPE_CONTROLLER,
         cluster_id: cluster_id.to_owned(),
         ..Default::default()
     };
-    let error = match (call.version, r.endpoint_type) {
+    let error = match (version, r.endpoint_type) {
         (0, _) => Some(ErrorCode::INVALID_REQUEST),
         (_, dc::ENDPOINT_TYPE_CONTROLLER) => None,
         (_, dc::ENDPOINT_TYPE_BROKER) => Some(ErrorCode::MISMATCHED_ENDPOINT_TYPE),
@@ -191,21 +145,18 @@ fn describe_cluster(
             -1
         };
     }
-    encode_response_frame(call.correlation_id, call.response_header_version, |w| {
-        response.encode(w, call.version)
-    })
+    response
 }
 
 /// UpdateFeatures from `kafka-features --bootstrap-controller … upgrade`: only
 /// `kraft.version` is a feature here, and only upgrades are allowed (docs/membership.md §10).
 fn update_features(
     raft: &mut Raft,
-    call: &RaftCall,
+    version: i16,
     r: &crate::protocol::update_features::UpdateFeaturesRequest,
-) -> Vec<u8> {
+) -> crate::protocol::update_features::UpdateFeaturesResponse {
     use crate::protocol::api_versions::KRAFT_VERSION_FEATURE;
     use crate::protocol::update_features::{self as uf, UpdatableFeatureResult};
-    let version = call.version;
     let mut response = uf::UpdateFeaturesResponse {
         error_message: None,
         ..Default::default()
@@ -245,7 +196,5 @@ fn update_features(
             });
         }
     }
-    encode_response_frame(call.correlation_id, call.response_header_version, |w| {
-        response.encode(w, version)
-    })
+    response
 }

@@ -7,11 +7,9 @@
 
 use futures_channel::{mpsc, oneshot};
 
+use super::call::{Answer, Call};
 use super::machine::{QuorumStatus, StateMachine};
-use crate::net::dispatch::RaftCall;
-use crate::net::frame_out::SharedFrame;
 use crate::raft::message::{AddVoterRequest, RemoveVoterRequest, UpdateVoterRequest};
-use crate::raft::Token;
 use crate::raft::{Endpoint, Failure, OffsetAndEpoch, ReplicaKey, Request, RequestId, Response};
 use crate::records::builder::BatchBuilder;
 
@@ -110,15 +108,14 @@ pub struct AppendCheck {
 /// Everything that reaches the executor's loop (the node's plumbing, and the simulator's).
 #[doc(hidden)]
 pub enum ExecutorInput {
-    /// A decoded request from a connection: Raft RPCs go to the core, admin RPCs are answered
-    /// by the executor; the reply is the whole response frame (`None`: close the connection).
-    Call {
-        call: RaftCall,
-        reply: oneshot::Sender<Option<SharedFrame>>,
+    /// A decoded request (`node::call`): from a connection, through the wire edge
+    /// (`node::route`), from the application (membership changes), or from the simulator's
+    /// network. Raft RPCs go to the core, admin RPCs are answered from its state; the answer
+    /// goes to `reply`, and the edge encodes it.
+    Request {
+        call: Call,
+        reply: oneshot::Sender<Answer>,
     },
-    /// A request already in the core's form, answered through the transport by `token` (the
-    /// simulator's network).
-    Request { token: Token, request: Request },
     /// Replicas' positions a fetch shard validated (`raft::serve::Progress`); `reply`, when
     /// given, hears the high watermark once they are counted.
     FetchProgress {
@@ -151,11 +148,6 @@ pub enum ExecutorInput {
     Transfer {
         to: i32,
         reply: oneshot::Sender<Result<i64, ClientError>>,
-    },
-    /// A membership request from the application, answered with the core's response.
-    Local {
-        request: Request,
-        reply: oneshot::Sender<Response>,
     },
     /// What this node knows of the quorum (`RaftHandle::describe_quorum`).
     Describe {
@@ -400,11 +392,16 @@ impl RaftHandle {
     }
 
     async fn membership(&self, request: Request) -> Result<(), ClientError> {
-        let (reply, answer) = oneshot::channel();
-        self.send(ExecutorInput::Local { request, reply })?;
-        let (error, message) = match answer.await.map_err(|_| ClientError::Stopped)? {
-            Response::AddVoter(r) | Response::RemoveVoter(r) => (r.error, r.message),
-            Response::UpdateVoter(r) => (r.error, None),
+        let answer = self.request(Call::Raft(request)).await;
+        let (error, message) = match answer.ok_or(ClientError::Stopped)? {
+            Answer::Raft {
+                response: Response::AddVoter(r) | Response::RemoveVoter(r),
+                ..
+            } => (r.error, r.message),
+            Answer::Raft {
+                response: Response::UpdateVoter(r),
+                ..
+            } => (r.error, None),
             other => return Err(ClientError::Invalid(format!("unexpected answer {other:?}"))),
         };
         if error == crate::protocol::ErrorCode::NONE {
@@ -462,13 +459,13 @@ impl RaftHandle {
 }
 
 impl RaftHandle {
-    /// Answers a Raft or admin RPC on the raft shard; `None` means close the connection (the
-    /// node is stopping).
+    /// Answers a decoded Raft or admin RPC on the raft shard (the wire edge's door, and the
+    /// membership calls'); `None` when the raft shard has stopped.
     #[doc(hidden)]
-    pub async fn call(&self, call: RaftCall) -> Option<SharedFrame> {
+    pub async fn request(&self, call: Call) -> Option<Answer> {
         let (reply, answer) = oneshot::channel();
-        self.send(ExecutorInput::Call { call, reply }).ok()?;
-        answer.await.ok().flatten()
+        self.send(ExecutorInput::Request { call, reply }).ok()?;
+        answer.await.ok()
     }
 }
 

@@ -10,6 +10,7 @@
 
 pub mod admin;
 pub mod admin_http;
+pub mod call;
 pub mod errors;
 pub mod executor;
 pub mod handle;

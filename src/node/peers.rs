@@ -8,7 +8,6 @@ use std::collections::{BTreeMap, HashSet};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use futures_channel::mpsc;
 use futures_lite::StreamExt;
 use tracing::{debug, info, warn, Instrument};
@@ -20,7 +19,7 @@ use crate::net::peer::{PeerConnection, Target};
 use crate::net::raft_rpc;
 use crate::net::tls::Tls;
 use crate::protocol::{apis, Writer};
-use crate::raft::{Endpoint, Failure, Request, RequestId, Response, Token};
+use crate::raft::{Endpoint, Failure, Request, RequestId, Response};
 
 /// The node's transport: connection tasks by destination.
 pub struct PeerTransport {
@@ -137,15 +136,6 @@ impl Transport for PeerTransport {
                 result: failure,
             });
         }
-    }
-
-    /// Every request reaching a node arrives as a wire frame and is answered by the executor;
-    /// none carries a transport token.
-    fn send_response(&mut self, token: Token, _response: Response, _data: Vec<Bytes>) {
-        warn!(
-            token,
-            "a response for a request that did not come from a connection"
-        );
     }
 }
 

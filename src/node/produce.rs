@@ -10,9 +10,9 @@
 use bytes::Bytes;
 
 use super::handle::{AppendCheck, ClientError, RaftHandle};
+use super::route::ReplyTo;
 use crate::constants::BATCH_MAX_BYTES;
 use crate::fetch::shard::Serving;
-use crate::net::dispatch::RaftCall;
 use crate::net::frame_out::LocalFrame;
 use crate::protocol::produce::{
     ProduceNodeEndpoint, ProducePartitionResponse, ProduceRequest, ProduceResponse,
@@ -220,7 +220,7 @@ pub async fn serve(
     raft: &RaftHandle,
     serving: Option<&Serving>,
     enabled: bool,
-    call: &RaftCall,
+    to: &ReplyTo,
     request: &ProduceRequest,
 ) -> LocalFrame {
     let partition = match check(request, enabled) {
@@ -249,8 +249,8 @@ pub async fn serve(
         }));
     }
     let response = answer(request, &partition, endpoints);
-    let frame = encode_response_frame(call.correlation_id, call.response_header_version, |w| {
-        response.encode(w, call.version)
+    let frame = encode_response_frame(to.correlation_id, to.response_header_version, |w| {
+        response.encode(w, to.version)
     });
     crate::net::frame_out::SharedFrame::whole(frame).into_local()
 }

@@ -1,21 +1,135 @@
-//! Where a connection's requests go on a node: Fetch to this shard's fetch role, FetchSnapshot
-//! to a snapshot role (here, or on another shard), Produce answered here (`node::produce`: it
-//! waits for its commit on this shard, not on the raft shard), everything else to the raft
-//! shard.
+//! The wire edge. A connection's request frame was parsed by `net::dispatch`; here it becomes
+//! the core's request type, once (`decode`), goes to the shard role that answers it, and its
+//! answer is encoded, once, on the connection's shard (`encode`):
+//!
+//! - Fetch: this shard's fetch role, when it has one;
+//! - FetchSnapshot: a snapshot role, here or on another shard (the request and the answer
+//!   cross shards in the core's form);
+//! - Produce and TransferLeader: answered here (`node::produce`, `transfer_leader`: they wait
+//!   for their outcome on this shard, not on the raft shard);
+//! - the active controller's RPCs: NOT_CONTROLLER, here;
+//! - everything else: the raft shard's executor, as a `Call`, through its one door
+//!   (`RaftHandle::request`); the simulator's network uses the same door and the same
+//!   `encode`.
+//!
+//! Record and snapshot bytes are never copied into a response: `encode` leaves a hole for them
+//! and the connection sends them from where they are (`net::frame_out`).
 
 use std::rc::Rc;
 
+use bytes::Bytes;
 use futures_channel::{mpsc, oneshot};
 
+use super::call::{AdminCall, Answer, Call};
 use super::handle::RaftHandle;
 use crate::fetch::shard::Serving;
-use crate::net::dispatch::{PeerClass, RaftCall, Service};
-use crate::net::frame_out::{LocalFrame, SharedFrame};
-use crate::protocol::RequestBody;
-use crate::raft::Request;
+use crate::net::dispatch::{PeerClass, RaftCall, Served, Service};
+use crate::net::frame_out::{Chunk, Frame, LocalFrame};
+use crate::net::raft_rpc;
+use crate::protocol::request::encode_response_frame;
+use crate::protocol::{ApiKey, ErrorCode, RequestBody, Writer};
+use crate::raft::message::FetchSnapshotRequest;
+use crate::raft::{Request, Response};
 
 /// A FetchSnapshot for another shard's snapshot role, and where its answer goes.
-pub type SnapshotCall = (RaftCall, oneshot::Sender<Option<SharedFrame>>);
+pub type SnapshotCall = (
+    FetchSnapshotRequest,
+    oneshot::Sender<(Response, Vec<Bytes>)>,
+);
+
+/// What encoding an answer needs of its request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplyTo {
+    pub key: ApiKey,
+    pub version: i16,
+    pub correlation_id: i32,
+    pub response_header_version: i16,
+}
+
+impl ReplyTo {
+    pub fn of(call: &RaftCall) -> Self {
+        ReplyTo {
+            key: call.key,
+            version: call.version,
+            correlation_id: call.correlation_id,
+            response_header_version: call.response_header_version,
+        }
+    }
+}
+
+/// A request as the edge routes it.
+#[derive(Debug)]
+enum Routed {
+    /// For the raft shard's executor, or a fetch or snapshot role.
+    Call(Call),
+    Produce(crate::protocol::produce::ProduceRequest),
+    TransferLeader(crate::protocol::transfer_leader::TransferLeaderRequest),
+    /// An RPC only Kafka's active controller serves.
+    ControllerOnly,
+    /// A Raft RPC in a form the core does not take (another partition, no partition).
+    Invalid,
+}
+
+/// The core's form of a parsed request body (`version`: the request's, which some admin
+/// answers depend on): the one conversion a request goes through.
+fn decode(body: RequestBody, version: i16) -> Routed {
+    match body {
+        RequestBody::DescribeQuorum(r) => Routed::Call(Call::Admin(AdminCall::DescribeQuorum(r))),
+        RequestBody::DescribeCluster(request) => {
+            Routed::Call(Call::Admin(AdminCall::DescribeCluster { version, request }))
+        }
+        RequestBody::UpdateFeatures(request) => {
+            Routed::Call(Call::Admin(AdminCall::UpdateFeatures { version, request }))
+        }
+        RequestBody::Produce(r) => Routed::Produce(r),
+        RequestBody::TransferLeader(r) => Routed::TransferLeader(r),
+        RequestBody::ControllerOnly => Routed::ControllerOnly,
+        body => match raft_rpc::request_from_wire(&body) {
+            Some(request) => Routed::Call(Call::Raft(request)),
+            None => Routed::Invalid,
+        },
+    }
+}
+
+/// The frame of the core's `response` to a request, with `data` (the bytes the response
+/// names) in its hole, uncopied. The node's connections and the simulator's network both
+/// encode here.
+pub fn encode<C: AsRef<[u8]>>(to: &ReplyTo, response: &Response, data: Vec<C>) -> Frame<C> {
+    Frame::encode(
+        to.correlation_id,
+        to.response_header_version,
+        data,
+        |w, hole| raft_rpc::encode_response(response, to.version, hole, w),
+    )
+}
+
+/// The frame of any answer from the raft shard.
+pub fn encode_answer(to: &ReplyTo, answer: Answer) -> LocalFrame {
+    let whole = |body: &dyn Fn(&mut Writer)| {
+        LocalFrame::whole(encode_response_frame(
+            to.correlation_id,
+            to.response_header_version,
+            body,
+        ))
+    };
+    match answer {
+        Answer::Raft { response, data } => {
+            encode(to, &response, data.into_iter().map(Chunk::Shared).collect())
+        }
+        Answer::DescribeQuorum(r) => whole(&|w| r.encode(w, to.version)),
+        Answer::DescribeCluster(r) => whole(&|w| r.encode(w, to.version)),
+        Answer::UpdateFeatures(r) => whole(&|w| r.encode(w, to.version)),
+    }
+}
+
+/// A response with only a top-level error.
+fn error_frame(to: &ReplyTo, error: ErrorCode) -> LocalFrame {
+    LocalFrame::whole(encode_response_frame(
+        to.correlation_id,
+        to.response_header_version,
+        |w| raft_rpc::encode_top_level_error(to.key, to.version, error, w),
+    ))
+}
 
 pub struct NodeService {
     pub raft: RaftHandle,
@@ -30,43 +144,77 @@ pub struct NodeService {
 }
 
 impl Service for NodeService {
-    async fn call(&self, call: RaftCall) -> Option<LocalFrame> {
-        if let RequestBody::Produce(r) = &call.body {
-            let (raft, enabled) = (&self.raft, self.log_append_enable);
-            let serving = self.fetch.as_deref();
-            return Some(super::produce::serve(raft, serving, enabled, &call, r).await);
-        }
-        if let RequestBody::TransferLeader(r) = &call.body {
-            return Some(transfer_leader(&self.raft, &call, r).await);
-        }
-        match (
-            &call.body,
-            crate::net::raft_rpc::request_from_wire(&call.body),
-        ) {
-            (RequestBody::Fetch(_), Some(Request::Fetch(r))) if self.fetch.is_some() => {
+    async fn call(&self, call: RaftCall) -> Option<Served> {
+        let to = ReplyTo::of(&call);
+        let (connection, version) = (call.connection, call.version);
+        let served = |frame| Served { frame, class: None };
+        let request = match decode(call.body, version) {
+            Routed::Call(Call::Raft(request)) => request,
+            Routed::Call(admin) => return self.raft_shard(&to, admin).await.map(served),
+            Routed::Produce(r) => {
+                let serving = self.fetch.as_deref();
+                let (raft, enabled) = (&self.raft, self.log_append_enable);
+                let frame = super::produce::serve(raft, serving, enabled, &to, &r).await;
+                return Some(served(frame));
+            }
+            Routed::TransferLeader(r) => {
+                return Some(served(transfer_leader(&self.raft, &to, &r).await))
+            }
+            Routed::ControllerOnly => {
+                let frame =
+                    encode_response_frame(to.correlation_id, to.response_header_version, |w| {
+                        crate::protocol::controller_only::encode_not_controller(to.key, w);
+                    });
+                return Some(served(LocalFrame::whole(frame)));
+            }
+            Routed::Invalid => return Some(served(error_frame(&to, ErrorCode::INVALID_REQUEST))),
+        };
+        let class = self.class_of(&request);
+        let frame = match request {
+            Request::Fetch(r) if self.fetch.is_some() => {
                 let fetch = self.fetch.as_ref().expect("checked");
-                Some(fetch.fetch(&call, r).await)
+                let (response, chunks) = fetch.fetch(connection, r).await;
+                encode(&to, &response, chunks)
             }
-            (RequestBody::FetchSnapshot(_), Some(Request::FetchSnapshot(r))) => {
-                if let Some(serving) = &self.snapshot {
-                    return Some(serving.fetch_snapshot(&call, r).await);
-                }
-                match self.remote_snapshot.first() {
-                    Some(remote) => {
-                        let (reply, answer) = oneshot::channel();
-                        remote.unbounded_send((call, reply)).ok()?;
-                        answer.await.ok().flatten().map(SharedFrame::into_local)
-                    }
-                    None => self.raft.call(call).await.map(SharedFrame::into_local),
-                }
-            }
-            _ => self.raft.call(call).await.map(SharedFrame::into_local),
-        }
+            Request::FetchSnapshot(r) => self.fetch_snapshot(&to, r).await?,
+            request => self.raft_shard(&to, Call::Raft(request)).await?,
+        };
+        Some(Served { frame, class })
+    }
+}
+
+impl NodeService {
+    /// Through the executor's door; `None` once the raft shard has stopped.
+    async fn raft_shard(&self, to: &ReplyTo, call: Call) -> Option<LocalFrame> {
+        let answer = self.raft.request(call).await?;
+        Some(encode_answer(to, answer))
     }
 
-    fn class_of(&self, call: &RaftCall) -> Option<PeerClass> {
+    /// A snapshot role here, else one on another shard, else the raft shard.
+    async fn fetch_snapshot(&self, to: &ReplyTo, r: FetchSnapshotRequest) -> Option<LocalFrame> {
+        if let Some(serving) = &self.snapshot {
+            let (response, chunks) = serving.fetch_snapshot(r).await;
+            return Some(encode(to, &response, chunks));
+        }
+        let Some(remote) = self.remote_snapshot.first() else {
+            return self
+                .raft_shard(to, Call::Raft(Request::FetchSnapshot(r)))
+                .await;
+        };
+        let (reply, answer) = oneshot::channel();
+        remote.unbounded_send((r, reply)).ok()?;
+        let (response, data) = answer.await.ok()?;
+        Some(encode(
+            to,
+            &response,
+            data.into_iter().map(Chunk::Shared).collect(),
+        ))
+    }
+
+    /// Voters' Fetches and FetchSnapshots are served ahead of observers'.
+    fn class_of(&self, request: &Request) -> Option<PeerClass> {
         let serving = self.fetch.as_ref()?;
-        let replica = match crate::net::raft_rpc::request_from_wire(&call.body)? {
+        let replica = match request {
             Request::Fetch(r) => r.replica,
             Request::FetchSnapshot(r) => r.replica,
             _ => return None,
@@ -83,12 +231,11 @@ impl Service for NodeService {
 /// the request's timeout, and says it in Kafka's error codes.
 async fn transfer_leader(
     raft: &RaftHandle,
-    call: &RaftCall,
+    to: &ReplyTo,
     request: &crate::protocol::transfer_leader::TransferLeaderRequest,
 ) -> LocalFrame {
     use super::handle::ClientError;
     use crate::protocol::transfer_leader::TransferLeaderResponse;
-    use crate::protocol::ErrorCode;
     let timeout = std::time::Duration::from_millis(request.timeout_ms.clamp(0, 600_000) as u64);
     let outcome = futures_lite::future::or(raft.transfer_leadership(request.to_id), async {
         glommio::timer::sleep(timeout).await;
@@ -112,11 +259,9 @@ async fn transfer_leader(
         error_message: outcome.err().map(|e| e.to_string()),
         resigned_at_offset,
     };
-    let frame = crate::protocol::request::encode_response_frame(
-        call.correlation_id,
-        call.response_header_version,
-        |w| response.encode(w, call.version),
-    );
+    let frame = encode_response_frame(to.correlation_id, to.response_header_version, |w| {
+        response.encode(w, to.version)
+    });
     LocalFrame::whole(frame)
 }
 
@@ -126,22 +271,13 @@ pub async fn serve_snapshot_calls(
     mut calls: mpsc::UnboundedReceiver<SnapshotCall>,
 ) {
     use futures_lite::StreamExt;
-    while let Some((call, reply)) = calls.next().await {
-        let Some(Request::FetchSnapshot(r)) = crate::net::raft_rpc::request_from_wire(&call.body)
-        else {
-            let _ = reply.send(None);
-            continue;
-        };
-        let frame = serving.fetch_snapshot(&call, r).await;
+    while let Some((request, reply)) = calls.next().await {
+        let (response, chunks) = serving.fetch_snapshot(request).await;
         // Across shards the chunk becomes shared bytes (one copy out of the read buffer).
-        let shared = SharedFrame {
-            parts: frame.parts,
-            data: frame
-                .data
-                .iter()
-                .map(|c| bytes::Bytes::copy_from_slice(c.as_ref()))
-                .collect(),
-        };
-        let _ = reply.send(Some(shared));
+        let data = chunks
+            .iter()
+            .map(|c| Bytes::copy_from_slice(c.as_ref()))
+            .collect();
+        let _ = reply.send((response, data));
     }
 }

@@ -116,6 +116,9 @@ pub struct Mutations {
     /// For the runtime's executor (`node::executor`): send every message before the election
     /// state and the log it depends on are durable.
     pub send_before_persist: bool,
+    /// For the executor's reply path (`node::executor`, `node::route`): a Fetch answer reports
+    /// the log end, appended but not yet known to be on a majority, as the high watermark.
+    pub reply_unpersisted_high_watermark: bool,
     /// For the simulator's fetch shards (`crate::fetch`): answer from a stale publication
     /// without checking the log's generation, across a truncation.
     pub stale_fetch_view: bool,

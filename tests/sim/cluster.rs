@@ -26,7 +26,7 @@ use ringraft::membership::history::{
 use ringraft::membership::{MembershipRecord, Voter, VoterHistory, VoterSet};
 use ringraft::node::handle::{ExecutorInput, SnapshotPart};
 use ringraft::protocol::errors::ErrorCode;
-use ringraft::raft::message::{ApiVersionsProbe, Records, SnapshotBytes};
+use ringraft::raft::message::{ApiVersionsProbe, SnapshotBytes};
 use ringraft::raft::types::Prng;
 use ringraft::raft::{
     ElectionState, Endpoint, LogInfo, LogOp, Mutations, OffsetAndEpoch, Raft, RaftConfig,
@@ -396,30 +396,47 @@ pub enum Fault {
     ChangePort(i32),
 }
 
-/// What the wire would carry: the bytes the executor read for a response, in the response.
-fn materialize(response: Response, data: Vec<Bytes>) -> Response {
-    let joined = || {
-        let mut all = Vec::with_capacity(data.iter().map(Bytes::len).sum());
-        for d in &data {
-            all.extend_from_slice(d);
-        }
-        Bytes::from(all)
-    };
-    match response {
-        Response::Fetch(mut r) => {
-            if matches!(r.records, Records::Read { .. }) {
-                r.records = Records::Bytes(joined());
-            }
-            Response::Fetch(r)
-        }
-        Response::FetchSnapshot(mut r) => {
-            if matches!(r.bytes, SnapshotBytes::Read { .. }) {
-                r.bytes = SnapshotBytes::Bytes(joined());
-            }
-            Response::FetchSnapshot(r)
-        }
-        other => other,
+/// What the requester reads: the answer encoded as the node's connections encode it
+/// (`route::encode`, at the highest version ringraft speaks, the bytes it names in the hole),
+/// then decoded as the node's peer connections decode it (`raft_rpc::decode_response`).
+/// ApiVersions is the runtime's own answer, not the executor's: it is passed as it is.
+fn over_the_wire(
+    request: &Request,
+    response: Response,
+    data: Vec<Bytes>,
+) -> Result<Response, String> {
+    use ringraft::net::raft_rpc;
+    use ringraft::protocol::header::decode_response_header;
+    use ringraft::protocol::{apis, Reader};
+    if matches!(response, Response::ApiVersions(_)) {
+        return Ok(response);
     }
+    let key = raft_rpc::api_key(request);
+    let version = raft_rpc::our_versions(key).1;
+    let spec = apis::served(key).ok_or_else(|| format!("{key:?} is not served"))?;
+    let to = ringraft::node::route::ReplyTo {
+        key,
+        version,
+        correlation_id: 7,
+        response_header_version: spec.response_header_version(version),
+    };
+    let frame = Bytes::from(ringraft::node::route::encode(&to, &response, data).to_vec());
+    // The size prefix, then the response header, then the body.
+    let size = i32::from_be_bytes(frame[..4].try_into().expect("4 bytes")) as usize;
+    if size != frame.len() - 4 {
+        return Err(format!(
+            "size prefix {size}, frame of {} bytes",
+            frame.len() - 4
+        ));
+    }
+    let mut r = Reader::new(&frame[4..]);
+    let correlation_id = decode_response_header(&mut r, to.response_header_version)
+        .map_err(|e| format!("response header: {e}"))?;
+    if correlation_id != to.correlation_id {
+        return Err(format!("correlation id {correlation_id}"));
+    }
+    let body = frame.slice(4 + r.position()..);
+    raft_rpc::decode_response(key, version, &body).map_err(|e| e.to_string())
 }
 
 /// Where a request goes (`Cluster::route`).
@@ -1022,6 +1039,15 @@ impl Cluster {
     }
 
     /// Hands `input` to node `id`'s executor (dropped while it is down) and runs it.
+    /// Hands `request` to node `id`'s executor under `token`.
+    fn request(&mut self, id: i32, token: u64, request: Request) -> Result<(), String> {
+        let Some(exec) = self.nodes[id as usize].exec.as_ref() else {
+            return Ok(());
+        };
+        exec.io.push_request(token, request);
+        self.poll(id)
+    }
+
     pub fn input(&mut self, id: i32, input: ExecutorInput) -> Result<(), String> {
         let Some(exec) = self.nodes[id as usize].exec.as_ref() else {
             return Ok(());
@@ -1085,7 +1111,7 @@ impl Cluster {
                 },
             );
         }
-        for message in io.outbox.take() {
+        for message in io.outbox.take().into_iter().chain(io.take_answers()) {
             self.send(id, message)?;
         }
         let lag = self
@@ -1238,7 +1264,8 @@ impl Cluster {
                 let Some((to, _, _, request)) = self.tokens.get(&token).cloned() else {
                     return Ok(());
                 };
-                let response = materialize(response, data);
+                let response = over_the_wire(&request, response, data)
+                    .map_err(|e| format!("node {from}'s answer to {request:?}: {e}"))?;
                 let response = self.maybe_corrupt(response);
                 self.checker.response_sent(from, &request, &response)?;
                 if to == OPERATOR {
@@ -1352,7 +1379,7 @@ impl Cluster {
                         });
                     }
                 }
-                self.input(to, ExecutorInput::Request { token, request })
+                self.request(to, token, request)
             }
             Wire::Response { token, response } => {
                 let Some((requester, incarnation, id, _)) = self.tokens.get(&token).cloned() else {
@@ -1384,7 +1411,7 @@ impl Cluster {
         self.next_token += 1;
         self.tokens.insert(token, (OPERATOR, 0, 0, request.clone()));
         self.operator_requests.insert(token, (to, request.clone()));
-        self.input(to, ExecutorInput::Request { token, request })?;
+        self.request(to, token, request)?;
         Ok(token)
     }
 

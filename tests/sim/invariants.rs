@@ -14,7 +14,9 @@
 //!   smaller set: KAFKA-16530 keeps it, and quorum intersection keeps it safe.)
 //! * AtMostOneUncommittedVoterChange — above what is committed, a leader's log changes the
 //!   voters' keys at most once (endpoint-only updates do not count);
-//! * SingleLeader also on the running cores, and NoCandidateOutsideVoterSet (KAFKA-17067).
+//! * SingleLeader also on the running cores, and NoCandidateOutsideVoterSet (KAFKA-17067);
+//! * HighWatermarkOnAMajority — in a static cluster, every node's high watermark (not only the
+//!   leader's) is held durably by a majority of the voters.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -257,6 +259,7 @@ impl Checker {
             }
         }
         self.check_leader_high_watermark(nodes, static_voters)?;
+        self.check_every_high_watermark(nodes, static_voters)?;
         self.check_committed_data(nodes)
     }
 
@@ -320,6 +323,38 @@ impl Checker {
             if reached < voters.majority() {
                 return Err(format!(
                     "MajorityReachedHighWatermark: leader {} has {hwm} but only {reached} voters hold it durably",
+                    node.id
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// HighWatermarkOnAMajority: in a static cluster (nothing wiped), every node's high
+    /// watermark, not only a leader's, is held durably by a majority of the voters. A follower
+    /// learns its high watermark from the leader's Fetch answers, so this checks the reply
+    /// path (the executor's answer, the wire edge's encoding, the requester's decoding) as
+    /// well as the follower's use of it.
+    fn check_every_high_watermark(
+        &self,
+        nodes: &[Node],
+        static_voters: Option<&VoterSet>,
+    ) -> Result<(), String> {
+        let Some(voters) = static_voters.filter(|_| self.wiped.is_empty()) else {
+            return Ok(());
+        };
+        for node in nodes {
+            let Some(hwm) = node.raft().and_then(|r| r.high_watermark()) else {
+                continue;
+            };
+            let reached = nodes
+                .iter()
+                .filter(|n| voters.contains_id(n.id) && n.disk.borrow().log.durable_end() >= hwm)
+                .count();
+            if reached < voters.majority() {
+                return Err(format!(
+                    "HighWatermarkOnAMajority: node {} has high watermark {hwm}, but only \
+                     {reached} voters hold it durably",
                     node.id
                 ));
             }

@@ -68,11 +68,18 @@ pub fn random_net(rng: &mut Prng) -> NetConfig {
 /// Mixed into a seed for its fetch-shard lag, so that the other draws stay as they were.
 const FETCH_SALT: u64 = 0xfe7c_4a11;
 
-/// Every node answers Fetch on a fetch shard, as the node does, with publications arriving up
-/// to 0–40 ms (per seed) after they were made, or, in a quarter of the seeds, up to 300 ms: far
-/// slower than a node's fetch shard, to widen the windows in which a view is stale.
+/// In three quarters of the seeds every node answers Fetch on a fetch shard, as the node does,
+/// with publications arriving up to 0–40 ms (per seed) after they were made, or, in a quarter
+/// of those, up to 300 ms: far slower than a node's fetch shard, to widen the windows in which
+/// a view is stale. In the other quarter the core answers Fetch.
 fn with_fetch_shards(c: &mut Cluster, seed: u64) {
     let mut rng = Prng::new(seed ^ FETCH_SALT);
+    // A quarter of the runs serve Fetch in the core, as a node does when the connection's
+    // shard has no fetch role: the executor's reply path answers them.
+    if rng.below(4) == 0 {
+        c.fetch_lag_ms = None;
+        return;
+    }
     let max = if rng.below(4) == 0 { 300 } else { 40 };
     c.fetch_lag_ms = Some(rng.below(max + 1));
 }
@@ -613,6 +620,22 @@ fn broken_core_high_watermark_from_minority_is_caught() {
 /// The node's executor with two effects reordered — every message sent before the election
 /// state and the log it depends on are durable — must be caught: the simulator runs that
 /// executor, so its order is what the checkers see.
+#[test]
+fn broken_reply_path_is_caught() {
+    // A Fetch answer that reports the leader's log end as the high watermark: followers
+    // deliver what no majority holds yet.
+    let broken = Mutations {
+        reply_unpersisted_high_watermark: true,
+        ..Mutations::default()
+    };
+    let (seed, why) = first_violation(3, broken, 300).expect("must be caught within 300 seeds");
+    assert!(
+        why.contains("HighWatermarkOnAMajority"),
+        "seed {seed}: {why}"
+    );
+    println!("caught at seed {seed}: {why}");
+}
+
 #[test]
 fn broken_executor_sending_before_persist_is_caught() {
     let broken = Mutations {

@@ -17,7 +17,9 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use futures_channel::oneshot;
 use futures_lite::Stream;
+use ringraft::node::call::{Answer, Call};
 use ringraft::node::executor::{Clock, Executor, Fatal, Probe, Storage, Transport, Unavailable};
 use ringraft::node::handle::{ExecutorInput, SnapshotPart};
 use ringraft::raft::{
@@ -76,6 +78,8 @@ pub struct NodeIo {
     pub outbox: RefCell<Vec<Outgoing>>,
     pub applied: RefCell<Vec<Applied>>,
     inputs: RefCell<VecDeque<ExecutorInput>>,
+    /// Requests handed to the executor and not answered yet, by the cluster's token.
+    answers: RefCell<Vec<(Token, oneshot::Receiver<Answer>)>>,
     /// Flushes started and not completed.
     pub flushes_in_flight: Cell<usize>,
     /// Publications for the node's fetch shard, not yet handed to the cluster.
@@ -104,6 +108,39 @@ impl NodeIo {
 
     pub fn push_input(&self, input: ExecutorInput) {
         self.inputs.borrow_mut().push_back(input);
+    }
+
+    /// Hands `request` to the executor through its one door for requests, as the node's wire
+    /// edge does; the answer is collected under `token` (`take_answers`).
+    pub fn push_request(&self, token: Token, request: Request) {
+        let (reply, answer) = oneshot::channel();
+        self.answers.borrow_mut().push((token, answer));
+        self.push_input(ExecutorInput::Request {
+            call: Call::Raft(request),
+            reply,
+        });
+    }
+
+    /// The answers the executor has given since the cluster last looked, in the order the
+    /// requests came. A request whose reply was dropped (the run ended) is forgotten.
+    pub fn take_answers(&self) -> Vec<Outgoing> {
+        let mut out = Vec::new();
+        self.answers
+            .borrow_mut()
+            .retain_mut(|(token, answer)| match answer.try_recv() {
+                Ok(None) => true,
+                Ok(Some(Answer::Raft { response, data })) => {
+                    out.push(Outgoing::Response {
+                        token: *token,
+                        response,
+                        data,
+                    });
+                    false
+                }
+                Ok(Some(other)) => panic!("an admin answer to a Raft request: {other:?}"),
+                Err(_) => false,
+            });
+        out
     }
 
     /// A future that resolves once the cluster has completed I/O `id`.
@@ -288,14 +325,6 @@ impl Transport for SimTransport {
             to,
             address,
             request,
-        });
-    }
-
-    fn send_response(&mut self, token: Token, response: Response, data: Vec<Bytes>) {
-        self.io.outbox.borrow_mut().push(Outgoing::Response {
-            token,
-            response,
-            data,
         });
     }
 }

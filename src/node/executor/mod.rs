@@ -23,7 +23,6 @@ mod policy;
 mod ready;
 mod snapshot;
 mod status;
-mod wire;
 
 pub use policy::SnapshotPolicy;
 use snapshot::{SnapshotFailure, SnapshotInFlight};
@@ -32,18 +31,16 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
-use wire::{WireCalls, WIRE_TOKENS_FROM};
 
 use bytes::Bytes;
 use futures_channel::oneshot;
 use futures_lite::{future, Stream, StreamExt};
 use tracing::{error, info, warn};
 
+use super::call::{Answer, Call};
 use super::handle::{AppendCheck, ClientError, ExecutorInput};
 use super::machine::{CommittedBatch, QuorumStatus, StateMachine};
-use crate::net::dispatch::{RaftCall, ServerState};
-use crate::net::frame_out::SharedFrame;
-use crate::net::raft_rpc;
+use crate::net::dispatch::ServerState;
 use crate::node::metrics::{RaftStats, SharedMetrics};
 use crate::protocol::ErrorCode;
 use crate::raft::message::{Records, SnapshotBytes};
@@ -112,14 +109,12 @@ pub trait Storage {
 }
 
 /// How the executor reaches peers. Answers come back as `ExecutorInput::Peer` through the
-/// input stream.
+/// input stream. (Requests *to* this node are answered on their `ExecutorInput::Request`'s
+/// reply channel, never through the transport.)
 pub trait Transport {
     /// Sends request `id` to destination `to`, at `address` (where the core says it listens;
     /// `None` when it knows no address: the transport answers with a failure).
     fn send_request(&mut self, id: RequestId, to: i32, address: Option<Endpoint>, request: Request);
-    /// Answers a request that arrived as `ExecutorInput::Request` with `token`; `data` is what
-    /// the response names (records, a snapshot chunk).
-    fn send_response(&mut self, token: Token, response: Response, data: Vec<Bytes>);
 }
 
 /// The time, and timers.
@@ -167,7 +162,6 @@ type SnapshotReply = oneshot::Sender<Result<OffsetAndEpoch, ClientError>>;
 type SnapshotWrite =
     Pin<Box<dyn Future<Output = Result<(OffsetAndEpoch, u64, bool), SnapshotFailure>>>>;
 type FlushInFlight = Pin<Box<dyn Future<Output = Result<i64, Fatal>>>>;
-type CallReply = oneshot::Sender<Option<SharedFrame>>;
 
 /// The executor of one replica. See the module doc.
 pub struct Executor<S: Storage + 'static, T: Transport, C: Clock> {
@@ -177,7 +171,9 @@ pub struct Executor<S: Storage + 'static, T: Transport, C: Clock> {
     clock: C,
     server_state: ServerState,
     cluster_id: String,
-    wire: WireCalls,
+    /// Requests the core has not answered yet, by the token it knows them by.
+    replies: HashMap<Token, oneshot::Sender<Answer>>,
+    next_token: Token,
     /// "not serving a corrupt snapshot" and "cannot read the log for a fetch": every follower
     /// asks again many times a second (`logsafe::RateLimit`; logs only, so the real clock).
     corrupt_snapshot_said: crate::logsafe::RateLimit,
@@ -190,8 +186,6 @@ pub struct Executor<S: Storage + 'static, T: Transport, C: Clock> {
     fences: HashMap<u64, oneshot::Sender<Result<i64, ClientError>>>,
     transfers: HashMap<u64, oneshot::Sender<Result<i64, ClientError>>>,
     next_fence: u64,
-    /// The application's membership requests waiting for the core's answer.
-    local: HashMap<Token, oneshot::Sender<Response>>,
     waiting: VecDeque<Waiting>,
     flush: Option<FlushInFlight>,
     /// The application's snapshot being written, and who asked for it.
@@ -239,17 +233,14 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
             cluster_id,
             corrupt_snapshot_said: crate::logsafe::RateLimit::repeated_warning(),
             unreadable_said: crate::logsafe::RateLimit::repeated_warning(),
-            wire: WireCalls {
-                next: WIRE_TOKENS_FROM,
-                calls: HashMap::new(),
-            },
+            replies: HashMap::new(),
+            next_token: 0,
             commits: BTreeMap::new(),
             listeners: Vec::new(),
             load_at_start: false,
             fences: HashMap::new(),
             transfers: HashMap::new(),
             next_fence: 1,
-            local: HashMap::new(),
             waiting: VecDeque::new(),
             flush: None,
             snapshot: None,
@@ -452,10 +443,7 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
 
     fn handle(&mut self, input: ExecutorInput) {
         match input {
-            ExecutorInput::Call { call, reply } => self.handle_call(call, reply),
-            ExecutorInput::Request { token, request } => {
-                self.step(Input::Request { token, request })
-            }
+            ExecutorInput::Request { call, reply } => self.handle_request(call, reply),
             ExecutorInput::FetchProgress { progress, reply } => {
                 for p in progress {
                     self.step(Input::FetchProgress(p));
@@ -523,11 +511,6 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
                 self.transfers.insert(id, reply);
                 self.raft.borrow_mut().transfer_leadership(id, to);
             }
-            ExecutorInput::Local { request, reply } => {
-                let token = self.wire.next_token();
-                self.local.insert(token, reply);
-                self.step(Input::Request { token, request });
-            }
             ExecutorInput::Describe { reply } => {
                 let _ = reply.send(self.quorum_status());
             }
@@ -556,6 +539,26 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
                     self.stopping = Some(self.now().mono_ms);
                     self.step(Input::Shutdown);
                 }
+            }
+        }
+    }
+
+    /// The one door for requests: admin RPCs are answered at once from the core's state, Raft
+    /// RPCs are stepped into the core under a token, and answered when it responds
+    /// (`ready::send`).
+    fn handle_request(&mut self, call: Call, reply: oneshot::Sender<Answer>) {
+        match call {
+            Call::Admin(admin) => {
+                let now = self.now();
+                let mut raft = self.raft.borrow_mut();
+                let answer = crate::node::admin::answer(&mut raft, &admin, &self.cluster_id, now);
+                let _ = reply.send(answer);
+            }
+            Call::Raft(request) => {
+                let token = self.next_token;
+                self.next_token += 1;
+                self.replies.insert(token, reply);
+                self.step(Input::Request { token, request });
             }
         }
     }

@@ -71,7 +71,9 @@ fn broken_fetch_shard_serving_a_stale_view_is_caught() {
         stale_fetch_view: true,
         ..Mutations::default()
     };
-    let caught = (0..5).find_map(|seed| stale_view_scenario(seed, broken).err());
+    // The scenario's timing varies with the seed: about one seed in eight reaches a fetch
+    // shard while its log is rewritten under its view.
+    let caught = (0..40).find_map(|seed| stale_view_scenario(seed, broken).err());
     let why = caught.expect("a fetch shard serving a rewritten log from a stale view is caught");
     assert!(why.contains("ServedWhatItsViewHeld"), "{why}");
     println!("caught: {why}");
