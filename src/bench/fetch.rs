@@ -191,6 +191,8 @@ struct Outcome {
     elapsed: Duration,
     /// Requests that failed or were answered with an error (and retried).
     retries: u64,
+    /// Last offsets of batches received but not yet known committed (fan-out).
+    pending: VecDeque<i64>,
 }
 
 struct Observer {
@@ -253,8 +255,6 @@ impl Observer {
         let mut target = 0usize;
         let mut conn: Option<PeerConnection> = None;
         let (mut offset, mut last_epoch, mut leader_epoch) = (0i64, 0i32, 0i32);
-        // Last offsets of batches received but not yet known committed.
-        let mut pending: VecDeque<i64> = VecDeque::new();
         let mut catch_up_end: Option<i64> = None;
         let mut started: Option<Instant> = None;
         let mut next_report = Instant::now();
@@ -272,20 +272,7 @@ impl Observer {
                 }
                 continue;
             };
-            let request = Request::Fetch(FetchRequest {
-                cluster_id: self.cluster_id.as_deref().map(str::to_string),
-                replica: self.key(),
-                max_wait_ms: if mode == Mode::FanOut {
-                    FETCH_MAX_WAIT_MS
-                } else {
-                    0
-                },
-                fetch_offset: offset,
-                last_fetched_epoch: last_epoch,
-                current_leader_epoch: leader_epoch,
-                max_bytes: FETCH_MAX_BYTES,
-                high_watermark: None,
-            });
+            let request = self.fetch_request(mode, offset, last_epoch, leader_epoch);
             started.get_or_insert_with(Instant::now);
             let answer = crate::node::peers::exchange(c, &request, Duration::from_secs(10)).await;
             let r = match answer {
@@ -318,7 +305,7 @@ impl Observer {
             if let Some(d) = r.diverging_epoch {
                 offset = d.offset.min(offset);
                 last_epoch = d.epoch;
-                pending.retain(|last| *last < offset);
+                out.pending.retain(|last| *last < offset);
                 continue;
             }
             if let Some(id) = r.snapshot_id {
@@ -341,37 +328,20 @@ impl Observer {
                 }
                 continue;
             };
-            let mut rest = &bytes[..];
-            while !rest.is_empty() {
-                let (batch, tail) = match Batch::parse(rest) {
-                    Ok(parsed) => parsed,
-                    // A partial batch at the end of an answer is normal (max_bytes).
-                    Err(_) => break,
-                };
-                if batch.base_offset() != offset {
-                    return Err(format!(
-                        "observer {}: expected offset {offset}, got a batch at {}",
-                        self.id,
-                        batch.base_offset()
-                    )
-                    .into());
-                }
-                offset = batch.next_offset();
-                last_epoch = batch.partition_leader_epoch();
-                out.bytes += batch.len() as u64;
-                pending.push_back(batch.last_offset());
-                rest = tail;
-            }
+            (offset, last_epoch) = self.take_batches(mode, bytes, offset, last_epoch, &mut out)?;
             match mode {
                 Mode::FanOut => {
                     let now = crate::types::unix_micros();
-                    while pending.front().is_some_and(|last| *last < r.high_watermark) {
-                        out.samples
-                            .push((pending.pop_front().expect("checked"), now));
+                    while out
+                        .pending
+                        .front()
+                        .is_some_and(|last| *last < r.high_watermark)
+                    {
+                        let last = out.pending.pop_front().expect("checked");
+                        out.samples.push((last, now));
                     }
                 }
                 Mode::CatchUp => {
-                    pending.clear();
                     let end = *catch_up_end.get_or_insert(r.high_watermark);
                     if let Some(every) = self.report {
                         if Instant::now() >= next_report {
@@ -383,12 +353,71 @@ impl Observer {
                         break;
                     }
                 }
-                Mode::Snapshot => pending.clear(),
+                Mode::Snapshot => {}
             }
         }
         out.elapsed = started.map_or(Duration::ZERO, |s| s.elapsed());
         out.end_offset = offset;
         Ok(out)
+    }
+
+    fn fetch_request(
+        &self,
+        mode: Mode,
+        offset: i64,
+        last_epoch: i32,
+        leader_epoch: i32,
+    ) -> Request {
+        Request::Fetch(FetchRequest {
+            cluster_id: self.cluster_id.as_deref().map(str::to_string),
+            replica: self.key(),
+            max_wait_ms: if mode == Mode::FanOut {
+                FETCH_MAX_WAIT_MS
+            } else {
+                0
+            },
+            fetch_offset: offset,
+            last_fetched_epoch: last_epoch,
+            current_leader_epoch: leader_epoch,
+            max_bytes: FETCH_MAX_BYTES,
+            high_watermark: None,
+        })
+    }
+
+    /// Takes the whole batches of a Fetch answer from `offset` on; returns the offset and the
+    /// epoch to fetch from next. A fan-out observer keeps their last offsets until they commit.
+    fn take_batches(
+        &self,
+        mode: Mode,
+        bytes: &[u8],
+        mut offset: i64,
+        mut last_epoch: i32,
+        out: &mut Outcome,
+    ) -> Result<(i64, i32), BenchError> {
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let (batch, tail) = match Batch::parse(rest) {
+                Ok(parsed) => parsed,
+                // A partial batch at the end of an answer is normal (max_bytes).
+                Err(_) => break,
+            };
+            if batch.base_offset() != offset {
+                return Err(format!(
+                    "observer {}: expected offset {offset}, got a batch at {}",
+                    self.id,
+                    batch.base_offset()
+                )
+                .into());
+            }
+            offset = batch.next_offset();
+            last_epoch = batch.partition_leader_epoch();
+            out.bytes += batch.len() as u64;
+            if mode == Mode::FanOut {
+                out.pending.push_back(batch.last_offset());
+            }
+            rest = tail;
+        }
+        Ok((offset, last_epoch))
     }
 
     /// Downloads snapshot `id` with FetchSnapshot; returns its size.

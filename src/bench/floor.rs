@@ -323,19 +323,7 @@ fn floor_leader(args: &FloorNodeArgs) -> std::io::Result<()> {
             return Ok(());
         }
         if let Some(due) = schedule.poll(elapsed) {
-            // The same batch bytes the node's generator appends (src/node/load.rs).
-            let values: Vec<Vec<u8>> = (due.first..due.first + due.count)
-                .map(|seq| {
-                    let mut v = vec![0u8; size];
-                    v[..8].copy_from_slice(&seq.to_be_bytes());
-                    v
-                })
-                .collect();
-            let mut builder = BatchBuilder::new(0, 0, unix_millis(), false);
-            for v in &values {
-                builder.append(None, Some(v));
-            }
-            let batch = Arc::new(builder.finish());
+            let batch = Arc::new(load_batch(due.first, due.count, size));
             lock(&shared).pending.push_back(Pending {
                 id,
                 intended: start + due.intended,
@@ -367,6 +355,18 @@ fn floor_leader(args: &FloorNodeArgs) -> std::io::Result<()> {
             std::thread::sleep(wait);
         }
     }
+}
+
+/// The same batch bytes the node's generator appends (src/node/load.rs): `count` records of
+/// `size` bytes, each starting with its sequence number from `first`.
+fn load_batch(first: u64, count: u64, size: usize) -> Vec<u8> {
+    let mut builder = BatchBuilder::new(0, 0, unix_millis(), false);
+    for seq in first..first + count {
+        let mut v = vec![0u8; size];
+        v[..8].copy_from_slice(&seq.to_be_bytes());
+        builder.append(None, Some(&v));
+    }
+    builder.finish()
 }
 
 fn percentiles(h: &Histogram<u64>) -> [u64; 4] {

@@ -441,10 +441,7 @@ impl ServerConfig {
             auto_join_enable: q.auto_join_enable,
             fetch_max_bytes: q.fetch_max_bytes,
             fetch_snapshot_max_bytes: q.fetch_snapshot_max_bytes,
-            metadata_log_dir: l
-                .str("metadata.log.dir")
-                .filter(|s| !s.is_empty())
-                .map(PathBuf::from),
+            metadata_log_dir,
             log_dirs,
             metadata_log_segment_bytes: g.metadata_log_segment_bytes,
             metadata_log_segment_min_bytes: g.metadata_log_segment_min_bytes,
@@ -459,25 +456,8 @@ impl ServerConfig {
             queued_max_request_bytes: g.queued_max_request_bytes,
             connections_max_idle_ms: g.connections_max_idle_ms,
             unstable_api_versions_enable: g.unstable_api_versions_enable,
-            admin_listener: match l.str("ringraft.admin.listener").filter(|v| !v.is_empty()) {
-                None => None,
-                Some(v) => {
-                    let (host, port) = parse_host_port(v)
-                        .map_err(|why| invalid("ringraft.admin.listener", v, why))?;
-                    Some(HostPort { host, port })
-                }
-            },
-            witness: match l.str("ringraft.leadership").unwrap_or("voter") {
-                "voter" => false,
-                "witness" => true,
-                v => {
-                    return Err(invalid(
-                        "ringraft.leadership",
-                        v,
-                        "expected voter or witness",
-                    ))
-                }
-            },
+            admin_listener: admin_listener(&l)?,
+            witness: is_witness(&l)?,
             batch_cache_bytes: g.batch_cache_bytes,
             log_append_enable: l.bool("ringraft.log.append.enable", false)?,
             snapshot_adopt: l.bool("ringraft.snapshot.adopt", true)?,
@@ -849,6 +829,29 @@ impl LogKeys {
                 0,
             )?,
         })
+    }
+}
+
+/// `ringraft.admin.listener`: where `/metrics`, `/livez` and `/readyz` are served, if at all.
+fn admin_listener(l: &Lookup) -> Result<Option<HostPort>, ConfigError> {
+    let Some(v) = l.str("ringraft.admin.listener").filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    let (host, port) =
+        parse_host_port(v).map_err(|why| invalid("ringraft.admin.listener", v, why))?;
+    Ok(Some(HostPort { host, port }))
+}
+
+/// `ringraft.leadership`: `voter` (the default) or `witness`.
+fn is_witness(l: &Lookup) -> Result<bool, ConfigError> {
+    match l.str("ringraft.leadership").unwrap_or("voter") {
+        "voter" => Ok(false),
+        "witness" => Ok(true),
+        v => Err(invalid(
+            "ringraft.leadership",
+            v,
+            "expected voter or witness",
+        )),
     }
 }
 
