@@ -1,4 +1,5 @@
-//! The Raft and membership cores stay pure (STYLE.md): no runtime, no clock, no files. This
+//! The Raft and membership cores stay pure (docs/design.md, "A pure core"): no runtime, no
+//! clock, no files. This
 //! test fails the moment one of those words appears in their sources.
 
 use std::path::Path;

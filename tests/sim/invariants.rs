@@ -1,5 +1,5 @@
 //! Invariants checked after every simulated event, named as Kafka's RaftEventSimulationTest
-//! names them (reliability.md §1.2), plus the ones Kafka's suite does not state: a vote is
+//! (`raft/src/test/java/org/apache/kafka/raft/RaftEventSimulationTest.java`) names them, plus the ones Kafka's suite does not state: a vote is
 //! never granted to two candidates in one epoch (also across a crash), nothing below a node's
 //! high watermark is truncated, and log start ≤ high watermark ≤ log end on every node.
 //! Each returns the invariant's name in its error so a failing seed says what broke.

@@ -1,6 +1,6 @@
-//! Named regression scenarios: the core-Raft bugs of reliability.md §2.1 and the pre-vote bugs
-//! of §2.3, each replayed against the real core, plus the checker's own "can it fail" cases.
-//! The KIP-853 bugs of §2.2 live in `scenarios/kip853.rs`.
+//! Named regression scenarios: the core-Raft bugs and the pre-vote (KIP-996) bugs in Kafka's
+//! tracker (each test names its KAFKA issue), each replayed against the real core, plus the
+//! checker's own "can it fail" cases. The KIP-853 bugs live in `scenarios/kip853.rs`.
 
 mod attacks;
 mod fetch;

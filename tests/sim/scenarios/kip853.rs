@@ -1,4 +1,5 @@
-//! Named regression scenarios for the KIP-853 bugs of reliability.md §2.2, on dynamic clusters
+//! Named regression scenarios for the KIP-853 bugs in Kafka's tracker (each test names its
+//! KAFKA issue) and the single-server change bug, on dynamic clusters
 //! (`Cluster::new_dynamic`). Each states what would go wrong if the bug came back and asserts
 //! the opposite; the ones a mutation can re-create (`Mutations`) are also run broken, to show
 //! the assertion fires.
@@ -433,7 +434,7 @@ fn kafka_19850_auto_join_and_deliberate_removals() {
     assert!(rejoined(&c), "node {x} did not rejoin");
 }
 
-/// The single-server change bug (Ongaro 2015; reliability.md §2.2): two leaders each start a
+/// The single-server change bug (Ongaro, raft-dev, 2015): two leaders each start a
 /// removal, and both commit — different voter sets at the same offset. Four voters; the leader,
 /// cut off, appends C1 = C0 − a where no one sees it; the others elect a new leader, and at once
 /// it appends C2 = C0 − p. Then the halves {old leader, p} (a majority of C1) and {new leader,
@@ -498,7 +499,7 @@ fn single_server_change_bug_two_leaders_two_removals() {
     );
 }
 
-/// Two voters, the leader removes itself (reliability.md §2.2, "removed leader"): the survivor
+/// Two voters, the leader removes itself (the "removed leader" case of KIP-853): the survivor
 /// must end up leading. Plainly — the removal commits, the leader resigns, the survivor takes
 /// over — and when the survivor is down at the time: the removed leader cannot commit, loses
 /// leadership to check-quorum, and the survivor, back with the shorter log, needs the removed
