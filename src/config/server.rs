@@ -882,7 +882,7 @@ mod tests {
         assert_eq!(config.controller_listeners()[0].port, 9093);
         assert_eq!(config.election_timeout_ms, 1000);
         assert_eq!(config.fetch_timeout_ms, 2000);
-        assert_eq!(config.append_linger_ms, 25);
+        assert_eq!(config.append_linger_ms, 0);
         assert_eq!(config.socket_request_max_bytes, 100 * 1024 * 1024);
         assert_eq!(config.metadata_dir(), PathBuf::from("./data"));
         assert!(config.unknown_keys.is_empty());

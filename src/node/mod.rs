@@ -66,6 +66,8 @@ struct ShardContext {
     log_config: crate::log::LogConfig,
     /// Snapshots by policy and retention (Kafka's keys).
     snapshot_policy: executor::SnapshotPolicy,
+    /// `controller.quorum.append.linger.ms`.
+    append_linger_ms: u64,
     index: usize,
     coordinator: usize,
     roles: Vec<Role>,

@@ -209,6 +209,7 @@ async fn start_raft(
     executor.set_metrics(ctx.metrics.clone());
     executor.transport_mut().set_metrics(ctx.metrics.clone());
     executor.set_snapshot_policy(ctx.snapshot_policy);
+    executor.set_append_linger_ms(ctx.append_linger_ms);
     if let Some(admin) = &ctx.admin {
         match server::for_shard(admin) {
             Ok(listener) => {

@@ -301,6 +301,7 @@ fn spawn_shards(
             cache_bytes: usize::try_from(config.batch_cache_bytes / 2).unwrap_or(usize::MAX),
         },
         snapshot_policy: super::executor::SnapshotPolicy::from_config(config),
+        append_linger_ms: config.append_linger_ms.max(0) as u64,
         index: 0,
         coordinator: tuning.raft_shard(),
         roles: Vec::new(),

@@ -516,6 +516,8 @@ pub struct Cluster {
     /// Fetch shards: every node answers Fetch on one, whose publications arrive up to this
     /// much after the raft shard made them (`None`: the core answers Fetch).
     pub fetch_lag_ms: Option<u64>,
+    /// Every node's `controller.quorum.append.linger.ms`.
+    pub append_linger_ms: u64,
     /// Nodes that run as witnesses (`ringraft.leadership=witness`).
     pub witnesses: std::collections::BTreeSet<i32>,
     /// A node whose fetch shard lags by its own amount instead.
@@ -589,6 +591,7 @@ impl Cluster {
             port_changes: 0,
             wipes: 0,
             fetch_lag_ms: None,
+            append_linger_ms: 0,
             fetch_lag_of: BTreeMap::new(),
             witnesses: Default::default(),
             publication_due: vec![0; size],
@@ -691,7 +694,14 @@ impl Cluster {
         // A witness writes no snapshots of its own here: it adopts the leader's.
         raft.set_adopting(witness);
         let fetch_shard = self.fetch_lag_ms.map(|_| node.mutations.stale_fetch_view);
-        node.exec = Some(Running::new(raft, node.disk.clone(), now, fetch_shard));
+        let linger = self.append_linger_ms;
+        node.exec = Some(Running::new(
+            raft,
+            node.disk.clone(),
+            now,
+            fetch_shard,
+            linger,
+        ));
         node.timer_at = None;
         self.checker.node_restarted(id);
         self.poll(id)
@@ -1038,7 +1048,6 @@ impl Cluster {
         Ok(())
     }
 
-    /// Hands `input` to node `id`'s executor (dropped while it is down) and runs it.
     /// Hands `request` to node `id`'s executor under `token`.
     fn request(&mut self, id: i32, token: u64, request: Request) -> Result<(), String> {
         let Some(exec) = self.nodes[id as usize].exec.as_ref() else {
@@ -1048,6 +1057,7 @@ impl Cluster {
         self.poll(id)
     }
 
+    /// Hands `input` to node `id`'s executor (dropped while it is down) and runs it.
     pub fn input(&mut self, id: i32, input: ExecutorInput) -> Result<(), String> {
         let Some(exec) = self.nodes[id as usize].exec.as_ref() else {
             return Ok(());

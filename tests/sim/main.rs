@@ -84,6 +84,18 @@ fn with_fetch_shards(c: &mut Cluster, seed: u64) {
     c.fetch_lag_ms = Some(rng.below(max + 1));
 }
 
+/// Mixed into a seed for its append linger, so that the other draws stay as they were.
+const LINGER_SALT: u64 = 0x1146_e725;
+
+/// A quarter of the seeds run with `controller.quorum.append.linger.ms` between 1 and 25
+/// (Kafka's default): the leader holds appends back and hands them to the core together.
+fn with_linger(c: &mut Cluster, seed: u64) {
+    let mut rng = Prng::new(seed ^ LINGER_SALT);
+    if rng.below(4) == 0 {
+        c.append_linger_ms = 1 + rng.below(25);
+    }
+}
+
 /// Mixed into a seed to pick the third of the runs with a witness, and which node it is.
 const WITNESS_SALT: u64 = 0x3717_4e55;
 
@@ -128,6 +140,7 @@ pub fn random_run(seed: u64, size: usize, mutations: Mutations) -> Result<RunSta
     let net = random_net(&mut rng);
     let mut c = Cluster::new(seed, size, net);
     with_fetch_shards(&mut c, seed);
+    with_linger(&mut c, seed);
     // Half the seeds take snapshots and drop log prefixes, so lagging or wiped replicas must
     // catch up through FetchSnapshot.
     if rng.below(2) == 0 {
@@ -205,6 +218,7 @@ pub fn dynamic_run(
     if fetch_shards {
         with_fetch_shards(&mut c, seed);
     }
+    with_linger(&mut c, seed);
     c.hasty_operator = hasty_operator;
     c.auto_join = rng.below(4) == 0;
     if rng.below(2) == 0 {

@@ -379,12 +379,13 @@ pub struct Running {
 
 impl Running {
     /// `fetch_shard`: serve Fetch on a fetch shard (`Some(skip the generation check)`), or in
-    /// the core (`None`).
+    /// the core (`None`). `linger_ms`: `controller.quorum.append.linger.ms`.
     pub fn new(
         raft: Raft,
         disk: Rc<RefCell<Disk>>,
         now_ms: u64,
         fetch_shard: Option<bool>,
+        linger_ms: u64,
     ) -> Running {
         let io = Rc::new(NodeIo::default());
         io.now_ms.set(now_ms);
@@ -395,6 +396,7 @@ impl Running {
         let transport = SimTransport { io: io.clone() };
         let clock = SimClock { io: io.clone() };
         let mut executor = Executor::new(raft, storage, transport, clock, Default::default());
+        executor.set_append_linger_ms(linger_ms);
         let fetch = fetch_shard.map(|skip_check| {
             let generation = ringraft::fetch::Generation::default();
             let publisher = super::fetch::SimPublisher::new(io.clone(), disk, generation.clone());

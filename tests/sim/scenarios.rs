@@ -958,3 +958,75 @@ fn witness_does_not_campaign_while_another_voter_can_win() {
         assert_eq!(campaigns, 0, "seed {seed}: the witness campaigned");
     }
 }
+
+/// `controller.quorum.append.linger.ms`: appends that reach the leader within the linger go to
+/// the log together, in one flush, and none is acknowledged before the linger is over. With no
+/// linger the same appends take more than one flush (each goes to the core as it arrives).
+#[test]
+fn appends_within_the_linger_share_one_flush() {
+    use ringraft::node::handle::{ClientError, ExecutorInput};
+    type Reply = futures_channel::oneshot::Receiver<Result<i64, ClientError>>;
+    let flushes_for = |linger_ms: u64| {
+        let mut c = Cluster::new(5, 3, quiet_net());
+        c.append_linger_ms = linger_ms;
+        // No appends but these.
+        c.append_interval_ms = 1 << 40;
+        c.start_all().unwrap();
+        let (leader, _) = wait_for_leader(&mut c, 10_000);
+        c.run_until(c.now + 500).unwrap();
+        let flushes = |c: &Cluster| {
+            let exec = c.nodes[leader as usize].exec.as_ref().expect("running");
+            exec.probe.flushes.get()
+        };
+        let before = flushes(&c);
+        let first_at = c.now;
+        let mut replies: Vec<Reply> = Vec::new();
+        for value in 0..5u64 {
+            let mut builder = BatchBuilder::new(0, 0, c.now as i64, false);
+            builder.append(None, Some(&value.to_be_bytes()));
+            let (reply, answer) = futures_channel::oneshot::channel();
+            let batch = builder.finish();
+            let check = Default::default();
+            let input = ExecutorInput::Append {
+                batch,
+                check,
+                reply,
+            };
+            c.input(leader, input).unwrap();
+            replies.push(answer);
+            c.run_until(c.now + 1).unwrap();
+        }
+        let mut offsets = Vec::new();
+        let all_answered = c
+            .run_while(5_000, |c| {
+                for r in replies.iter_mut() {
+                    if let Ok(Some(answer)) = r.try_recv() {
+                        offsets.push((c.now, answer.expect("committed")));
+                    }
+                }
+                offsets.len() < 5
+            })
+            .unwrap();
+        assert!(
+            all_answered,
+            "linger {linger_ms}: not every append committed"
+        );
+        for (at, offset) in &offsets {
+            assert!(
+                *at >= first_at + linger_ms,
+                "linger {linger_ms}: offset {offset} acknowledged at {at} ms, before the linger \
+                 that started at {first_at} ms was over"
+            );
+        }
+        flushes(&c) - before
+    };
+    assert_eq!(
+        flushes_for(20),
+        1,
+        "five appends within the linger, one flush"
+    );
+    assert!(
+        flushes_for(0) > 1,
+        "without a linger the appends took one flush"
+    );
+}

@@ -19,6 +19,7 @@
 //! A storage error is `Fatal`: the loop ends with it and the node stops (docs/design.md §3 rule 4).
 
 mod deliver;
+mod linger;
 mod policy;
 mod ready;
 mod snapshot;
@@ -203,6 +204,8 @@ pub struct Executor<S: Storage + 'static, T: Transport, C: Clock> {
     metrics: Option<SharedMetrics>,
     /// When each waiting append arrived, by its last offset (commit latency).
     commit_started: BTreeMap<i64, (u64, std::time::Instant)>,
+    /// Appends waiting out `controller.quorum.append.linger.ms` (`linger`).
+    linger: linger::Linger,
     /// When the flush in flight started.
     flush_began: Option<std::time::Instant>,
     /// Requests to peers in flight, other than long-polling Fetches (peer round trips).
@@ -252,6 +255,7 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
             stats: Rc::new(RaftStats::default()),
             metrics: None,
             commit_started: BTreeMap::new(),
+            linger: linger::Linger::default(),
             flush_began: None,
             sent: HashMap::new(),
         };
@@ -297,6 +301,11 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
     /// The transport, to configure before the run.
     pub fn transport_mut(&mut self) -> &mut T {
         &mut self.transport
+    }
+
+    /// `controller.quorum.append.linger.ms` (`linger`); 0 until set.
+    pub fn set_append_linger_ms(&mut self, ms: u64) {
+        self.linger.ms = ms;
     }
 
     /// Snapshot and retention by `policy` (Kafka's defaults until set).
@@ -355,6 +364,7 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
         }
         loop {
             let busy_from = std::time::Instant::now();
+            self.release_due_appends(self.clock.now().mono_ms);
             self.drain_readys().await?;
             self.note_turn();
             let now = self.clock.now().mono_ms;
@@ -366,6 +376,7 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
             }
             let cap = if self.stopping.is_some() { 20 } else { 1000 };
             let deadline = self.raft.borrow().deadline_ms().min(now + cap);
+            let deadline = self.linger.deadline().map_or(deadline, |d| d.min(deadline));
             let waited_from = std::time::Instant::now();
             let busy = waited_from - busy_from;
             let (flush, snapshot, clock) = (&mut self.flush, &mut self.snapshot, &self.clock);
@@ -474,31 +485,7 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
                 batch,
                 check,
                 reply,
-            } => {
-                if let Err(e) = self.check_append(check) {
-                    let _ = reply.send(Err(e));
-                    return;
-                }
-                let appended = self.raft.borrow_mut().append(batch);
-                match appended {
-                    Ok((first, last)) => {
-                        self.commits.entry(last).or_default().push(reply);
-                        let now = (self.clock.now().mono_ms, std::time::Instant::now());
-                        self.commit_started.entry(last).or_insert(now);
-                        let records = (last - first + 1) as f64;
-                        self.stats
-                            .appended_records
-                            .borrow_mut()
-                            .record(now.0, records);
-                    }
-                    Err(crate::raft::AppendError::NotLeader { epoch, leader }) => {
-                        let _ = reply.send(Err(ClientError::NotLeader { epoch, leader }));
-                    }
-                    Err(e) => {
-                        let _ = reply.send(Err(ClientError::Invalid(e.to_string())));
-                    }
-                }
-            }
+            } => self.append(batch, check, reply),
             ExecutorInput::ReadFence { reply } => {
                 let id = self.next_fence;
                 self.next_fence += 1;
