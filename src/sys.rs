@@ -201,6 +201,48 @@ pub fn process_cpu_ticks(pid: u32) -> Option<u64> {
     proc_stat(pid).map(|s| s.utime + s.stime)
 }
 
+/// CPU time the whole machine has spent so far, in clock ticks: the `cpu` line of
+/// `/proc/stat`, every state but idle and iowait, so the kernel's workers (the ones that finish
+/// a direct write's sync, softirqs) count as well as processes.
+pub fn system_busy_ticks() -> Option<u64> {
+    parse_system_busy(&std::fs::read_to_string("/proc/stat").ok()?)
+}
+
+fn parse_system_busy(stat: &str) -> Option<u64> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().ok())
+        .collect::<Option<_>>()?;
+    // user nice system idle iowait irq softirq steal (guest time is already in user and nice).
+    let at = |i: usize| f.get(i).copied().unwrap_or(0);
+    Some(at(0) + at(1) + at(2) + at(5) + at(6) + at(7))
+}
+
+/// Context switches, voluntary and not, of every thread of process `pid` so far (each
+/// thread's `/proc/<pid>/task/<tid>/status`; the process's own line counts its main thread
+/// only). `None` once the process has gone.
+pub fn process_context_switches(pid: u32) -> Option<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        // A thread that exits meanwhile takes its count with it.
+        let Ok(text) = std::fs::read_to_string(entry.ok()?.path().join("status")) else {
+            continue;
+        };
+        total += parse_switches(&text)?;
+    }
+    Some(total)
+}
+
+fn parse_switches(status: &str) -> Option<u64> {
+    let field = |name: &str| {
+        let line = status.lines().find_map(|l| l.strip_prefix(name))?;
+        line.trim().parse::<u64>().ok()
+    };
+    Some(field("voluntary_ctxt_switches:")? + field("nonvoluntary_ctxt_switches:")?)
+}
+
 /// Takes a listening socket out of LISTEN at once (`shutdown(2)`), so that its port is free
 /// the moment this process exits. Without it, an accept still queued in an io_uring keeps the
 /// socket listening until the kernel's deferred ring teardown cancels that accept, a few
@@ -273,6 +315,25 @@ pub fn renice_this_thread(nice: i32) -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn system_busy_counts_every_state_but_idle_and_iowait() {
+        let stat = "cpu  10 2 30 4000 500 6 7 8 0 0\ncpu0 1 1 1 1 1 1 1 1 0 0\nctxt 99\n";
+        assert_eq!(
+            super::parse_system_busy(stat),
+            Some(10 + 2 + 30 + 6 + 7 + 8)
+        );
+        assert_eq!(super::parse_system_busy("cpu0 1 2 3\n"), None);
+        assert_eq!(super::parse_system_busy("cpu  1 x 3\n"), None);
+    }
+
+    #[test]
+    fn switches_add_voluntary_and_involuntary() {
+        let status = "Name:\tringraft\nvoluntary_ctxt_switches:\t120\n\
+                      nonvoluntary_ctxt_switches:\t7\n";
+        assert_eq!(super::parse_switches(status), Some(127));
+        assert_eq!(super::parse_switches("voluntary_ctxt_switches:\t1\n"), None);
+    }
+
     #[test]
     fn proc_stat_fields_count_after_the_command_name() {
         let stat = "42 (a (b) c) S 1 2 3 4 5 6 7 8 9 10 111 222 13 14 15 16 17 18 333 444 555 \

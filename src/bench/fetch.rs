@@ -697,6 +697,7 @@ pub fn run(args: FetchBenchArgs) -> Result<(), BenchError> {
     let exe = super::harness::own_binary()?;
     let scratch = Scratch::create(&args.dir)?;
     let quorum_args = QuorumBenchArgs {
+        linger_ms: 0,
         throughput: args.throughput,
         record_size: args.record_size,
         seconds: args.seconds,
@@ -985,6 +986,7 @@ impl FetchBench<'_> {
             a.catch_up_bytes >> 20
         ));
         let args = QuorumBenchArgs {
+            linger_ms: 0,
             throughput: rate,
             record_size: CATCH_UP_RECORD_BYTES,
             seconds,
@@ -1049,6 +1051,7 @@ impl FetchBench<'_> {
             a.snapshot_bytes >> 20
         ));
         let args = QuorumBenchArgs {
+            linger_ms: 0,
             throughput: 1000,
             record_size: 100,
             seconds: 1,

@@ -376,12 +376,38 @@ pub(super) struct Bench<'a> {
     pub interrupted: Arc<AtomicBool>,
 }
 
+/// What a phase's efficiency is computed from, read when its warm-up ends and at its summary.
+#[derive(Debug, Clone, Copy, Default)]
+struct Counters {
+    /// The phase's processes' CPU time (ticks).
+    cpu: Option<u64>,
+    /// The machine's busy time (ticks, `sys::system_busy_ticks`).
+    system: Option<u64>,
+    /// The phase's processes' threads' context switches.
+    switches: Option<u64>,
+}
+
+impl Counters {
+    fn read(procs: &Procs) -> Counters {
+        Counters {
+            cpu: procs.cpu_ticks(),
+            system: crate::sys::system_busy_ticks(),
+            switches: procs.context_switches(),
+        }
+    }
+}
+
 /// One finished phase.
 pub(super) struct PhaseResult {
     pub summary: Summary,
     /// CPU time of the phase's three processes over the measured period, per committed record
     /// (µs); `None` when it could not be read.
     pub cpu_us_per_record: Option<f64>,
+    /// The whole machine's CPU time over the measured period, per committed record (µs):
+    /// kernel workers included, and whatever else ran meanwhile.
+    pub system_cpu_us_per_record: Option<f64>,
+    /// Context switches of the three processes' threads, per committed record.
+    pub switches_per_record: Option<f64>,
     /// Index (0-based) of the process that generated the load.
     pub leader: usize,
     /// Processes other than the first that generated load (leadership moved).
@@ -496,8 +522,8 @@ impl Bench<'_> {
         let mut leader: Option<usize> = None;
         let mut leader_changes = 0;
         let mut eof = [false; 3];
-        // The three processes' CPU time when the warm-up ended.
-        let mut cpu_at_warmup: Option<u64> = None;
+        // The counters when the warm-up ended.
+        let mut at_warmup: Option<Counters> = None;
         let mut intervals = Vec::new();
         loop {
             self.check_interrupted()?;
@@ -505,14 +531,13 @@ impl Bench<'_> {
                 Ok(Event::Line(index, line)) => match parse_line(&line) {
                     Line::Summary(summary) => {
                         let leader = leader.unwrap_or(index);
-                        let cpu_us_per_record = cpu_at_warmup
-                            .zip(procs.cpu_ticks())
-                            .filter(|_| summary.records > 0)
-                            .map(|(start, end)| {
-                                let us = end.saturating_sub(start) as f64 * 1e6
-                                    / crate::sys::clock_ticks_per_second() as f64;
-                                us / summary.records as f64
-                            });
+                        let (start, end) = (at_warmup.unwrap_or_default(), Counters::read(procs));
+                        let per_record = |from: Option<u64>, to: Option<u64>, scale: f64| {
+                            let (from, to) = from.zip(to).filter(|_| summary.records > 0)?;
+                            Some(to.saturating_sub(from) as f64 * scale / summary.records as f64)
+                        };
+                        let tick_us = 1e6 / crate::sys::clock_ticks_per_second() as f64;
+                        let cpu_us_per_record = per_record(start.cpu, end.cpu, tick_us);
                         if leader_changes > 0 {
                             self.say(&format!(
                                 "  warning: leadership moved during {name}; the summary covers \
@@ -522,6 +547,8 @@ impl Bench<'_> {
                         return Ok(PhaseResult {
                             summary,
                             cpu_us_per_record,
+                            system_cpu_us_per_record: per_record(start.system, end.system, tick_us),
+                            switches_per_record: per_record(start.switches, end.switches, 1.0),
                             leader,
                             leader_changes,
                             intervals,
@@ -558,8 +585,8 @@ impl Bench<'_> {
                         }
                         let num = |k: &str| map.get(k).and_then(Value::as_f64).unwrap_or(0.0);
                         let t_ms = num("t_ms");
-                        if cpu_at_warmup.is_none() && t_ms >= a.warmup_ms as f64 {
-                            cpu_at_warmup = procs.cpu_ticks();
+                        if at_warmup.is_none() && t_ms >= a.warmup_ms as f64 {
+                            at_warmup = Some(Counters::read(procs));
                         }
                         intervals.push((t_ms / 1000.0, num("p50_us"), num("p99_us")));
                         self.progress(name, map);
@@ -730,6 +757,15 @@ impl Procs {
             status: None,
         });
         Ok(())
+    }
+
+    /// The summed context switches of every process's threads; `None` if one cannot be read.
+    pub(super) fn context_switches(&self) -> Option<u64> {
+        self.list
+            .iter()
+            .flatten()
+            .map(|p| crate::sys::process_context_switches(p.child.id()))
+            .sum()
     }
 
     /// The summed CPU time of every process, in clock ticks; `None` if one cannot be read.

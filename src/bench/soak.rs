@@ -122,6 +122,7 @@ pub fn run(args: SoakBenchArgs) -> Result<(), BenchError> {
     let exe = super::harness::own_binary()?;
     let scratch = Scratch::create(&args.dir)?;
     let quorum_args = QuorumBenchArgs {
+        linger_ms: 0,
         throughput: args.throughput,
         record_size: args.record_size,
         // The generator runs past the soak's end; the nodes are stopped first.
