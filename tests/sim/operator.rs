@@ -252,7 +252,21 @@ fn wipe(
         .ok();
     let joining = adding.then_some(joined).flatten();
     let spare_too = joining.as_ref().is_none_or(|s| spare(c, id, [s, s]));
-    if spare(c, id, [latest, committed]) && spare_too && data_safe {
+    // Another node's pending AddRaftVoter may still commit too, with a key a wipe may already
+    // have made stale: the set it would make must keep a majority without this node as well.
+    let others_join: Vec<VoterSet> = c
+        .operator_requests
+        .iter()
+        .filter(|(token, _)| !c.operator_answers.contains_key(token))
+        .filter_map(|(_, (_, r))| match r {
+            Request::AddVoter(a) if a.voter.id != id => latest
+                .with_voter(Voter::new(a.voter, a.listeners.clone()))
+                .ok(),
+            _ => None,
+        })
+        .collect();
+    let others_spare = others_join.iter().all(|s| spare(c, id, [s, s]));
+    if spare(c, id, [latest, committed]) && spare_too && others_spare && data_safe {
         c.fault(Fault::WipeAndRestart(id))?;
     }
     Ok(())
