@@ -458,7 +458,10 @@ async fn with_timeout<T>(limit: Duration, fut: impl Future<Output = T>) -> Optio
 
 /// Splits a response frame (size prefix excluded) into its correlation id and body. The body is
 /// a view of `frame`, not a copy.
-fn strip_response_header(frame: &Bytes, header_version: i16) -> Result<(i32, Bytes), AnswerError> {
+pub fn strip_response_header(
+    frame: &Bytes,
+    header_version: i16,
+) -> Result<(i32, Bytes), AnswerError> {
     let mut r = Reader::new(frame);
     let correlation_id =
         decode_response_header(&mut r, header_version).map_err(AnswerError::Header)?;

@@ -406,8 +406,7 @@ fn over_the_wire(
     data: Vec<Bytes>,
 ) -> Result<Response, String> {
     use ringraft::net::raft_rpc;
-    use ringraft::protocol::header::decode_response_header;
-    use ringraft::protocol::{apis, Reader};
+    use ringraft::protocol::apis;
     if matches!(response, Response::ApiVersions(_)) {
         return Ok(response);
     }
@@ -421,7 +420,7 @@ fn over_the_wire(
         response_header_version: spec.response_header_version(version),
     };
     let frame = Bytes::from(ringraft::node::route::encode(&to, &response, data).to_vec());
-    // The size prefix, then the response header, then the body.
+    // The size prefix, then what the node's peer connections read: header, then body.
     let size = i32::from_be_bytes(frame[..4].try_into().expect("4 bytes")) as usize;
     if size != frame.len() - 4 {
         return Err(format!(
@@ -429,13 +428,12 @@ fn over_the_wire(
             frame.len() - 4
         ));
     }
-    let mut r = Reader::new(&frame[4..]);
-    let correlation_id = decode_response_header(&mut r, to.response_header_version)
-        .map_err(|e| format!("response header: {e}"))?;
+    let (correlation_id, body) =
+        ringraft::net::peer::strip_response_header(&frame.slice(4..), to.response_header_version)
+            .map_err(|e| format!("response header: {e}"))?;
     if correlation_id != to.correlation_id {
         return Err(format!("correlation id {correlation_id}"));
     }
-    let body = frame.slice(4 + r.position()..);
     raft_rpc::decode_response(key, version, &body).map_err(|e| e.to_string())
 }
 

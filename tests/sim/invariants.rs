@@ -316,10 +316,7 @@ impl Checker {
             if !self.wiped.is_empty() {
                 continue;
             }
-            let reached = nodes
-                .iter()
-                .filter(|n| voters.contains_id(n.id) && n.disk.borrow().log.durable_end() >= hwm)
-                .count();
+            let reached = durable_holders(nodes, voters, hwm);
             if reached < voters.majority() {
                 return Err(format!(
                     "MajorityReachedHighWatermark: leader {} has {hwm} but only {reached} voters hold it durably",
@@ -347,10 +344,7 @@ impl Checker {
             let Some(hwm) = node.raft().and_then(|r| r.high_watermark()) else {
                 continue;
             };
-            let reached = nodes
-                .iter()
-                .filter(|n| voters.contains_id(n.id) && n.disk.borrow().log.durable_end() >= hwm)
-                .count();
+            let reached = durable_holders(nodes, voters, hwm);
             if reached < voters.majority() {
                 return Err(format!(
                     "HighWatermarkOnAMajority: node {} has high watermark {hwm}, but only \
@@ -604,4 +598,12 @@ fn may_campaign(raft: &Raft) -> bool {
             && raft.high_watermark().is_none_or(|h| h <= o)
             && history.at_offset(o - 1).contains_key(&local)
     })
+}
+
+/// How many of the static `voters` hold everything below `offset` durably.
+fn durable_holders(nodes: &[Node], voters: &VoterSet, offset: i64) -> usize {
+    nodes
+        .iter()
+        .filter(|n| voters.contains_id(n.id) && n.disk.borrow().log.durable_end() >= offset)
+        .count()
 }
