@@ -1060,3 +1060,51 @@ fn listen_and_admin_flags_move_the_embedded_default_and_quorum_finds_it() {
     node.signal(SIGTERM);
     assert_eq!(node.wait_exit(Duration::from_secs(10)), Some(0));
 }
+
+/// A caught-up observer is answered at most once per `ringraft.fetch.observer.interval.ms`
+/// (issue 26, item 5); with 0 it is answered at every commit, as a voter is.
+#[test]
+fn caught_up_observers_are_answered_once_per_interval() {
+    let answers = |interval_ms: u64| -> u64 {
+        let dir = TempDir::new("observer-pacing");
+        let port = free_port();
+        let extra = format!("ringraft.fetch.observer.interval.ms={interval_ms}\n");
+        let config = write_config(dir.path(), port, &extra);
+        format_node(config.to_str().unwrap(), dir.path());
+        let acks = dir.path().join("acks");
+        let mut node = start_writing(dir.path(), port, 1000, &acks, &[]);
+        wait_until(Duration::from_secs(20), || {
+            std::fs::metadata(&acks).ok().filter(|m| m.len() > 0)
+        });
+        let voters = format!("127.0.0.1:{port}");
+        let args = [
+            "debug",
+            "observe",
+            "--voters",
+            &voters,
+            "--observers",
+            "1",
+            "--seconds",
+            "2",
+        ];
+        let out = run(&args, dir.path());
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(out.status.success(), "{text}");
+        node.signal(SIGTERM);
+        assert_eq!(node.wait_exit(Duration::from_secs(10)), Some(0));
+        let count = text
+            .split(" answers")
+            .next()
+            .and_then(|s| s.rsplit(' ').next())
+            .and_then(|n| n.parse().ok());
+        count.unwrap_or_else(|| panic!("no answer count in: {text}"))
+    };
+    let paced = answers(200);
+    let unpaced = answers(0);
+    // Two seconds at one tick per 200 ms, plus the answers that caught it up.
+    assert!(paced <= 16, "{paced} answers in 2 s at one per 200 ms");
+    assert!(
+        unpaced >= 10 * paced.max(1),
+        "unpaced {unpaced}, paced {paced}"
+    );
+}

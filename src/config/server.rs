@@ -113,6 +113,9 @@ pub struct ServerConfig {
     /// `ringraft.batch.cache.bytes`: each fetch shard's batch cache; the raft shard's is half
     /// (`constants::BATCH_CACHE_BYTES_DEFAULT`).
     pub batch_cache_bytes: i64,
+    /// `ringraft.fetch.observer.interval.ms`: a caught-up observer's Fetch is answered at most
+    /// once per this interval (`fetch::pacing`; 0: at once).
+    pub fetch_observer_interval_ms: i64,
     /// `ringraft.log.append.enable`: serve Produce for `__cluster_metadata-0` (`ringraft log
     /// append`). False by default: beside Kafka controllers, raw records in the metadata log
     /// would stop them replaying it. The embedded default sets it.
@@ -165,6 +168,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "ringraft.admin.listener",
     "ringraft.leadership",
     "ringraft.batch.cache.bytes",
+    "ringraft.fetch.observer.interval.ms",
     "ringraft.log.append.enable",
     "ringraft.snapshot.adopt",
 ];
@@ -459,6 +463,7 @@ impl ServerConfig {
             admin_listener: admin_listener(&l)?,
             witness: is_witness(&l)?,
             batch_cache_bytes: g.batch_cache_bytes,
+            fetch_observer_interval_ms: g.fetch_observer_interval_ms,
             log_append_enable: l.bool("ringraft.log.append.enable", false)?,
             snapshot_adopt: l.bool("ringraft.snapshot.adopt", true)?,
             tls: None,
@@ -762,6 +767,7 @@ struct LogKeys {
     connections_max_idle_ms: i64,
     unstable_api_versions_enable: bool,
     batch_cache_bytes: i64,
+    fetch_observer_interval_ms: i64,
 }
 
 impl LogKeys {
@@ -828,8 +834,24 @@ impl LogKeys {
                 c::BATCH_CACHE_BYTES_DEFAULT,
                 0,
             )?,
+            fetch_observer_interval_ms: observer_interval(l)?,
         })
     }
+}
+
+/// `ringraft.fetch.observer.interval.ms`: 0 to a minute (an observer's Fetch waits at most
+/// 500 ms in Kafka's clients; longer would only make them time out and retry).
+fn observer_interval(l: &Lookup) -> Result<i64, ConfigError> {
+    const KEY: &str = "ringraft.fetch.observer.interval.ms";
+    let ms = l.long(KEY, c::FETCH_OBSERVER_INTERVAL_MS_DEFAULT, 0)?;
+    if ms > 60_000 {
+        return Err(invalid(
+            KEY,
+            l.str(KEY).unwrap_or(""),
+            "must be at most 60000",
+        ));
+    }
+    Ok(ms)
 }
 
 /// `ringraft.admin.listener`: where `/metrics`, `/livez` and `/readyz` are served, if at all.

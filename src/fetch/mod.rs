@@ -32,6 +32,7 @@
 //! as leader of E is what that leader had), and its `stale_fetch_view` mutation — answering
 //! without the check — is caught.
 
+pub mod pacing;
 pub mod publication;
 pub mod reader;
 pub mod shard;

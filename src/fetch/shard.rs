@@ -13,6 +13,7 @@ use futures_channel::{mpsc, oneshot};
 use futures_lite::{future, StreamExt};
 use tracing::{error, warn};
 
+use super::pacing::Pacing;
 use super::publication::{Generation, Publication};
 use super::reader::{self, LogReader};
 use super::view::{FetchView, Parking, Ticket};
@@ -89,6 +90,8 @@ pub struct Serving {
     reader: RefCell<LogReader>,
     parking: RefCell<Parking>,
     parked: RefCell<HashMap<Ticket, oneshot::Sender<()>>>,
+    /// Observers' answers at most once per interval (`fetch::pacing`).
+    pacing: Pacing,
     published: Published,
     generation: Generation,
     report: ReportSink,
@@ -113,9 +116,12 @@ pub struct Serving {
 impl Serving {
     /// `dir`: the partition directory (absolute).
     /// `cache_bytes`: the batch cache's budget (`ringraft.batch.cache.bytes`).
+    /// `observer_interval`: `ringraft.fetch.observer.interval.ms` (zero: observers are
+    /// answered as soon as voters are).
     pub fn new(
         dir: PathBuf,
         cache_bytes: usize,
+        observer_interval: Duration,
         generation: Generation,
         report: ReportSink,
     ) -> Rc<Serving> {
@@ -125,6 +131,7 @@ impl Serving {
             reader: RefCell::new(LogReader::new(cache_bytes)),
             parking: RefCell::new(Parking::default()),
             parked: RefCell::new(HashMap::new()),
+            pacing: Pacing::new(observer_interval),
             published: Published::default(),
             generation,
             report,
@@ -144,7 +151,8 @@ impl Serving {
     }
 
     /// Applies a publication: the reader learns the new batches (or starts over), the view
-    /// takes the new state, and the parked fetches it answers are woken, voters' first.
+    /// takes the new state, and the parked fetches it answers are woken, voters' first
+    /// (observers' at the next tick when they are paced).
     pub fn publish(&self, p: Publication) {
         {
             let mut reader = self.reader.borrow_mut();
@@ -161,11 +169,26 @@ impl Serving {
                 None => *view = Some(FetchView::new(&p)),
             }
         }
+        let paced = self.pacing.enabled();
+        self.wake_ready(!paced);
+        if paced && self.parking.borrow().observers_parked() {
+            self.pacing.request_tick();
+        }
+        self.published.happened();
+    }
+
+    /// Wakes the parked fetches the view answers: voters', and observers' too if `observers`.
+    fn wake_ready(&self, observers: bool) {
         let now = self.now_ms();
         let ready = {
             let view = self.view.borrow();
-            let view = view.as_ref().expect("set above");
-            self.parking.borrow_mut().ready(view, now)
+            let Some(view) = view.as_ref() else { return };
+            let mut parking = self.parking.borrow_mut();
+            if observers {
+                parking.ready(view, now)
+            } else {
+                parking.ready_voters(view, now)
+            }
         };
         let mut parked = self.parked.borrow_mut();
         for (ticket, _) in ready {
@@ -173,8 +196,22 @@ impl Serving {
                 let _ = wake.send(());
             }
         }
-        drop(parked);
-        self.published.happened();
+    }
+
+    /// Ticks for paced observers (`fetch::pacing`): at most once per interval, and only when
+    /// one waits. Until `stop`; returns at once when observers are not paced.
+    pub async fn run_ticks(self: Rc<Self>, stop: StopSignal) {
+        if !self.pacing.enabled() {
+            return;
+        }
+        while !stop.is_stopped() {
+            future::or(self.pacing.next_tick_due(), stop.wait()).await;
+            if stop.is_stopped() {
+                break;
+            }
+            self.wake_ready(true);
+            self.pacing.tick();
+        }
     }
 
     /// Applies publications as they arrive, until the raft shard's sender goes or `stop`.
@@ -282,6 +319,10 @@ impl Serving {
     /// edge sends them without copying).
     pub async fn fetch(&self, connection: u64, r: FetchRequest) -> (Response, Vec<Chunk>) {
         self.view_ready().await;
+        let observer = !self.is_voter(r.replica);
+        if observer {
+            self.pacing.wait_turn(r.replica.id, r.max_wait_ms).await;
+        }
         let mut woken = false;
         loop {
             let (decision, generation, counted, answered) = {
@@ -350,21 +391,12 @@ impl Serving {
                 }
                 FetchDecision::Answer(resp) => resp,
             };
-            let chunks = match resp.records {
-                Records::Read { offset, max_bytes } => {
-                    match reader::read(&self.reader, offset, max_bytes).await {
-                        Ok(chunks) => chunks,
-                        Err(e) => {
-                            if let Some(unsaid) = self.unreadable_said.due(Instant::now()) {
-                                warn!(offset, error = %e, unsaid,
-                                    "cannot read the log for a fetch");
-                            }
-                            Vec::new()
-                        }
-                    }
-                }
-                _ => Vec::new(),
+            // The most this answer may carry (no records to send: the observer is caught up).
+            let limit = match resp.records {
+                Records::Read { max_bytes, .. } => max_bytes,
+                _ => 0,
             };
+            let chunks = self.read_records(&resp.records).await;
             if self.generation.get() != generation {
                 // The log was rewritten since this view: the bytes may be the new log's. Wait
                 // for the publication that says so and answer again from it.
@@ -383,8 +415,32 @@ impl Serving {
                     .borrow_mut()
                     .insert(replica, (connection, round));
             }
+            if observer {
+                // Caught up: the answer is far from full (a catching-up observer's are cut at
+                // the limit, give or take a batch).
+                let sent: usize = chunks.iter().map(|c| c.as_ref().len()).sum();
+                self.pacing
+                    .answered(r.replica.id, sent < limit / 2 || limit == 0);
+            }
             resp.records = Records::None;
             return (Response::Fetch(resp), chunks);
+        }
+    }
+
+    /// The batches `records` names, as read (none when it names none, or the log cannot be
+    /// read: the answer then carries no records and the replica asks again).
+    async fn read_records(&self, records: &Records) -> Vec<Chunk> {
+        let Records::Read { offset, max_bytes } = *records else {
+            return Vec::new();
+        };
+        match reader::read(&self.reader, offset, max_bytes).await {
+            Ok(chunks) => chunks,
+            Err(e) => {
+                if let Some(unsaid) = self.unreadable_said.due(Instant::now()) {
+                    warn!(offset, error = %e, unsaid, "cannot read the log for a fetch");
+                }
+                Vec::new()
+            }
         }
     }
 

@@ -82,10 +82,13 @@ impl ParkedFetch {
 }
 
 /// Long-polls waiting for records, a higher high watermark, a new epoch or their deadline.
+/// Voters' and observers' are kept apart: a publication checks the voters' at once, while
+/// observers' may be checked only at the shard's ticks (`fetch::pacing`).
 #[derive(Debug, Default)]
 pub struct Parking {
     next: Ticket,
-    parked: BTreeMap<Ticket, ParkedFetch>,
+    voters: BTreeMap<Ticket, ParkedFetch>,
+    observers: BTreeMap<Ticket, ParkedFetch>,
 }
 
 impl Parking {
@@ -101,7 +104,12 @@ impl Parking {
         let ticket = self.next;
         self.next += 1;
         let voter = view.is_voter(request.replica);
-        self.parked.insert(
+        let parked = if voter {
+            &mut self.voters
+        } else {
+            &mut self.observers
+        };
+        parked.insert(
             ticket,
             ParkedFetch {
                 request,
@@ -116,41 +124,61 @@ impl Parking {
 
     /// Does `view` already answer parked `ticket`?
     pub fn ready_now(&self, ticket: Ticket, view: &FetchView, now_ms: u64) -> bool {
-        self.parked
+        self.voters
             .get(&ticket)
+            .or_else(|| self.observers.get(&ticket))
             .is_some_and(|p| p.ready(view, now_ms))
     }
 
     /// Removes and returns the parked fetches `view` (at `now_ms`) has an answer for, voters'
     /// first.
     pub fn ready(&mut self, view: &FetchView, now_ms: u64) -> Vec<(Ticket, FetchRequest)> {
-        let due: Vec<Ticket> = self
-            .parked
-            .iter()
-            .filter(|(_, p)| p.ready(view, now_ms))
-            .map(|(t, _)| *t)
-            .collect();
-        let mut out: Vec<(bool, Ticket, FetchRequest)> = due
-            .into_iter()
-            .filter_map(|t| self.parked.remove(&t).map(|p| (p.voter, t, p.request)))
-            .collect();
-        out.sort_by_key(|(voter, ticket, _)| (!*voter, *ticket));
-        out.into_iter().map(|(_, t, r)| (t, r)).collect()
+        let mut out = take_ready(&mut self.voters, view, now_ms);
+        out.extend(take_ready(&mut self.observers, view, now_ms));
+        out
+    }
+
+    /// `ready`, for voters' fetches only.
+    pub fn ready_voters(&mut self, view: &FetchView, now_ms: u64) -> Vec<(Ticket, FetchRequest)> {
+        take_ready(&mut self.voters, view, now_ms)
     }
 
     /// Forgets `ticket` (its deadline passed, or its connection closed); its request if it
     /// was still parked.
     pub fn cancel(&mut self, ticket: Ticket) -> Option<FetchRequest> {
-        self.parked.remove(&ticket).map(|p| p.request)
+        self.voters
+            .remove(&ticket)
+            .or_else(|| self.observers.remove(&ticket))
+            .map(|p| p.request)
     }
 
     pub fn len(&self) -> usize {
-        self.parked.len()
+        self.voters.len() + self.observers.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.parked.is_empty()
+        self.len() == 0
     }
+
+    pub fn observers_parked(&self) -> bool {
+        !self.observers.is_empty()
+    }
+}
+
+/// Removes and returns, in ticket order, the fetches of `parked` that `view` answers.
+fn take_ready(
+    parked: &mut BTreeMap<Ticket, ParkedFetch>,
+    view: &FetchView,
+    now_ms: u64,
+) -> Vec<(Ticket, FetchRequest)> {
+    let due: Vec<Ticket> = parked
+        .iter()
+        .filter(|(_, p)| p.ready(view, now_ms))
+        .map(|(t, _)| *t)
+        .collect();
+    due.into_iter()
+        .filter_map(|t| parked.remove(&t).map(|p| (t, p.request)))
+        .collect()
 }
 
 #[cfg(test)]
@@ -219,5 +247,28 @@ mod tests {
         assert_ne!(t, t2);
         view.apply(&publication(11, 6, 2));
         assert_eq!(parking.ready(&view, 100).len(), 1, "a new epoch");
+    }
+
+    #[test]
+    fn voters_are_woken_without_touching_parked_observers() {
+        let mut view = FetchView::new(&publication(10, 5, 1));
+        let mut parking = Parking::default();
+        let observer = parking.park(fetch(7, 10), &view, 600, None);
+        let voter = parking.park(fetch(2, 10), &view, 600, None);
+        view.apply(&publication(11, 6, 1));
+        let woken: Vec<Ticket> = parking
+            .ready_voters(&view, 100)
+            .iter()
+            .map(|(t, _)| *t)
+            .collect();
+        assert_eq!(woken, vec![voter]);
+        assert!(parking.observers_parked(), "the observer waits for a tick");
+        let woken: Vec<Ticket> = parking.ready(&view, 100).iter().map(|(t, _)| *t).collect();
+        assert_eq!(woken, vec![observer]);
+        assert!(parking.is_empty() && !parking.observers_parked());
+        // Cancelling finds a ticket in either set.
+        let t = parking.park(fetch(7, 11), &view, 600, None);
+        assert!(parking.cancel(t).is_some());
+        assert!(parking.cancel(t).is_none());
     }
 }

@@ -68,6 +68,8 @@ struct ShardContext {
     snapshot_policy: executor::SnapshotPolicy,
     /// `controller.quorum.append.linger.ms`.
     append_linger_ms: u64,
+    /// `ringraft.fetch.observer.interval.ms`.
+    observer_interval: std::time::Duration,
     index: usize,
     coordinator: usize,
     roles: Vec<Role>,

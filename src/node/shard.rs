@@ -156,6 +156,8 @@ fn start_serving(
     }
     let task = serving.clone().run_progress(stop.clone());
     glommio::spawn_local(task.in_current_span()).detach();
+    let task = serving.clone().run_ticks(stop.clone());
+    glommio::spawn_local(task.in_current_span()).detach();
     if let Some(rx) = ends.snapshot_rx.take() {
         let task = route::serve_snapshot_calls(serving.clone(), rx);
         glommio::spawn_local(task.in_current_span()).detach();
@@ -371,6 +373,7 @@ async fn serving_role(
     Ok(Some(crate::fetch::shard::Serving::new(
         dir,
         ctx.log_config.cache_bytes.saturating_mul(2),
+        ctx.observer_interval,
         ctx.generation.clone(),
         report,
     )))

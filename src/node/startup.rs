@@ -302,6 +302,7 @@ fn spawn_shards(
         },
         snapshot_policy: super::executor::SnapshotPolicy::from_config(config),
         append_linger_ms: config.append_linger_ms.max(0) as u64,
+        observer_interval: Duration::from_millis(config.fetch_observer_interval_ms.max(0) as u64),
         index: 0,
         coordinator: tuning.raft_shard(),
         roles: Vec::new(),
