@@ -702,6 +702,13 @@ fn snapshot_files_stream_through_the_ring() {
             let mut position = 0;
             while let Some(chunk) = file.read_chunk(position, 100_000).await.unwrap() {
                 position += chunk.len() as u64;
+                assert!(chunk.len() <= 100_000);
+                // Each chunk ends on a batch boundary, so the next starts on one.
+                let mut at = 0;
+                while at < chunk.len() {
+                    at += ringraft::records::batch::batch_size(&chunk[at..])
+                        .unwrap_or_else(|e| panic!("chunk at {position}: {e}"));
+                }
                 whole.extend_from_slice(&chunk);
             }
             whole

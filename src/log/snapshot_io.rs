@@ -303,6 +303,20 @@ impl SnapshotFile {
         self.size
     }
 
+    /// Where a chunk from `position` of at most `max_bytes` ends: the last batch end inside
+    /// that range past `position`, or the range's end when no batch ends inside it.
+    fn chunk_end(&self, position: u64, max_bytes: usize) -> u64 {
+        let limit = position.saturating_add(max_bytes as u64).min(self.size);
+        // Batches that end at or before the limit.
+        let within = self
+            .batches
+            .partition_point(|(at, len)| at + u64::from(*len) <= limit);
+        match within.checked_sub(1).map(|i| self.batches[i]) {
+            Some((at, len)) if at + u64::from(len) > position => at + u64::from(len),
+            _ => limit,
+        }
+    }
+
     /// Up to `max_bytes` from `position`, copied out of the read buffer; see
     /// `read_chunk_shared`.
     pub async fn read_chunk(
@@ -316,7 +330,10 @@ impl SnapshotFile {
 
     /// Up to `max_bytes` from `position` as a slice of the read's own buffer (no copy; it stays
     /// on this shard); `Ok(None)` when `position` is past the end. The whole batches the chunk
-    /// touches are read and their CRCs checked again before it is returned.
+    /// touches are read and their CRCs checked again before it is returned. The chunk ends at
+    /// the last batch boundary within `max_bytes` when there is one (a FetchSnapshot answer may
+    /// be shorter than asked): a download then starts every chunk on a boundary, and no batch
+    /// is read twice.
     pub async fn read_chunk_shared(
         &self,
         position: u64,
@@ -325,7 +342,7 @@ impl SnapshotFile {
         if position >= self.size {
             return Ok(None);
         }
-        let end = position.saturating_add(max_bytes as u64).min(self.size);
+        let end = self.chunk_end(position, max_bytes);
         let first = self
             .batches
             .partition_point(|(at, len)| at + u64::from(*len) <= position);
