@@ -6,7 +6,8 @@
 //! - `log`: the log's write path against the disk's own floor;
 //! - `quorum`: 3-voter commit latency against an ideal floor (`floor`, its processes);
 //! - `fetch`: fan-out to observers, catch-up and snapshot streaming against raw reads;
-//! - `soak`: memory of a 3-voter quorum under steady load.
+//! - `soak`: memory of a 3-voter quorum under steady load;
+//! - `sweep`: `bench quorum --sweep`, the floor and ringraft from 2k to 100k records/s.
 
 pub mod fetch;
 pub mod floor;
@@ -15,6 +16,7 @@ pub mod log;
 pub mod quorum;
 pub mod report;
 pub mod soak;
+pub mod sweep;
 pub mod transfer;
 
 use clap::Subcommand;

@@ -123,6 +123,7 @@ pub fn run(args: SoakBenchArgs) -> Result<(), BenchError> {
     let scratch = Scratch::create(&args.dir)?;
     let quorum_args = QuorumBenchArgs {
         linger_ms: 0,
+        sweep: false,
         throughput: args.throughput,
         record_size: args.record_size,
         // The generator runs past the soak's end; the nodes are stopped first.

@@ -63,6 +63,7 @@ pub fn run(args: TransferBenchArgs) -> Result<(), BenchError> {
     let scratch = Scratch::create(&args.dir)?;
     let quorum_args = QuorumBenchArgs {
         linger_ms: 0,
+        sweep: false,
         throughput: args.throughput,
         record_size: args.record_size,
         // The generators run past the end; the nodes are stopped first.
