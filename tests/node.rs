@@ -1095,7 +1095,7 @@ fn caught_up_observers_are_answered_once_per_interval() {
         let count = text
             .split(" answers")
             .next()
-            .and_then(|s| s.rsplit(' ').next())
+            .and_then(|s| s.rsplit(['(', ' ']).next())
             .and_then(|n| n.parse().ok());
         count.unwrap_or_else(|| panic!("no answer count in: {text}"))
     };
