@@ -1224,11 +1224,14 @@ impl FetchBench<'_> {
 }
 
 /// The nodes' CPU per observer answer (µs): their CPU time per second with the most observers,
-/// less without any, over the answers per second the observers got.
+/// less without any, over the answers per second the observers got. `None` when the nodes used
+/// less CPU with the observers: the machine was saturated (the observers' own process took
+/// the time), and the difference says nothing about an answer's cost.
 fn cpu_per_answer(fan_out: &[FanOutRun]) -> Option<f64> {
     match fan_out {
         [none, _, many] if many.answers_per_s > 0.0 => {
-            Some((many.cpu_us_per_s? - none.cpu_us_per_s?) / many.answers_per_s)
+            let extra = many.cpu_us_per_s? - none.cpu_us_per_s?;
+            (extra > 0.0).then(|| extra / many.answers_per_s)
         }
         _ => None,
     }
@@ -1320,10 +1323,22 @@ fn print_text(
             r.observers, r.commit.p50, r.commit.p99, r.commit.p999, p50, p99, p999
         );
     }
-    if let (Some(us), [.., many]) = (cpu_per_answer(fan_out), fan_out) {
+    if let [none, _, many] = fan_out {
+        let per_s = |r: &FanOutRun| {
+            r.cpu_us_per_s
+                .map_or("-".into(), |c| format!("{:.2}", c / 1e6))
+        };
+        let each = cpu_per_answer(fan_out).map_or(
+            "not measurable (they used less with the observers: the machine was saturated)".into(),
+            |us| format!("{us:.1} µs"),
+        );
         println!(
-            "  the nodes' CPU per observer answer: {us:.1} µs ({} observers, {:.0} answers/s)",
-            many.observers, many.answers_per_s
+            "  the nodes' CPU: {} s/s with no observers, {} s/s with {} ({:.0} answers/s); per \
+             observer answer: {each}",
+            per_s(none),
+            per_s(many),
+            many.observers,
+            many.answers_per_s
         );
     }
     for (what, s) in [("catch-up", catch_up), ("snapshot", snapshot)] {
