@@ -335,8 +335,13 @@ def print_table(results):
         m = {(s, k): median_of(runs, s, k) for s in ("ringraft", "kafka")
              for k in ("cpu_us_per_record", "system_cpu_us_per_record", "p99_ms", "records_per_s")}
         if None in m.values():
+            # A side that failed, or was not run (--systems): its cells stay empty.
             failed = [f"{r['system']}: {r['error']}" for r in runs if "error" in r]
-            say(f"| {rate} | {linger} | — | — | — | — | — | — | {'; '.join(failed)} |")
+            cell = lambda s, k, f: "—" if m[(s, k)] is None else f.format(m[(s, k)])
+            say(f"| {rate} | {linger} | {cell('ringraft', 'cpu_us_per_record', '{:.1f}')} | "
+                f"{cell('kafka', 'cpu_us_per_record', '{:.1f}')} | — | "
+                f"{cell('ringraft', 'p99_ms', '{:.2f}')} | {cell('kafka', 'p99_ms', '{:.1f}')} | — | "
+                f"{'; '.join(failed)} |")
             continue
         ratio = lambda k: m[("ringraft", k)] / m[("kafka", k)] if m[("kafka", k)] else float("inf")
         rounds = sum(1 for r in runs if r["system"] == "ringraft")
