@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::harness::{Bench, PhaseResult, Scratch};
-use super::quorum::QuorumBenchArgs;
+use super::quorum::{QuorumBenchArgs, Side};
 use super::BenchError;
 
 /// Records per second, in order.
@@ -56,12 +56,39 @@ impl Point {
     }
 }
 
-/// One rate: each side's point, or why it did not run (it failed, or stopped holding a lower
-/// rate).
+/// One side at one rate: measured, or why not.
+enum Outcome {
+    Measured(Point),
+    /// The phase failed (the bench's error); the side is not run at higher rates.
+    Failed(BenchError),
+    /// The side did not hold this lower rate, so it was not run at this one.
+    Stopped {
+        at: u64,
+    },
+}
+
+impl Outcome {
+    fn point(&self) -> Option<&Point> {
+        match self {
+            Outcome::Measured(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// Why there is no point.
+    fn why(&self) -> String {
+        match self {
+            Outcome::Measured(_) => String::new(),
+            Outcome::Failed(e) => e.to_string(),
+            Outcome::Stopped { at } => format!("did not hold {at}/s"),
+        }
+    }
+}
+
 struct Row {
     rate: u64,
-    floor: Result<Point, String>,
-    ringraft: Result<Point, String>,
+    floor: Outcome,
+    ringraft: Outcome,
 }
 
 pub fn run(args: QuorumBenchArgs, interrupted: Arc<AtomicBool>) -> Result<(), BenchError> {
@@ -99,8 +126,8 @@ pub fn run(args: QuorumBenchArgs, interrupted: Arc<AtomicBool>) -> Result<(), Be
                 super::fetch::load_average()
             ));
         }
-        let floor = side(&bench, rate, "floor", &mut floor_stopped)?;
-        let ringraft = side(&bench, rate, "ringraft", &mut ours_stopped)?;
+        let floor = side(&bench, rate, Side::Floor, &mut floor_stopped)?;
+        let ringraft = side(&bench, rate, Side::Ringraft, &mut ours_stopped)?;
         rows.push(Row {
             rate,
             floor,
@@ -124,20 +151,22 @@ pub fn run(args: QuorumBenchArgs, interrupted: Arc<AtomicBool>) -> Result<(), Be
 fn side(
     bench: &Bench,
     rate: u64,
-    which: &str,
+    which: Side,
     stopped: &mut Option<u64>,
-) -> Result<Result<Point, String>, BenchError> {
+) -> Result<Outcome, BenchError> {
     if let Some(at) = *stopped {
-        return Ok(Err(format!("did not hold {at}/s")));
+        return Ok(Outcome::Stopped { at });
     }
     bench.check_interrupted()?;
-    let name = format!("{which}-{rate}");
+    let name = match which {
+        Side::Floor => format!("floor-{rate}"),
+        _ => format!("ringraft-{rate}"),
+    };
     let dir = bench.dir.join(&name);
     fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let result = if which == "floor" {
-        bench.floor_phase(&name, &dir)
-    } else {
-        bench.ringraft_phase(&name, &dir, false)
+    let result = match which {
+        Side::Floor => bench.floor_phase(&name, &dir),
+        _ => bench.ringraft_phase(&name, &dir, false),
     };
     let _ = fs::remove_dir_all(&dir);
     bench.check_interrupted()?;
@@ -145,13 +174,13 @@ fn side(
         Ok(r) => Point::of(&r, bench.args.seconds),
         Err(e) => {
             *stopped = Some(rate);
-            return Ok(Err(e.to_string()));
+            return Ok(Outcome::Failed(e));
         }
     };
     if !point.held(rate) {
         *stopped = Some(rate);
     }
-    Ok(Ok(point))
+    Ok(Outcome::Measured(point))
 }
 
 fn ratio(ours: Option<f64>, base: Option<f64>) -> Option<f64> {
@@ -159,14 +188,14 @@ fn ratio(ours: Option<f64>, base: Option<f64>) -> Option<f64> {
 }
 
 fn print_json(args: &QuorumBenchArgs, rows: &[Row]) {
-    let side = |p: &Result<Point, String>| match p {
-        Ok(p) => p.to_json(),
-        Err(e) => json!({ "not_measured": e }),
+    let side = |o: &Outcome| match o.point() {
+        Some(p) => p.to_json(),
+        None => json!({ "not_measured": o.why() }),
     };
     let rows: Vec<Value> = rows
         .iter()
         .map(|r| {
-            let both = r.floor.as_ref().ok().zip(r.ringraft.as_ref().ok());
+            let both = r.floor.point().zip(r.ringraft.point());
             json!({
                 "rate": r.rate,
                 "floor": side(&r.floor),
@@ -205,8 +234,8 @@ fn print_text(rows: &[Row]) {
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
     for r in rows {
-        let fmt = |p: &Result<Point, String>| match p {
-            Ok(p) => {
+        let fmt = |o: &Outcome| match o.point() {
+            Some(p) => {
                 let held = if p.held(r.rate) {
                     String::new()
                 } else {
@@ -222,12 +251,12 @@ fn print_text(rows: &[Row]) {
                     ),
                 )
             }
-            Err(e) => (e.clone(), "-".into(), "-".into()),
+            None => (o.why(), "-".into(), "-".into()),
         };
         let (f50, f99, fcpu) = fmt(&r.floor);
         let (o50, o99, ocpu) = fmt(&r.ringraft);
-        let ratios = match (&r.floor, &r.ringraft) {
-            (Ok(f), Ok(o)) => format!(
+        let ratios = match (r.floor.point(), r.ringraft.point()) {
+            (Some(f), Some(o)) => format!(
                 "{:.2} | {:.2} | {} ({})",
                 o.p50_us / f.p50_us.max(1e-9),
                 o.p99_us / f.p99_us.max(1e-9),

@@ -212,6 +212,10 @@ mod tests {
         }
     }
 
+    fn tickets(ready: Vec<(Ticket, FetchRequest)>) -> Vec<Ticket> {
+        ready.into_iter().map(|(t, _)| t).collect()
+    }
+
     fn fetch(replica: i32, offset: i64) -> FetchRequest {
         FetchRequest {
             cluster_id: None,
@@ -233,8 +237,11 @@ mod tests {
         let voter = parking.park(fetch(2, 10), &view, 600, None);
         assert!(parking.ready(&view, 100).is_empty());
         view.apply(&publication(10, 6, 1));
-        let woken: Vec<Ticket> = parking.ready(&view, 100).iter().map(|(t, _)| *t).collect();
-        assert_eq!(woken, vec![voter, observer], "voters first");
+        assert_eq!(
+            tickets(parking.ready(&view, 100)),
+            vec![voter, observer],
+            "voters first"
+        );
         assert!(parking.is_empty());
         let t = parking.park(fetch(7, 10), &view, 600, None);
         view.apply(&publication(11, 6, 1));
@@ -256,15 +263,9 @@ mod tests {
         let observer = parking.park(fetch(7, 10), &view, 600, None);
         let voter = parking.park(fetch(2, 10), &view, 600, None);
         view.apply(&publication(11, 6, 1));
-        let woken: Vec<Ticket> = parking
-            .ready_voters(&view, 100)
-            .iter()
-            .map(|(t, _)| *t)
-            .collect();
-        assert_eq!(woken, vec![voter]);
+        assert_eq!(tickets(parking.ready_voters(&view, 100)), vec![voter]);
         assert!(parking.observers_parked(), "the observer waits for a tick");
-        let woken: Vec<Ticket> = parking.ready(&view, 100).iter().map(|(t, _)| *t).collect();
-        assert_eq!(woken, vec![observer]);
+        assert_eq!(tickets(parking.ready(&view, 100)), vec![observer]);
         assert!(parking.is_empty() && !parking.observers_parked());
         // Cancelling finds a ticket in either set.
         let t = parking.park(fetch(7, 11), &view, 600, None);
