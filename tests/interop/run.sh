@@ -100,8 +100,21 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 RUN=$(mktemp -d "$WORK/run.XXXXXX")
 PIDS=()
 # Processes started inside a check run in its subshell, so they are recorded in a file too.
+# A node still shutting down writes into its directory, so the run directory is removed only
+# once every process has gone (at most 15 s, then SIGKILL).
+running() { # a zombie has exited: its state letter (after the name's parenthesis) is Z
+  local state
+  state=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1)
+  [ -n "$state" ] && [ "$state" != Z ]
+}
 cleanup() {
-  for p in "${PIDS[@]}" $(cat "$RUN/pids" 2>/dev/null); do kill "$p" 2>/dev/null || true; done
+  local all p i
+  all=("${PIDS[@]}" $(cat "$RUN/pids" 2>/dev/null))
+  for p in "${all[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${all[@]}"; do
+    for i in $(seq 150); do running "$p" || break; sleep 0.1; done
+    kill -KILL "$p" 2>/dev/null || true
+  done
 }
 trap cleanup EXIT
 
