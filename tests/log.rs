@@ -723,6 +723,87 @@ fn snapshot_files_stream_through_the_ring() {
     ringraft::log::snapshot::SnapshotReader::open(&path, sid).unwrap();
 }
 
+/// A snapshot opened for serving is checked from its batch headers (`SnapshotCheck::walk`): a
+/// data batch's offset that breaks the sequence refuses the open; a flipped byte inside a data
+/// batch's records is caught by the read of the chunk carrying it, the chunks before it are
+/// served, and the error names the file and the batch.
+#[test]
+fn served_snapshots_are_walked_at_open_and_crc_checked_per_chunk() {
+    use ringraft::log::snapshot_io::{SnapshotFile, SnapshotFileError, SnapshotStream};
+    use ringraft::raft::OffsetAndEpoch;
+    let dir = TempDir::new("snapshot-walk");
+    let path = std::path::absolute(partition(&dir)).unwrap();
+    std::fs::create_dir_all(&path).unwrap();
+    let id = OffsetAndEpoch::new(50, 1);
+    let file = ringraft::log::layout::snapshot_file(&path, 50, 1);
+    run({
+        let path = path.clone();
+        async move {
+            let mut stream = SnapshotStream::create(&path, id, &[], 9).await.unwrap();
+            let value = vec![0x33; 256 * 1024];
+            let values: Vec<&[u8]> = (0..12).map(|_| value.as_slice()).collect();
+            stream.append(&values, 9).await.unwrap();
+            stream.finish(9).await.unwrap();
+        }
+    });
+    let good = std::fs::read(&file).unwrap();
+    // The batches: the header, three data batches of four 256 KiB values, the footer.
+    let mut starts = vec![0usize];
+    while *starts.last().unwrap() < good.len() {
+        let at = *starts.last().unwrap();
+        starts.push(at + ringraft::records::batch::batch_size(&good[at..]).unwrap());
+    }
+    assert_eq!(starts.len(), 6, "{starts:?}");
+    let write = |bytes: &[u8]| {
+        let mut perms = std::fs::metadata(&file).unwrap().permissions();
+        #[allow(clippy::permissions_set_readonly_false)]
+        perms.set_readonly(false);
+        std::fs::set_permissions(&file, perms).unwrap();
+        std::fs::write(&file, bytes).unwrap();
+    };
+    // A flip in the records of the second data batch.
+    let inside = starts[2] + 4096;
+    let mut flipped = good.clone();
+    flipped[inside] ^= 0x01;
+    write(&flipped);
+    run({
+        let path = path.clone();
+        let starts = starts.clone();
+        async move {
+            let served = SnapshotFile::open(&path, id).await.unwrap();
+            let first = served.read_chunk(0, starts[2]).await.unwrap().unwrap();
+            assert_eq!(first.len(), starts[2]);
+            let err = served
+                .read_chunk(starts[2] as u64, 1 << 20)
+                .await
+                .unwrap_err();
+            match err {
+                SnapshotFileError::Corrupt { position, .. } => {
+                    assert_eq!(position, starts[2] as u64)
+                }
+                other => panic!("not a corruption: {other}"),
+            }
+        }
+    });
+    // A data batch whose base offset breaks the sequence: the open refuses it.
+    let mut misplaced = good.clone();
+    misplaced[starts[3] + 7] ^= 0x01;
+    write(&misplaced);
+    run({
+        let path = path.clone();
+        async move {
+            let err = SnapshotFile::open(&path, id).await.err().expect("refused");
+            assert!(err.to_string().contains("where"), "{err}");
+        }
+    });
+    // A truncated file: the open refuses it, naming the batch it ends in.
+    write(&good[..good.len() - 10]);
+    run(async move {
+        let err = SnapshotFile::open(&path, id).await.err().expect("refused");
+        assert!(err.to_string().contains("ends inside a batch"), "{err}");
+    });
+}
+
 /// The fetch shards' reader (`fetch::reader`) over sealed segments and the cache: whole log
 /// reads at several `max_bytes` give every batch once, in order, each answer within
 /// `max_bytes` unless it is one batch, the same bytes the log reads. Answers cut inside a

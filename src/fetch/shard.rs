@@ -4,7 +4,7 @@
 //! raft shard (voters' at once, observers' gathered every `OBSERVER_PROGRESS_MS`).
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -75,12 +75,17 @@ impl Published {
     }
 }
 
+/// Chunks of a snapshot download read ahead of the follower. One was not enough to keep the
+/// disk busy: each 8 MiB read waited for the answer before it to be sent and the next asked.
+const SNAPSHOT_READ_AHEAD: usize = 3;
+
 type ChunkRead =
     Result<Option<glommio::io::ReadResult>, crate::log::snapshot_io::SnapshotFileError>;
 
 struct SnapshotAhead {
     id: crate::raft::OffsetAndEpoch,
     position: u64,
+    max_bytes: usize,
     read: glommio::task::JoinHandle<ChunkRead>,
 }
 
@@ -99,11 +104,11 @@ pub struct Serving {
     /// Per voter id: the connection and read-fence round of the last Fetch answer sent to it
     /// (`raft::fence`).
     answered: RefCell<HashMap<i32, (u64, u64)>>,
-    /// The snapshot being streamed, checked once when opened.
+    /// The snapshot being streamed, its structure checked once when opened.
     snapshot: RefCell<Option<Rc<SnapshotFile>>>,
-    /// The chunk after the last one served, being read for the FetchSnapshot that follows
-    /// (snapshot id, position, the read).
-    snapshot_ahead: RefCell<Option<SnapshotAhead>>,
+    /// The chunks after the last one served, being read for the FetchSnapshots that follow
+    /// (at most `SNAPSHOT_READ_AHEAD` of them, in order).
+    snapshot_ahead: RefCell<VecDeque<SnapshotAhead>>,
     started: Instant,
     /// "named another cluster" (a flood of forged frames must not flood the log).
     wrong_cluster_said: RateLimit,
@@ -138,7 +143,7 @@ impl Serving {
             observers: RefCell::new(HashMap::new()),
             answered: RefCell::new(HashMap::new()),
             snapshot: RefCell::new(None),
-            snapshot_ahead: RefCell::new(None),
+            snapshot_ahead: RefCell::new(VecDeque::new()),
             started: Instant::now(),
             wrong_cluster_said: RateLimit::new(Duration::from_millis(COMPLAINT_INTERVAL_MS)),
             corrupt_snapshot_said: RateLimit::repeated_warning(),
@@ -507,11 +512,17 @@ impl Serving {
                 file
             }
         };
-        let ahead = self
-            .snapshot_ahead
-            .borrow_mut()
-            .take()
-            .filter(|a| a.id == id && a.position == position);
+        let ahead = {
+            let mut queue = self.snapshot_ahead.borrow_mut();
+            // Reads for another snapshot or another place are dropped (they finish unseen).
+            while queue
+                .front()
+                .is_some_and(|a| (a.id, a.position, a.max_bytes) != (id, position, max_bytes))
+            {
+                queue.pop_front();
+            }
+            queue.pop_front()
+        };
         let chunk = match ahead {
             Some(a) => match a.read.await {
                 Some(read) => read,
@@ -521,23 +532,32 @@ impl Serving {
         };
         match &chunk {
             Ok(Some(data)) => {
-                // Downloads are sequential: read the next chunk while this one is sent.
-                let next = position + data.len() as u64;
-                if next < file.size() {
-                    let file = file.clone();
+                // Downloads are sequential: keep the next chunks being read while this one is
+                // sent. Where each ends is known from the batch list, without reading.
+                let mut queue = self.snapshot_ahead.borrow_mut();
+                let mut next = queue.back().map_or(position + data.len() as u64, |a| {
+                    file.chunk_end(a.position, max_bytes)
+                });
+                while queue.len() < SNAPSHOT_READ_AHEAD && next < file.size() {
+                    let reader = file.clone();
                     let read = glommio::spawn_local(async move {
-                        file.read_chunk_shared(next, max_bytes).await
+                        reader.read_chunk_shared(next, max_bytes).await
                     })
                     .detach();
-                    *self.snapshot_ahead.borrow_mut() = Some(SnapshotAhead {
+                    queue.push_back(SnapshotAhead {
                         id,
                         position: next,
+                        max_bytes,
                         read,
                     });
+                    next = file.chunk_end(next, max_bytes);
                 }
             }
             Ok(None) => {}
-            Err(_) => *self.snapshot.borrow_mut() = None,
+            Err(_) => {
+                *self.snapshot.borrow_mut() = None;
+                self.snapshot_ahead.borrow_mut().clear();
+            }
         }
         chunk
     }
