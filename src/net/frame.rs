@@ -197,27 +197,120 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     }
     let size = size as usize;
     frame.buf.clear();
-    while frame.buf.len() < size {
-        if frame.buf.len() == frame.buf.capacity() {
-            // Grow only once the spare room is used up: geometric (amortised O(n) copying), at
-            // least one read step, never past the announced size.
-            let target = (frame.buf.capacity() * 2)
-                .max(frame.buf.len() + FRAME_READ_STEP_BYTES)
-                .min(size);
-            frame.grow_to(target, size).await;
+    // `buf[..filled]` is the frame so far; `buf[filled..]` is zeroed room for the next read,
+    // zeroed once (zeroing the rest of the room again before every read made an 8 MiB answer
+    // cost hundreds of MiB of memset).
+    let mut filled = 0;
+    while filled < size {
+        if filled == frame.buf.len() {
+            if frame.buf.len() == frame.buf.capacity() {
+                // Grow only once the spare room is used up: geometric (amortised O(n)
+                // copying), at least one read step, never past the announced size.
+                let target = (frame.buf.capacity() * 2)
+                    .max(frame.buf.len() + FRAME_READ_STEP_BYTES)
+                    .min(size);
+                frame.grow_to(target, size).await;
+            }
+            let room = frame.buf.capacity().min(size);
+            frame.buf.resize(room, 0);
         }
-        let buf = &mut frame.buf;
-        let start = buf.len();
-        buf.resize(buf.capacity().min(size), 0);
-        let n = reader
-            .read(&mut buf[start..])
-            .await
-            .map_err(FrameError::Io)?;
-        buf.truncate(start + n);
+        let n = match reader.read(&mut frame.buf[filled..]).await {
+            Ok(n) => n,
+            Err(e) => {
+                frame.buf.truncate(filled);
+                return Err(FrameError::Io(e));
+            }
+        };
         if n == 0 {
-            return Err(FrameError::Truncated { got: start, size });
+            frame.buf.truncate(filled);
+            return Err(FrameError::Truncated { got: filled, size });
         }
+        filled += n;
     }
     debug_assert_eq!(frame.buf.len(), size);
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    /// A stream that gives at most `step` bytes per read, as a socket does.
+    struct Trickle {
+        bytes: Vec<u8>,
+        at: usize,
+        step: usize,
+    }
+
+    impl AsyncRead for Trickle {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &mut [u8],
+        ) -> Poll<io::Result<usize>> {
+            let n = buf.len().min(self.step).min(self.bytes.len() - self.at);
+            let at = self.at;
+            buf[..n].copy_from_slice(&self.bytes[at..at + n]);
+            self.at += n;
+            Poll::Ready(Ok(n))
+        }
+    }
+
+    fn framed(body: &[u8]) -> Vec<u8> {
+        let mut out = (body.len() as i32).to_be_bytes().to_vec();
+        out.extend_from_slice(body);
+        out
+    }
+
+    #[test]
+    fn frames_arrive_whole_in_any_read_size_and_the_buffer_is_reused() {
+        let big: Vec<u8> = (0..3 * FRAME_READ_STEP_BYTES + 17)
+            .map(|i| i as u8)
+            .collect();
+        let small = b"after the big one".to_vec();
+        for step in [1, 1000, FRAME_READ_STEP_BYTES - 1, usize::MAX] {
+            let mut stream = framed(&big);
+            stream.extend(framed(&small));
+            let mut reader = Trickle {
+                bytes: stream,
+                at: 0,
+                step,
+            };
+            let mut frame = FrameBuffer::new(RequestMemory::unbounded());
+            futures_lite::future::block_on(async {
+                assert!(read_frame(&mut reader, 1 << 30, &mut frame).await.unwrap());
+                assert!(frame.buf == big, "step {step}");
+                assert!(read_frame(&mut reader, 1 << 30, &mut frame).await.unwrap());
+                assert_eq!(frame.buf, small, "step {step}");
+                assert!(!read_frame(&mut reader, 1 << 30, &mut frame).await.unwrap());
+            });
+        }
+    }
+
+    #[test]
+    fn a_frame_cut_short_says_how_much_arrived() {
+        let mut stream = framed(&[7u8; 5000]);
+        stream.truncate(4 + 3000);
+        let mut reader = Trickle {
+            bytes: stream,
+            at: 0,
+            step: 700,
+        };
+        let mut frame = FrameBuffer::new(RequestMemory::unbounded());
+        let err = futures_lite::future::block_on(read_frame(&mut reader, 1 << 20, &mut frame))
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                FrameError::Truncated {
+                    got: 3000,
+                    size: 5000
+                }
+            ),
+            "{err}"
+        );
+        assert_eq!(frame.buf.len(), 3000);
+    }
 }
