@@ -45,6 +45,7 @@ pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod constants;
+pub mod dma_alloc;
 pub mod embed;
 pub mod fetch;
 pub mod ids;

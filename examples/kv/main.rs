@@ -34,6 +34,11 @@ use std::sync::Arc;
 use clap::Parser;
 use ringraft::{Node, ServerConfig};
 
+/// An embedding program chooses the allocator: this one reuses the large DMA buffers of
+/// catch-up and snapshot reads (`ringraft::dma_alloc`), as the `ringraft` binary does.
+#[global_allocator]
+static ALLOCATOR: ringraft::dma_alloc::KeepDmaBlocks = ringraft::dma_alloc::KeepDmaBlocks;
+
 #[derive(Parser, Debug)]
 #[command(about = "A replicated key-value service on ringraft")]
 struct Args {
