@@ -12,6 +12,7 @@ use std::path::Path;
 const LAYERS: &[&str] = &[
     "constants",
     "sys",
+    "dma_alloc",
     "ids",
     "types",
     "logsafe",

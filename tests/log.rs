@@ -55,6 +55,14 @@ fn partition(dir: &TempDir) -> PathBuf {
     dir.path().join("__cluster_metadata-0")
 }
 
+/// A new partition directory, as the absolute path the ring's file calls want.
+fn absolute_partition(name: &str) -> (TempDir, PathBuf) {
+    let dir = TempDir::new(name);
+    let path = std::path::absolute(partition(&dir)).unwrap();
+    std::fs::create_dir_all(&path).unwrap();
+    (dir, path)
+}
+
 #[test]
 fn append_flush_read_reopen() {
     let dir = TempDir::new("log-basic");
@@ -648,9 +656,7 @@ fn large_snapshot_values_are_written_in_readable_batches() {
     use ringraft::log::snapshot::SnapshotId;
     use ringraft::log::snapshot_io::{SnapshotFile, SnapshotStream, SNAPSHOT_VALUE_MAX_BYTES};
     use ringraft::raft::OffsetAndEpoch;
-    let dir = TempDir::new("snapshot-big");
-    let path = std::path::absolute(partition(&dir)).unwrap();
-    std::fs::create_dir_all(&path).unwrap();
+    let (_dir, path) = absolute_partition("snapshot-big");
     let id = OffsetAndEpoch::new(10, 1);
     run({
         let path = path.clone();
@@ -681,9 +687,7 @@ fn snapshot_files_stream_through_the_ring() {
     use ringraft::log::snapshot::SnapshotId;
     use ringraft::log::snapshot_io::{SnapshotFile, SnapshotStream};
     use ringraft::raft::OffsetAndEpoch;
-    let dir = TempDir::new("snapshot-io");
-    let path = std::path::absolute(partition(&dir)).unwrap();
-    std::fs::create_dir_all(&path).unwrap();
+    let (_dir, path) = absolute_partition("snapshot-io");
     let id = OffsetAndEpoch::new(300, 2);
     let written = run({
         let path = path.clone();
@@ -731,9 +735,7 @@ fn snapshot_files_stream_through_the_ring() {
 fn served_snapshots_are_walked_at_open_and_crc_checked_per_chunk() {
     use ringraft::log::snapshot_io::{SnapshotFile, SnapshotFileError, SnapshotStream};
     use ringraft::raft::OffsetAndEpoch;
-    let dir = TempDir::new("snapshot-walk");
-    let path = std::path::absolute(partition(&dir)).unwrap();
-    std::fs::create_dir_all(&path).unwrap();
+    let (_dir, path) = absolute_partition("snapshot-walk");
     let id = OffsetAndEpoch::new(50, 1);
     let file = ringraft::log::layout::snapshot_file(&path, 50, 1);
     run({
