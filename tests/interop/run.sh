@@ -109,7 +109,9 @@ running() { # a zombie has exited: its state letter (after the name's parenthesi
 }
 cleanup() {
   local all p i
-  all=("${PIDS[@]}" $(cat "$RUN/pids" 2>/dev/null))
+  # `|| true`: under set -e a failed substitution fails the assignment (the EXIT trap runs
+  # after the run directory is gone, and a failing trap sets the script's exit code).
+  all=("${PIDS[@]}" $(cat "$RUN/pids" 2>/dev/null || true))
   for p in "${all[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${all[@]}"; do
     for i in $(seq 150); do running "$p" || break; sleep 0.1; done
