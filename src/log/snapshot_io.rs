@@ -270,10 +270,7 @@ impl SnapshotFile {
         let (file, size) = super::segment::open_reader_anchored(&path)
             .await
             .map_err(io)?;
-        let batches = walk(&file, size, id.epoch).await.map_err(|e| match e {
-            Walk::Io(e) => io(e),
-            Walk::Corrupt(c) => corrupt(&path, c.position, c.reason),
-        })?;
+        let batches = walk(&path, &file, size, id.epoch).await?;
         Ok(SnapshotFile {
             id,
             path,
@@ -388,21 +385,22 @@ impl SnapshotFile {
     }
 }
 
-/// Why a walk stopped.
-enum Walk {
-    Io(io::Error),
-    Corrupt(crate::records::snapshot::SnapshotCorrupt),
-}
-
 /// The smallest and largest read of a walk: one header's page when batches are large, growing
 /// while every window holds several batches (a snapshot of small batches is then read in large
 /// sequential reads, as a whole-file check would).
 const WALK_READ_MIN: usize = 8 << 10;
 const WALK_READ_MAX: usize = 4 << 20;
 
-/// Walks a snapshot file of `size` bytes by its batch headers; returns (position, size) of
-/// every batch.
-async fn walk(file: &DmaFile, size: u64, epoch: i32) -> Result<Vec<(u64, u32)>, Walk> {
+/// Walks the snapshot file at `path` (`size` bytes) by its batch headers; returns (position,
+/// size) of every batch.
+async fn walk(
+    path: &Path,
+    file: &DmaFile,
+    size: u64,
+    epoch: i32,
+) -> Result<Vec<(u64, u32)>, SnapshotFileError> {
+    let corrupt_at =
+        |c: crate::records::snapshot::SnapshotCorrupt| corrupt(path, c.position, c.reason);
     let mut check = SnapshotCheck::new(epoch);
     let (mut need, mut window) = (0, WALK_READ_MIN);
     while check.len() < size {
@@ -411,9 +409,12 @@ async fn walk(file: &DmaFile, size: u64, epoch: i32) -> Result<Vec<(u64, u32)>, 
         let data = file
             .read_at(position, len)
             .await
-            .map_err(|e| Walk::Io(glommio_io(e)))?;
+            .map_err(|e| SnapshotFileError::Io {
+                path: path.to_owned(),
+                source: glommio_io(e),
+            })?;
         let before = check.batches().len();
-        need = check.walk(&data).map_err(Walk::Corrupt)?;
+        need = check.walk(&data).map_err(corrupt_at)?;
         let walked = check.batches().len() - before;
         // No progress is only fine when the window was too small for a control batch and the
         // file has more; otherwise the file ends inside a batch (or shrank since it was
@@ -429,7 +430,7 @@ async fn walk(file: &DmaFile, size: u64, epoch: i32) -> Result<Vec<(u64, u32)>, 
         };
     }
     let batches = check.batches().to_vec();
-    check.walked(size).map_err(Walk::Corrupt)?;
+    check.walked(size).map_err(corrupt_at)?;
     Ok(batches)
 }
 
