@@ -232,8 +232,14 @@ fn kraft_seeds() -> Vec<Vec<u8>> {
                 correlation_id: 9,
                 client_id: Some("raft-client-2".into()),
             };
-            let frame =
-                encode_request_frame(&header, spec, |w| encode_request(request, version, w));
+            let frame = encode_request_frame(&header, spec, |w| {
+                encode_request(
+                    ringraft::protocol::group::GroupKey::metadata(),
+                    request,
+                    version,
+                    w,
+                )
+            });
             out.push(frame[4..].to_vec());
         }
     }
@@ -411,7 +417,12 @@ fn hostile_frames_never_panic_or_overallocate() {
                         response.encode(&mut w, call.version);
                     }
                     produce_calls += 1;
-                } else if ringraft::net::raft_rpc::request_from_wire(&call.body).is_none() {
+                } else if ringraft::net::raft_rpc::request_for(
+                    ringraft::protocol::group::GroupKey::metadata(),
+                    &call.body,
+                )
+                .is_none()
+                {
                     let mut w = ringraft::protocol::Writer::new();
                     ringraft::net::raft_rpc::encode_top_level_error(
                         call.key,

@@ -59,7 +59,12 @@ fn send_raft(port: u16, client_id: &str, request: &Request) {
     let key = raft_rpc::api_key(request);
     let version = raft_rpc::our_versions(key).1;
     send(port, client_id, key, version, |w| {
-        raft_rpc::encode_request(request, version, w)
+        raft_rpc::encode_request(
+            ringraft::protocol::group::GroupKey::metadata(),
+            request,
+            version,
+            w,
+        )
     });
 }
 

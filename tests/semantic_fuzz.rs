@@ -32,6 +32,7 @@ use bytes::Bytes;
 use futures_lite::future::block_on;
 use ringraft::net::raft_rpc;
 use ringraft::protocol::api_versions;
+use ringraft::protocol::group::GroupKey;
 use ringraft::protocol::header::{decode_response_header, RequestHeader};
 use ringraft::protocol::request::encode_request_frame;
 use ringraft::protocol::request::{
@@ -319,7 +320,7 @@ fn frame(request: &Request, rng: &mut Prng, correlation_id: i32) -> (Vec<u8>, &'
         client_id: Some("semantic-fuzzer".into()),
     };
     let frame = encode_request_frame(&header, spec, |w| {
-        raft_rpc::encode_request(request, version, w)
+        raft_rpc::encode_request(GroupKey::metadata(), request, version, w)
     });
     (frame, key.name())
 }
@@ -739,13 +740,16 @@ impl FakeVoter {
                 |w| answer.encode(w, version),
             ));
         }
-        let request = raft_rpc::request_from_wire(&body)?;
+        let request = raft_rpc::request_for(GroupKey::metadata(), &body)?;
         let (response, data) = self.answer(&request);
         let version = header.api_version;
         let parts = encode_response_frame_parts(
             header.correlation_id,
             spec.response_header_version(version),
-            |w| raft_rpc::encode_response(&response, version, data.as_ref().map(Bytes::len), w),
+            |w| {
+                let data = data.as_ref().map(Bytes::len);
+                raft_rpc::encode_response(GroupKey::metadata(), &response, version, data, w)
+            },
         );
         let mut out = Vec::with_capacity(parts.bytes.len() + data.as_ref().map_or(0, Bytes::len));
         let mut from = 0;

@@ -1,8 +1,10 @@
 //! Between the Kafka messages of `protocol/` and the single-partition messages the Raft core
-//! speaks (`raft::message`): shape checks (exactly one `__cluster_metadata` topic, partition 0;
+//! speaks (`raft::message`): shape checks (exactly one topic holding exactly one partition;
 //! docs/wire.md §8), wire integers to keys and options and back, and the version each RPC is sent
 //! at. A request of the wrong shape never reaches the core: it is answered here with a
-//! top-level INVALID_REQUEST (docs/raft.md §5.3 step 2, §7.2 step 2).
+//! top-level INVALID_REQUEST (docs/raft.md §5.3 step 2, §7.2 step 2). A request comes out with
+//! the partition it names (`WirePartition`), for the edge to find the group; requests and
+//! answers go out naming their group (`GroupKey`).
 
 use bytes::Bytes;
 
@@ -13,10 +15,11 @@ use crate::protocol::end_quorum_epoch as eqe;
 use crate::protocol::errors::ErrorCode;
 use crate::protocol::fetch;
 use crate::protocol::fetch_snapshot as fsn;
+use crate::protocol::group::{GroupKey, WirePartition, WireTopic};
 use crate::protocol::kraft::{LeaderEndpoint, Listener, NodeEndpoint};
 use crate::protocol::vote;
+use crate::protocol::RequestBody;
 use crate::protocol::{add_raft_voter as arv, remove_raft_voter as rrv, update_raft_voter as urv};
-use crate::protocol::{RequestBody, METADATA_TOPIC_ID, METADATA_TOPIC_NAME};
 use crate::raft::message::{
     self as m, EpochResponse, FetchResponse, FetchSnapshotResponse, Records, SnapshotBytes,
     VoteResponse,
@@ -130,23 +133,48 @@ fn leader_from_nodes(leader_id: i32, nodes: &[NodeEndpoint]) -> Vec<Endpoint> {
         .collect()
 }
 
-/// The one partition of a request, if the request has exactly one topic (named or by id as
-/// the API wants) holding exactly partition 0.
-fn single<T, P>(
-    topics: &[T],
-    topic_ok: impl Fn(&T) -> bool,
-    parts: impl Fn(&T) -> &[P],
-) -> Option<&P>
+/// The one partition of an answer, if it has exactly one topic (named or by id as the API
+/// wants) holding exactly the group's partition.
+fn single<'a, T, P>(
+    group: &GroupKey,
+    topics: &'a [T],
+    topic_of: impl Fn(&'a T) -> WireTopic,
+    parts: impl Fn(&'a T) -> &'a [P],
+) -> Option<&'a P>
+where
+    P: PartitionIndex,
+{
+    let (at, p) = one_partition(topics, topic_of, parts)?;
+    group.is(&at).then_some(p)
+}
+
+/// The one partition of a request and how it names it, if the request has exactly one topic
+/// holding exactly one partition.
+fn one_partition<'a, T, P>(
+    topics: &'a [T],
+    topic_of: impl Fn(&'a T) -> WireTopic,
+    parts: impl Fn(&'a T) -> &'a [P],
+) -> Option<(WirePartition, &'a P)>
 where
     P: PartitionIndex,
 {
     match topics {
-        [topic] if topic_ok(topic) => match parts(topic) {
-            [p] if p.index() == 0 => Some(p),
+        [topic] => match parts(topic) {
+            [p] => Some((
+                WirePartition {
+                    topic: topic_of(topic),
+                    partition: p.index(),
+                },
+                p,
+            )),
             _ => None,
         },
         _ => None,
     }
+}
+
+fn name(name: &str) -> WireTopic {
+    WireTopic::Name(name.to_string())
 }
 
 trait PartitionIndex {
@@ -175,12 +203,14 @@ partition_index!(
     fsn::FetchSnapshotResponsePartition => index
 );
 
-/// A wire request as the core sees it; `None` when its topic/partition shape is wrong.
-pub fn request_from_wire(body: &RequestBody) -> Option<Request> {
-    let named = |name: &str| name == METADATA_TOPIC_NAME;
-    Some(match body {
+/// A wire request as the core sees it, with the partition it names; `None` when its
+/// topic/partition shape is wrong.
+pub fn request_from_wire(body: &RequestBody) -> Option<(Option<WirePartition>, Request)> {
+    let mut at = None;
+    let request = match body {
         RequestBody::Vote(r) => {
-            let p = single(&r.topics, |t| named(&t.topic_name), |t| &t.partitions)?;
+            let (named, p) = one_partition(&r.topics, |t| name(&t.topic_name), |t| &t.partitions)?;
+            at = Some(named);
             Request::Vote(m::VoteRequest {
                 cluster_id: r.cluster_id.clone(),
                 voter: ReplicaKey::from_wire(r.voter_id, p.voter_directory_id),
@@ -192,7 +222,8 @@ pub fn request_from_wire(body: &RequestBody) -> Option<Request> {
             })
         }
         RequestBody::BeginQuorumEpoch(r) => {
-            let p = single(&r.topics, |t| named(&t.topic_name), |t| &t.partitions)?;
+            let (named, p) = one_partition(&r.topics, |t| name(&t.topic_name), |t| &t.partitions)?;
+            at = Some(named);
             Request::BeginQuorumEpoch(m::BeginQuorumEpochRequest {
                 cluster_id: r.cluster_id.clone(),
                 voter: ReplicaKey::from_wire(r.voter_id, p.voter_directory_id),
@@ -202,7 +233,8 @@ pub fn request_from_wire(body: &RequestBody) -> Option<Request> {
             })
         }
         RequestBody::EndQuorumEpoch(r) => {
-            let p = single(&r.topics, |t| named(&t.topic_name), |t| &t.partitions)?;
+            let (named, p) = one_partition(&r.topics, |t| name(&t.topic_name), |t| &t.partitions)?;
+            at = Some(named);
             let mut preferred: Vec<ReplicaKey> = p
                 .preferred_candidates
                 .iter()
@@ -224,11 +256,9 @@ pub fn request_from_wire(body: &RequestBody) -> Option<Request> {
             })
         }
         RequestBody::Fetch(r) => {
-            let p = single(
-                &r.topics,
-                |t| t.topic_id == METADATA_TOPIC_ID,
-                |t| &t.partitions,
-            )?;
+            let (named, p) =
+                one_partition(&r.topics, |t| WireTopic::Id(t.topic_id), |t| &t.partitions)?;
+            at = Some(named);
             // v15+ carries the replica id in ReplicaState; older versions at the top.
             let replica_id = if r.replica_state.replica_id >= 0 {
                 r.replica_state.replica_id
@@ -250,7 +280,8 @@ pub fn request_from_wire(body: &RequestBody) -> Option<Request> {
             })
         }
         RequestBody::FetchSnapshot(r) => {
-            let p = single(&r.topics, |t| named(&t.name), |t| &t.partitions)?;
+            let (named, p) = one_partition(&r.topics, |t| name(&t.name), |t| &t.partitions)?;
+            at = Some(named);
             Request::FetchSnapshot(m::FetchSnapshotRequest {
                 cluster_id: r.cluster_id.clone(),
                 replica: ReplicaKey::from_wire(r.replica_id, p.replica_directory_id),
@@ -286,7 +317,17 @@ pub fn request_from_wire(body: &RequestBody) -> Option<Request> {
         | RequestBody::DescribeQuorum(_)
         | RequestBody::DescribeCluster(_)
         | RequestBody::UpdateFeatures(_) => return None,
-    })
+    };
+    Some((at, request))
+}
+
+/// A wire request as `group`'s core sees it: `None` when its shape is wrong or it names
+/// another partition. The voter-change RPCs name no partition and are taken as they are.
+pub fn request_for(group: &GroupKey, body: &RequestBody) -> Option<Request> {
+    match request_from_wire(body)? {
+        (Some(at), _) if !group.is(&at) => None,
+        (_, request) => Some(request),
+    }
 }
 
 /// The body of a top-level-error answer (no topics) to a KRaft request of `key`.
@@ -374,7 +415,13 @@ pub fn encode_top_level_error(key: ApiKey, version: i16, error: ErrorCode, w: &m
 /// records or a FetchSnapshot response's bytes hold (the runtime read them as the core
 /// asked): only the length is encoded, and the frame leaves a hole for the bytes
 /// (`Writer::hole`; `net::frame_out` sends them from where they are).
-pub fn encode_response(response: &Response, version: i16, data: Option<usize>, w: &mut Writer) {
+pub fn encode_response(
+    group: &GroupKey,
+    response: &Response,
+    version: i16,
+    data: Option<usize>,
+    w: &mut Writer,
+) {
     match response {
         Response::AddVoter(r) => arv::AddRaftVoterResponse {
             throttle_time_ms: 0,
@@ -408,9 +455,9 @@ pub fn encode_response(response: &Response, version: i16, data: Option<usize>, w
             error_code: r.error,
             topics: if r.error == ErrorCode::NONE {
                 vec![vote::VoteResponseTopicData {
-                    topic_name: METADATA_TOPIC_NAME.into(),
+                    topic_name: group.topic().into(),
                     partitions: vec![vote::VoteResponsePartitionData {
-                        partition_index: 0,
+                        partition_index: group.partition(),
                         error_code: r.partition_error,
                         leader_id: r.leader_id,
                         leader_epoch: r.leader_epoch,
@@ -423,9 +470,9 @@ pub fn encode_response(response: &Response, version: i16, data: Option<usize>, w
             node_endpoints: node_endpoints(r.leader_id, &r.leader_endpoints),
         }
         .encode(w, version),
-        Response::BeginQuorumEpoch(r) => epoch_response(r).encode(w, version),
+        Response::BeginQuorumEpoch(r) => epoch_response(group, r).encode(w, version),
         Response::EndQuorumEpoch(r) => {
-            let b = epoch_response(r);
+            let b = epoch_response(group, r);
             eqe::EndQuorumEpochResponse {
                 error_code: b.error_code,
                 topics: b.topics,
@@ -433,19 +480,19 @@ pub fn encode_response(response: &Response, version: i16, data: Option<usize>, w
             }
             .encode(w, version)
         }
-        Response::Fetch(r) => fetch_response(r, data, version).encode(w, version),
-        Response::FetchSnapshot(r) => fetch_snapshot_response(r, data).encode(w, version),
+        Response::Fetch(r) => fetch_response(group, r, data, version).encode(w, version),
+        Response::FetchSnapshot(r) => fetch_snapshot_response(group, r, data).encode(w, version),
     }
 }
 
-fn epoch_response(r: &EpochResponse) -> bqe::BeginQuorumEpochResponse {
+fn epoch_response(group: &GroupKey, r: &EpochResponse) -> bqe::BeginQuorumEpochResponse {
     bqe::BeginQuorumEpochResponse {
         error_code: r.error,
         topics: if r.error == ErrorCode::NONE {
             vec![bqe::BeginQuorumEpochResponseTopicData {
-                topic_name: METADATA_TOPIC_NAME.into(),
+                topic_name: group.topic().into(),
                 partitions: vec![bqe::BeginQuorumEpochResponsePartitionData {
-                    partition_index: 0,
+                    partition_index: group.partition(),
                     error_code: r.partition_error,
                     leader_id: r.leader_id,
                     leader_epoch: r.leader_epoch,
@@ -458,7 +505,12 @@ fn epoch_response(r: &EpochResponse) -> bqe::BeginQuorumEpochResponse {
     }
 }
 
-fn fetch_response(r: &FetchResponse, records: Option<usize>, version: i16) -> fetch::FetchResponse {
+fn fetch_response(
+    group: &GroupKey,
+    r: &FetchResponse,
+    records: Option<usize>,
+    version: i16,
+) -> fetch::FetchResponse {
     let diverging = r.diverging_epoch.unwrap_or(OffsetAndEpoch::new(-1, -1));
     let snapshot = r.snapshot_id.unwrap_or(OffsetAndEpoch::new(-1, -1));
     let node_endpoints = if version >= 17 {
@@ -478,9 +530,9 @@ fn fetch_response(r: &FetchResponse, records: Option<usize>, version: i16) -> fe
         error_code: r.error,
         responses: if r.error == ErrorCode::NONE {
             vec![fetch::FetchableTopicResponse {
-                topic_id: METADATA_TOPIC_ID,
+                topic_id: group.topic_id(),
                 partitions: vec![fetch::PartitionData {
-                    partition_index: 0,
+                    partition_index: group.partition(),
                     error_code: r.partition_error,
                     high_watermark: r.high_watermark,
                     last_stable_offset: -1,
@@ -512,6 +564,7 @@ fn fetch_response(r: &FetchResponse, records: Option<usize>, version: i16) -> fe
 }
 
 fn fetch_snapshot_response(
+    group: &GroupKey,
     r: &FetchSnapshotResponse,
     chunk: Option<usize>,
 ) -> fsn::FetchSnapshotResponse {
@@ -519,9 +572,9 @@ fn fetch_snapshot_response(
         error_code: r.error,
         topics: if r.error == ErrorCode::NONE {
             vec![fsn::FetchSnapshotResponseTopic {
-                name: METADATA_TOPIC_NAME.into(),
+                name: group.topic().into(),
                 partitions: vec![fsn::FetchSnapshotResponsePartition {
-                    index: 0,
+                    index: group.partition(),
                     error_code: r.partition_error,
                     snapshot_id: fsn::SnapshotId {
                         end_offset: r.snapshot_id.offset,
@@ -546,8 +599,8 @@ fn fetch_snapshot_response(
 }
 
 /// Encodes an outbound core request at `version` (negotiated; ≥ `min_version`).
-pub fn encode_request(request: &Request, version: i16, w: &mut Writer) {
-    let topic = || METADATA_TOPIC_NAME.to_string();
+pub fn encode_request(group: &GroupKey, request: &Request, version: i16, w: &mut Writer) {
+    let topic = || group.topic().to_string();
     match request {
         Request::AddVoter(r) => arv::AddRaftVoterRequest {
             cluster_id: r.cluster_id.clone(),
@@ -584,7 +637,7 @@ pub fn encode_request(request: &Request, version: i16, w: &mut Writer) {
             topics: vec![vote::VoteTopicData {
                 topic_name: topic(),
                 partitions: vec![vote::VotePartitionData {
-                    partition_index: 0,
+                    partition_index: group.partition(),
                     replica_epoch: r.replica_epoch,
                     replica_id: r.candidate.id,
                     replica_directory_id: r.candidate.wire_directory_id(),
@@ -602,7 +655,7 @@ pub fn encode_request(request: &Request, version: i16, w: &mut Writer) {
             topics: vec![bqe::BeginQuorumEpochTopicData {
                 topic_name: topic(),
                 partitions: vec![bqe::BeginQuorumEpochPartitionData {
-                    partition_index: 0,
+                    partition_index: group.partition(),
                     voter_directory_id: r.voter.wire_directory_id(),
                     leader_id: r.leader_id,
                     leader_epoch: r.leader_epoch,
@@ -611,20 +664,23 @@ pub fn encode_request(request: &Request, version: i16, w: &mut Writer) {
             leader_endpoints: wire_endpoints(&r.leader_endpoints),
         }
         .encode(w, version),
-        Request::EndQuorumEpoch(r) => end_quorum_epoch_request(r).encode(w, version),
-        Request::Fetch(r) => fetch_request(r, version).encode(w, version),
-        Request::FetchSnapshot(r) => fetch_snapshot_request(r).encode(w, version),
+        Request::EndQuorumEpoch(r) => end_quorum_epoch_request(group, r).encode(w, version),
+        Request::Fetch(r) => fetch_request(group, r, version).encode(w, version),
+        Request::FetchSnapshot(r) => fetch_snapshot_request(group, r).encode(w, version),
     }
 }
 
-/// EndQuorumEpoch on the wire for our one partition.
-fn end_quorum_epoch_request(r: &m::EndQuorumEpochRequest) -> eqe::EndQuorumEpochRequest {
+/// EndQuorumEpoch on the wire for the group's partition.
+fn end_quorum_epoch_request(
+    group: &GroupKey,
+    r: &m::EndQuorumEpochRequest,
+) -> eqe::EndQuorumEpochRequest {
     eqe::EndQuorumEpochRequest {
         cluster_id: r.cluster_id.clone(),
         topics: vec![eqe::EndQuorumEpochTopicData {
-            topic_name: METADATA_TOPIC_NAME.to_string(),
+            topic_name: group.topic().to_string(),
             partitions: vec![eqe::EndQuorumEpochPartitionData {
-                partition_index: 0,
+                partition_index: group.partition(),
                 leader_id: r.leader_id,
                 leader_epoch: r.leader_epoch,
                 preferred_successors: r.preferred_candidates.iter().map(|k| k.id).collect(),
@@ -642,8 +698,8 @@ fn end_quorum_epoch_request(r: &m::EndQuorumEpochRequest) -> eqe::EndQuorumEpoch
     }
 }
 
-/// Fetch on the wire for our one partition; the replica id moved into ReplicaState at v15.
-fn fetch_request(r: &m::FetchRequest, version: i16) -> fetch::FetchRequest {
+/// Fetch on the wire for the group's partition; the replica id moved into ReplicaState at v15.
+fn fetch_request(group: &GroupKey, r: &m::FetchRequest, version: i16) -> fetch::FetchRequest {
     fetch::FetchRequest {
         cluster_id: r.cluster_id.clone(),
         replica_id: if version < 15 { r.replica.id } else { -1 },
@@ -658,9 +714,9 @@ fn fetch_request(r: &m::FetchRequest, version: i16) -> fetch::FetchRequest {
         session_id: 0,
         session_epoch: -1,
         topics: vec![fetch::FetchTopic {
-            topic_id: METADATA_TOPIC_ID,
+            topic_id: group.topic_id(),
             partitions: vec![fetch::FetchPartition {
-                partition: 0,
+                partition: group.partition(),
                 current_leader_epoch: r.current_leader_epoch,
                 fetch_offset: r.fetch_offset,
                 last_fetched_epoch: r.last_fetched_epoch,
@@ -675,16 +731,19 @@ fn fetch_request(r: &m::FetchRequest, version: i16) -> fetch::FetchRequest {
     }
 }
 
-/// FetchSnapshot on the wire for our one partition.
-fn fetch_snapshot_request(r: &m::FetchSnapshotRequest) -> fsn::FetchSnapshotRequest {
+/// FetchSnapshot on the wire for the group's partition.
+fn fetch_snapshot_request(
+    group: &GroupKey,
+    r: &m::FetchSnapshotRequest,
+) -> fsn::FetchSnapshotRequest {
     fsn::FetchSnapshotRequest {
         cluster_id: r.cluster_id.clone(),
         replica_id: r.replica.id,
         max_bytes: r.max_bytes,
         topics: vec![fsn::FetchSnapshotTopic {
-            name: METADATA_TOPIC_NAME.to_string(),
+            name: group.topic().to_string(),
             partitions: vec![fsn::FetchSnapshotPartition {
-                partition: 0,
+                partition: group.partition(),
                 current_leader_epoch: r.current_leader_epoch,
                 snapshot_id: fsn::SnapshotId {
                     end_offset: r.snapshot_id.offset,
@@ -697,15 +756,15 @@ fn fetch_snapshot_request(r: &m::FetchSnapshotRequest) -> fsn::FetchSnapshotRequ
     }
 }
 
-/// Decodes a peer's response body to `key` at `version` into the core's form. A response
-/// without our partition keeps its top-level error and says "no leader known".
+/// Decodes a peer's response body to `key` at `version`, for `group`, into the core's form. A
+/// response without the group's partition keeps its top-level error and says "no leader known".
 pub fn decode_response(
+    group: &GroupKey,
     key: ApiKey,
     version: i16,
     body: &Bytes,
 ) -> Result<Response, crate::protocol::AnswerError> {
     let mut r = Reader::new(body);
-    let named = |name: &str| name == METADATA_TOPIC_NAME;
     let err = |source| crate::protocol::AnswerError::Body {
         key,
         version,
@@ -732,7 +791,7 @@ pub fn decode_response(
         }
         ApiKey::VOTE => {
             let v = vote::VoteResponse::decode(&mut r, version, body).map_err(err)?;
-            let p = single(&v.topics, |t| named(&t.topic_name), |t| &t.partitions);
+            let p = single(group, &v.topics, |t| name(&t.topic_name), |t| &t.partitions);
             let leader_id = p.map_or(-1, |p| p.leader_id);
             Response::Vote(VoteResponse {
                 error: shape_error(v.error_code, p.is_some()),
@@ -746,6 +805,7 @@ pub fn decode_response(
         ApiKey::BEGIN_QUORUM_EPOCH => {
             let b = bqe::BeginQuorumEpochResponse::decode(&mut r, version, body).map_err(err)?;
             Response::BeginQuorumEpoch(core_epoch_response(
+                group,
                 b.error_code,
                 &b.topics,
                 &b.node_endpoints,
@@ -754,6 +814,7 @@ pub fn decode_response(
         ApiKey::END_QUORUM_EPOCH => {
             let e = eqe::EndQuorumEpochResponse::decode(&mut r, version, body).map_err(err)?;
             Response::EndQuorumEpoch(core_epoch_response(
+                group,
                 e.error_code,
                 &e.topics,
                 &e.node_endpoints,
@@ -761,21 +822,22 @@ pub fn decode_response(
         }
         ApiKey::FETCH => {
             let f = fetch::FetchResponse::decode(&mut r, version, body).map_err(err)?;
-            Response::Fetch(core_fetch_response(&f))
+            Response::Fetch(core_fetch_response(group, &f))
         }
         ApiKey::FETCH_SNAPSHOT => {
             let f = fsn::FetchSnapshotResponse::decode(&mut r, version, body).map_err(err)?;
-            Response::FetchSnapshot(core_fetch_snapshot_response(&f))
+            Response::FetchSnapshot(core_fetch_snapshot_response(group, &f))
         }
         other => return Err(crate::protocol::AnswerError::NotRaft(other)),
     })
 }
 
-/// A Fetch answer in the core's form: our partition's fields, or the top-level error.
-fn core_fetch_response(f: &fetch::FetchResponse) -> FetchResponse {
+/// A Fetch answer in the core's form: the group's partition's fields, or the top-level error.
+fn core_fetch_response(group: &GroupKey, f: &fetch::FetchResponse) -> FetchResponse {
     let p = single(
+        group,
         &f.responses,
-        |t| t.topic_id == METADATA_TOPIC_ID,
+        |t| WireTopic::Id(t.topic_id),
         |t| &t.partitions,
     );
     let leader_id = p.map_or(-1, |p| p.current_leader.leader_id);
@@ -812,9 +874,11 @@ fn core_fetch_response(f: &fetch::FetchResponse) -> FetchResponse {
 }
 
 /// A FetchSnapshot answer in the core's form.
-fn core_fetch_snapshot_response(f: &fsn::FetchSnapshotResponse) -> FetchSnapshotResponse {
-    let named = |name: &str| name == METADATA_TOPIC_NAME;
-    let p = single(&f.topics, |t| named(&t.name), |t| &t.partitions);
+fn core_fetch_snapshot_response(
+    group: &GroupKey,
+    f: &fsn::FetchSnapshotResponse,
+) -> FetchSnapshotResponse {
+    let p = single(group, &f.topics, |t| name(&t.name), |t| &t.partitions);
     let leader_id = p.map_or(-1, |p| p.current_leader.leader_id);
     FetchSnapshotResponse {
         error: shape_error(f.error_code, p.is_some()),
@@ -863,15 +927,12 @@ fn shape_error(top: ErrorCode, has_partition: bool) -> ErrorCode {
 }
 
 fn core_epoch_response(
+    group: &GroupKey,
     error: ErrorCode,
     topics: &[bqe::BeginQuorumEpochResponseTopicData],
     nodes: &[NodeEndpoint],
 ) -> EpochResponse {
-    let p = single(
-        topics,
-        |t| t.topic_name == METADATA_TOPIC_NAME,
-        |t| &t.partitions,
-    );
+    let p = single(group, topics, |t| name(&t.topic_name), |t| &t.partitions);
     let leader_id = p.map_or(-1, |p| p.leader_id);
     EpochResponse {
         error: shape_error(error, p.is_some()),
@@ -899,34 +960,98 @@ mod tests {
         })
     }
 
-    fn wire(request: &Request, version: i16) -> RequestBody {
+    fn wire(group: &GroupKey, request: &Request, version: i16) -> RequestBody {
         let mut w = Writer::new();
-        encode_request(request, version, &mut w);
+        encode_request(group, request, version, &mut w);
         let bytes = Bytes::from(w.into_vec());
         let mut r = Reader::new(&bytes);
-        RequestBody::Vote(vote::VoteRequest::decode(&mut r, version, &bytes).unwrap())
+        match request {
+            Request::Vote(_) => {
+                RequestBody::Vote(vote::VoteRequest::decode(&mut r, version, &bytes).unwrap())
+            }
+            Request::Fetch(_) => {
+                RequestBody::Fetch(fetch::FetchRequest::decode(&mut r, version, &bytes).unwrap())
+            }
+            _ => unreachable!("the tests send Vote and Fetch"),
+        }
+    }
+
+    fn fetch() -> Request {
+        Request::Fetch(m::FetchRequest {
+            cluster_id: Some("c".into()),
+            replica: ReplicaKey::new(2, Some(uuid::Uuid::from_u128(6))),
+            max_wait_ms: 500,
+            fetch_offset: 10,
+            last_fetched_epoch: 1,
+            current_leader_epoch: 1,
+            max_bytes: 1 << 20,
+            high_watermark: None,
+        })
     }
 
     #[test]
-    fn a_request_survives_the_wire() {
-        assert_eq!(request_from_wire(&wire(&vote(), 2)), Some(vote()));
+    fn a_request_survives_the_wire_naming_its_group() {
+        let metadata = GroupKey::metadata();
+        let (at, request) = request_from_wire(&wire(metadata, &vote(), 2)).unwrap();
+        assert_eq!(request, vote());
+        assert!(metadata.is(&at.unwrap()));
+        let orders = GroupKey::new("orders", 3).unwrap();
+        for (request, version) in [(vote(), 2), (fetch(), 17)] {
+            let (at, back) = request_from_wire(&wire(&orders, &request, version)).unwrap();
+            assert_eq!(back, request);
+            let at = at.unwrap();
+            assert!(orders.is(&at), "{at}");
+            assert!(!metadata.is(&at), "{at}");
+        }
     }
 
     #[test]
     fn wrong_shapes_never_reach_the_core() {
-        let RequestBody::Vote(good) = wire(&vote(), 2) else {
+        let RequestBody::Vote(good) = wire(GroupKey::metadata(), &vote(), 2) else {
             unreachable!()
         };
         let mut two_topics = good.clone();
         two_topics.topics.push(two_topics.topics[0].clone());
-        let mut other_topic = good.clone();
-        other_topic.topics[0].topic_name = "orders".into();
-        let mut partition_one = good.clone();
-        partition_one.topics[0].partitions[0].partition_index = 1;
-        let mut no_partition = good;
+        let mut two_partitions = good.clone();
+        let p = two_partitions.topics[0].partitions[0].clone();
+        two_partitions.topics[0].partitions.push(p);
+        let mut no_partition = good.clone();
         no_partition.topics[0].partitions.clear();
-        for bad in [two_topics, other_topic, partition_one, no_partition] {
+        for bad in [two_topics, two_partitions, no_partition] {
             assert_eq!(request_from_wire(&RequestBody::Vote(bad)), None);
+        }
+        // Another topic or partition is a shape the core takes; the edge finds no group.
+        let mut partition_one = good;
+        partition_one.topics[0].partitions[0].partition_index = 1;
+        let (at, _) = request_from_wire(&RequestBody::Vote(partition_one)).unwrap();
+        assert!(!GroupKey::metadata().is(&at.unwrap()));
+    }
+
+    #[test]
+    fn an_answer_for_another_group_is_no_answer() {
+        let orders = GroupKey::new("orders", 3).unwrap();
+        let answer = Response::Vote(VoteResponse {
+            error: ErrorCode::NONE,
+            partition_error: ErrorCode::NONE,
+            leader_id: 2,
+            leader_epoch: 4,
+            vote_granted: true,
+            leader_endpoints: vec![],
+        });
+        let mut w = Writer::new();
+        encode_response(&orders, &answer, 2, None, &mut w);
+        let body = Bytes::from(w.into_vec());
+        let back = decode_response(&orders, ApiKey::VOTE, 2, &body).unwrap();
+        assert_eq!(back, answer);
+        for other in [
+            GroupKey::metadata().clone(),
+            GroupKey::new("orders", 0).unwrap(),
+        ] {
+            let Response::Vote(v) = decode_response(&other, ApiKey::VOTE, 2, &body).unwrap() else {
+                unreachable!()
+            };
+            assert_eq!(v.error, ErrorCode::UNKNOWN_SERVER_ERROR, "{other}");
+            assert!(!v.vote_granted);
         }
     }
 

@@ -18,6 +18,7 @@ use super::metrics::SharedMetrics;
 use crate::net::peer::{PeerConnection, Target};
 use crate::net::raft_rpc;
 use crate::net::tls::Tls;
+use crate::protocol::group::GroupKey;
 use crate::protocol::{apis, Writer};
 use crate::raft::{Endpoint, Failure, Request, RequestId, Response};
 
@@ -274,7 +275,7 @@ async fn exchange_versioned(
         .ok_or(Failure::UnsupportedVersion)?;
     let flexible_from = apis::served(key).map_or(0, |s| s.flexible_from);
     let mut w = Writer::new();
-    raft_rpc::encode_request(request, version, &mut w);
+    raft_rpc::encode_request(GroupKey::metadata(), request, version, &mut w);
     let body = conn
         .request(key, version, flexible_from, &w.into_vec(), timeout)
         .await
@@ -282,9 +283,10 @@ async fn exchange_versioned(
             debug!(error = %e, "request failed");
             Failure::Disconnected
         })?;
-    let response = raft_rpc::decode_response(key, version, &body).map_err(|e| {
-        warn!(error = %e, "undecodable response");
-        Failure::Disconnected
-    })?;
+    let response =
+        raft_rpc::decode_response(GroupKey::metadata(), key, version, &body).map_err(|e| {
+            warn!(error = %e, "undecodable response");
+            Failure::Disconnected
+        })?;
     Ok((Some(version), response))
 }

@@ -26,6 +26,7 @@ use crate::fetch::shard::Serving;
 use crate::net::dispatch::{PeerClass, RaftCall, Served, Service};
 use crate::net::frame_out::{Chunk, Frame, LocalFrame};
 use crate::net::raft_rpc;
+use crate::protocol::group::GroupKey;
 use crate::protocol::request::encode_response_frame;
 use crate::protocol::{ApiKey, ErrorCode, RequestBody, Writer};
 use crate::raft::message::FetchSnapshotRequest;
@@ -84,7 +85,7 @@ fn decode(body: RequestBody, version: i16) -> Routed {
         RequestBody::Produce(r) => Routed::Produce(r),
         RequestBody::TransferLeader(r) => Routed::TransferLeader(r),
         RequestBody::ControllerOnly => Routed::ControllerOnly,
-        body => match raft_rpc::request_from_wire(&body) {
+        body => match raft_rpc::request_for(GroupKey::metadata(), &body) {
             Some(request) => Routed::Call(Call::Raft(request)),
             None => Routed::Invalid,
         },
@@ -99,7 +100,7 @@ pub fn encode<C: AsRef<[u8]>>(to: &ReplyTo, response: &Response, data: Vec<C>) -
         to.correlation_id,
         to.response_header_version,
         data,
-        |w, hole| raft_rpc::encode_response(response, to.version, hole, w),
+        |w, hole| raft_rpc::encode_response(GroupKey::metadata(), response, to.version, hole, w),
     )
 }
 

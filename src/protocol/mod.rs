@@ -13,6 +13,7 @@ pub mod end_quorum_epoch;
 pub mod errors;
 pub mod fetch;
 pub mod fetch_snapshot;
+pub mod group;
 pub mod header;
 pub mod kraft;
 pub mod produce;

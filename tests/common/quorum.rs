@@ -283,7 +283,12 @@ pub fn exchange_at(addr: SocketAddr, request: &Request, timeout: Duration) -> Op
         client_id: Some("probe".into()),
     };
     let frame = encode_request_frame(&header, spec, |w| {
-        raft_rpc::encode_request(request, version, w)
+        raft_rpc::encode_request(
+            ringraft::protocol::group::GroupKey::metadata(),
+            request,
+            version,
+            w,
+        )
     });
     // Not `send_frame`: a node being stopped may reset the connection, which is "no answer".
     std::io::Write::write_all(&mut stream, &frame).ok()?;
@@ -291,7 +296,13 @@ pub fn exchange_at(addr: SocketAddr, request: &Request, timeout: Duration) -> Op
     let mut r = Reader::new(&body);
     decode_response_header(&mut r, spec.response_header_version(version)).ok()?;
     let rest = body.slice(r.position()..);
-    raft_rpc::decode_response(key, version, &rest).ok()
+    raft_rpc::decode_response(
+        ringraft::protocol::group::GroupKey::metadata(),
+        key,
+        version,
+        &rest,
+    )
+    .ok()
 }
 
 /// One size-prefixed answer, within the stream's read timeout.

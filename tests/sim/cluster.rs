@@ -434,7 +434,13 @@ fn over_the_wire(
     if correlation_id != to.correlation_id {
         return Err(format!("correlation id {correlation_id}"));
     }
-    raft_rpc::decode_response(key, version, &body).map_err(|e| e.to_string())
+    raft_rpc::decode_response(
+        ringraft::protocol::group::GroupKey::metadata(),
+        key,
+        version,
+        &body,
+    )
+    .map_err(|e| e.to_string())
 }
 
 /// Where a request goes (`Cluster::route`).
