@@ -1108,3 +1108,75 @@ fn caught_up_observers_are_answered_once_per_interval() {
         "unpaced {unpaced}, paced {paced}"
     );
 }
+
+/// With `raft` on every core (issue 25, placement), `__cluster_metadata-0` runs on its home
+/// shard, which the node logs, and a serving shard that has the raft role without hosting the
+/// group still gets the group's publications: an observer fetching there is answered.
+#[test]
+fn raft_on_every_core_homes_the_metadata_group_and_serves_it_from_the_others() {
+    use ringraft::config::tuning::{online_cpus, Tuning};
+    use ringraft::protocol::group::GroupKey;
+    let cpus: Vec<usize> = online_cpus().into_iter().take(2).collect();
+    let last = cpus.len() - 1;
+    let mut text = String::from("io_memory_kib = 512\n");
+    for (i, cpu) in cpus.iter().enumerate() {
+        let serving = if i == last {
+            ", \"fetch\", \"snapshot\""
+        } else {
+            ""
+        };
+        text.push_str(&format!(
+            "[[shard]]\ncpu = {cpu}\nroles = [\"acceptor\", \"raft\"{serving}]\n"
+        ));
+    }
+    let home = Tuning::parse(&text, &cpus)
+        .unwrap()
+        .home_shard(GroupKey::metadata());
+    let dir = TempDir::new("all-raft");
+    let tuning = dir.path().join("all-raft.toml");
+    std::fs::write(&tuning, &text).unwrap();
+    let port = free_port();
+    let config = write_config(dir.path(), port, "");
+    format_node(config.to_str().unwrap(), dir.path());
+    let acks = dir.path().join("acks");
+    let mut node = start_writing(
+        dir.path(),
+        port,
+        500,
+        &acks,
+        &["--tuning", tuning.to_str().unwrap()],
+    );
+    wait_until(Duration::from_secs(20), || {
+        std::fs::metadata(&acks).ok().filter(|m| m.len() > 0)
+    });
+    let voters = format!("127.0.0.1:{port}");
+    let args = [
+        "debug",
+        "observe",
+        "--voters",
+        &voters,
+        "--observers",
+        "1",
+        "--seconds",
+        "2",
+    ];
+    let out = run(&args, dir.path());
+    let observed = String::from_utf8_lossy(&out.stdout).to_string();
+    node.signal(SIGTERM);
+    assert_eq!(node.wait_exit(Duration::from_secs(10)), Some(0));
+    let log = node.log_text();
+    let homed = format!(
+        "group homed group=__cluster_metadata-0 shard={home} cpu={} raft_shards={}",
+        cpus[home],
+        cpus.len()
+    );
+    assert!(log.contains(&homed), "no '{homed}' in:\n{log}");
+    assert!(out.status.success(), "{observed}");
+    let answers: u64 = observed
+        .split(" answers")
+        .next()
+        .and_then(|s| s.rsplit(['(', ' ']).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no answer count in: {observed}"));
+    assert!(answers > 0, "the observer was never answered: {observed}");
+}

@@ -71,6 +71,8 @@ struct ShardContext {
     /// `ringraft.fetch.observer.interval.ms`.
     observer_interval: std::time::Duration,
     index: usize,
+    /// The home shard of `__cluster_metadata-0` (`Tuning::home_shard`): it runs the group and
+    /// coordinates the stop.
     coordinator: usize,
     roles: Vec<Role>,
     node_id: i32,
@@ -100,6 +102,13 @@ struct ShardContext {
     generation: crate::fetch::Generation,
     /// The channels between shards, each end taken once by its shard.
     wires: Arc<Mutex<Wires>>,
+}
+
+impl ShardContext {
+    /// Whether this shard is the home of `__cluster_metadata-0`.
+    fn hosts_metadata(&self) -> bool {
+        self.index == self.coordinator
+    }
 }
 
 type RaftInputs = futures_channel::mpsc::UnboundedReceiver<handle::ExecutorInput>;
@@ -132,9 +141,10 @@ struct Wires {
 impl Wires {
     fn new(tuning: &Tuning) -> Wires {
         let mut w = Wires::default();
+        let home = tuning.home_shard(crate::protocol::group::GroupKey::metadata());
         for (index, plan) in tuning.shards.iter().enumerate() {
             let serves = plan.roles.contains(&Role::Fetch) || plan.roles.contains(&Role::Snapshot);
-            if serves && !plan.roles.contains(&Role::Raft) {
+            if serves && index != home {
                 let (tx, rx) = futures_channel::mpsc::unbounded();
                 w.publications.push((index, tx));
                 w.publication_rx.insert(index, rx);

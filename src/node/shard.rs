@@ -49,7 +49,7 @@ async fn shard_body(mut ctx: ShardContext) -> Result<(), ShardError> {
     let stop = StopSignal::default();
     // The raft shard recovers the log before joining the mesh, and no shard serves before
     // every shard has joined: a node that listens has an open, recovered log.
-    let log = match ctx.roles.contains(&Role::Raft) {
+    let log = match ctx.hosts_metadata() {
         true => Some(failing(&ctx, open_log(&ctx).await)?),
         false => None,
     };
@@ -71,7 +71,7 @@ async fn shard_body(mut ctx: ShardContext) -> Result<(), ShardError> {
     // (bench quorum p99 from 1.1-1.3x to 50x the floor).
     let queues = serving
         .as_ref()
-        .filter(|_| !ctx.roles.contains(&Role::Raft))
+        .filter(|_| !ctx.hosts_metadata())
         .map(|_| server::Queues::create());
     let mut ends = WireEnds::take(&ctx)?;
     if let Some(serving) = &serving {

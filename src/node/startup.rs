@@ -21,6 +21,7 @@ use crate::config::{ServerConfig, Tuning};
 use crate::constants as c;
 use crate::net::dispatch::ServerState;
 use crate::net::server::ConnectionLimits;
+use crate::protocol::group::GroupKey;
 
 /// Starts a node (`crate::embed::NodeBuilder::start` is the public way in): checks the
 /// machine, prepares the storage (`format`), binds the listeners and starts the shards on a
@@ -304,7 +305,7 @@ fn spawn_shards(
         append_linger_ms: config.append_linger_ms.max(0) as u64,
         observer_interval: Duration::from_millis(config.fetch_observer_interval_ms.max(0) as u64),
         index: 0,
-        coordinator: tuning.raft_shard(),
+        coordinator: tuning.home_shard(GroupKey::metadata()),
         roles: Vec::new(),
         node_id: config.node_id,
         listen,
@@ -337,6 +338,7 @@ fn spawn_shards(
     if tuning.spin_before_park_us > 0 && crate::config::tuning::online_cpus().len() <= 2 {
         warn!(target: LOG_TARGET, "spin_before_park_us > 0 on a machine with 2 or fewer CPUs hurts latency");
     }
+    log_group_home(tuning, GroupKey::metadata(), &base.metrics);
     let mut handles = Vec::with_capacity(n);
     for (index, plan) in tuning.shards.iter().enumerate() {
         let ctx = ShardContext {
@@ -372,6 +374,20 @@ fn spawn_shards(
         }
     }
     Ok(handles)
+}
+
+/// Says where `group` is homed: in the log and as `ringraft_group_home_info`.
+fn log_group_home(tuning: &Tuning, group: &GroupKey, metrics: &super::metrics::SharedMetrics) {
+    let home = tuning.home_shard(group);
+    let cpu = tuning.shards[home].cpu;
+    info!(target: LOG_TARGET, %group, shard = home, cpu,
+        raft_shards = tuning.raft_shards().len(), "group homed");
+    let labels = vec![
+        ("group".to_string(), group.to_string()),
+        ("shard".to_string(), home.to_string()),
+        ("cpu".to_string(), cpu.to_string()),
+    ];
+    metrics.group_home.get_or_create(&labels).set(1);
 }
 
 fn join_shards(handles: Vec<ShardHandle>) -> Result<(), NodeError> {

@@ -100,6 +100,8 @@ pub struct Metrics {
     pub shard_ring_written_bytes: Family<Labels, Counter>,
     /// The ring serving each data directory (1 per directory, labelled).
     pub data_dir_ring: Family<Labels, Gauge>,
+    /// The shard (and its CPU) each hosted Raft group is homed on (1 per group, labelled).
+    pub group_home: Family<Labels, Gauge>,
     /// Per shard: times its probe timer (every `STALL_PROBE_MS`) fired more than `STALL_MS`
     /// late, so a task held the shard that long.
     pub stalls: Family<Labels, Counter>,
@@ -161,6 +163,7 @@ impl Metrics {
             shard_ring_read_bytes: Family::default(),
             shard_ring_written_bytes: Family::default(),
             data_dir_ring: Family::default(),
+            group_home: Family::default(),
             stalls: Family::default(),
             ready: Family::default(),
             build_info: Family::default(),

@@ -221,4 +221,9 @@ pub(super) fn register_ringraft(r: &mut Registry, m: &Metrics) {
         "The kind of ring serving each data directory",
         m.data_dir_ring.clone(),
     );
+    r.register(
+        "ringraft_group_home_info",
+        "The shard each hosted Raft group is homed on",
+        m.group_home.clone(),
+    );
 }
