@@ -135,6 +135,11 @@ const _: () = assert!(LOGGED_TEXT_BYTES_MAX * 8 < LOGGED_FIELD_BYTES_MAX);
 /// The most cores a tuning file may name (a sanity bound, not a hardware limit).
 pub const SHARDS_MAX: usize = 256;
 
+/// At most this many Raft groups besides `__cluster_metadata-0` per node (`ringraft.groups`),
+/// and per declared topic: each group opens its own log and peer connections until groups share
+/// sessions (docs/groups.md).
+pub const GROUPS_PER_NODE_MAX: usize = 4096;
+
 const _: () = assert!(REQUEST_HEADER_MIN_BYTES == 8);
 const _: () = assert!(QUEUED_MAX_REQUEST_BYTES_DEFAULT >= SOCKET_REQUEST_MAX_BYTES_DEFAULT as i64);
 const _: () = assert!(METADATA_LOG_SEGMENT_BYTES_DEFAULT >= METADATA_LOG_SEGMENT_MIN_BYTES_DEFAULT);

@@ -3,6 +3,7 @@
 //! KIP-853 voter strings of `storage format` (`dynamic_voters`).
 
 pub mod dynamic_voters;
+pub mod groups;
 pub mod properties;
 pub mod server;
 pub mod tls;

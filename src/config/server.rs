@@ -127,6 +127,9 @@ pub struct ServerConfig {
     /// TLS on the controller listeners and on peer connections, when the first controller
     /// listener's security protocol is SSL (`config::tls`).
     pub tls: Option<super::tls::TlsConfig>,
+    /// `ringraft.groups`: the Raft groups this node may host besides `__cluster_metadata-0`
+    /// (`config::groups`); it hosts those it is a voter of.
+    pub groups: Vec<super::groups::GroupDecl>,
     /// Keys that were set but that ringraft does not know: logged as warnings at start.
     pub unknown_keys: Vec<String>,
 }
@@ -171,6 +174,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "ringraft.fetch.observer.interval.ms",
     "ringraft.log.append.enable",
     "ringraft.snapshot.adopt",
+    "ringraft.groups",
 ];
 
 /// The known key an unknown `key` was probably meant to be: the closest by edit distance,
@@ -466,6 +470,15 @@ impl ServerConfig {
             fetch_observer_interval_ms: g.fetch_observer_interval_ms,
             log_append_enable: l.bool("ringraft.log.append.enable", false)?,
             snapshot_adopt: l.bool("ringraft.snapshot.adopt", true)?,
+            groups: super::groups::parse(l.str("ringraft.groups").unwrap_or("")).map_err(
+                |why| {
+                    invalid(
+                        "ringraft.groups",
+                        l.str("ringraft.groups").unwrap_or(""),
+                        why,
+                    )
+                },
+            )?,
             tls: None,
             unknown_keys: props
                 .keys()
@@ -540,6 +553,7 @@ impl ServerConfig {
             return Err(invalid("controller.quorum.voters", "", why));
         }
         self.validate_static_voters(&l)?;
+        self.validate_groups(&l)?;
         if self.metadata_log_segment_bytes < self.metadata_log_segment_min_bytes {
             let value = self.metadata_log_segment_bytes.to_string();
             let why = format!("must be at least metadata.log.segment.min.bytes ({})", {
@@ -586,6 +600,31 @@ impl ServerConfig {
                 self.node_id, self.node_id
             );
             return Err(invalid(key, value, why));
+        }
+        Ok(())
+    }
+
+    /// Groups' voters are voters of `controller.quorum.voters`, which says where they listen.
+    fn validate_groups(&self, l: &Lookup) -> Result<(), ConfigError> {
+        let key = "ringraft.groups";
+        let value = l.str(key).unwrap_or("");
+        if self.groups.is_empty() {
+            return Ok(());
+        }
+        if self.controller_quorum_voters.is_empty() {
+            let why = "groups need controller.quorum.voters (a static quorum), which gives their \
+                       voters' addresses";
+            return Err(invalid(key, value, why));
+        }
+        for decl in &self.groups {
+            let known = |id: &i32| self.controller_quorum_voters.iter().any(|v| v.id == *id);
+            if let Some(id) = decl.voters.iter().find(|id| !known(id)) {
+                let why = format!(
+                    "topic {}: voter {id} is not in controller.quorum.voters",
+                    decl.topic
+                );
+                return Err(invalid(key, value, why));
+            }
         }
         Ok(())
     }

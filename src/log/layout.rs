@@ -78,12 +78,31 @@ pub fn log_files(dir: &Path) -> io::Result<Vec<String>> {
 
 /// Writes `partition.metadata` if it is missing (Kafka writes it once, at log creation).
 pub fn ensure_partition_metadata(dir: &Path) -> io::Result<()> {
+    write_partition_metadata(dir, METADATA_TOPIC_ID)
+}
+
+/// `partition.metadata` naming `topic_id` (Kafka's text form), if the file is missing.
+fn write_partition_metadata(dir: &Path, topic_id: &str) -> io::Result<()> {
     let path = dir.join(PARTITION_METADATA_FILE);
     if path.exists() {
         return Ok(());
     }
-    let text = format!("version: 0\ntopic_id: {METADATA_TOPIC_ID}");
+    let text = format!("version: 0\ntopic_id: {topic_id}");
     super::durable::replace_file(&path, text.as_bytes())
+}
+
+/// A group's directory (`<topic>-<partition>`) on its first use, with the `partition.metadata`
+/// that names its topic id; an existing one is left as it is. The new directory's entry is
+/// made durable before anything is written in it: a vote recorded there must not vanish with
+/// it in a crash.
+pub fn create_group_dir(dir: &Path, topic_id: uuid::Uuid) -> io::Result<()> {
+    if !dir.is_dir() {
+        std::fs::create_dir_all(dir)?;
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::File::open(parent)?.sync_all()?;
+        }
+    }
+    write_partition_metadata(dir, &crate::ids::uuid_to_kafka_string(&topic_id))
 }
 
 #[cfg(test)]

@@ -6,13 +6,22 @@
 use super::call::{AdminCall, Answer};
 use crate::protocol::describe_cluster as dc;
 use crate::protocol::describe_quorum as dq;
-use crate::protocol::{ErrorCode, METADATA_TOPIC_NAME};
+use crate::protocol::group::GroupKey;
+use crate::protocol::ErrorCode;
 use crate::raft::{Raft, Time};
 
 /// The answer to an admin RPC.
-pub fn answer(raft: &mut Raft, call: &AdminCall, cluster_id: &str, now: Time) -> Answer {
+pub fn answer(
+    raft: &mut Raft,
+    group: &GroupKey,
+    call: &AdminCall,
+    cluster_id: &str,
+    now: Time,
+) -> Answer {
     match call {
-        AdminCall::DescribeQuorum(r) => Answer::DescribeQuorum(describe_quorum(raft, r, now)),
+        AdminCall::DescribeQuorum(r) => {
+            Answer::DescribeQuorum(describe_quorum(raft, group, r, now))
+        }
         AdminCall::DescribeCluster { version, request } => {
             Answer::DescribeCluster(describe_cluster(raft, *version, request, cluster_id))
         }
@@ -31,13 +40,14 @@ fn wall_ms(now: Time, core_ms: Option<u64>) -> i64 {
 /// DescribeQuorum v0–2 (docs/raft.md §12): the leader's view, or NOT_LEADER_OR_FOLLOWER.
 fn describe_quorum(
     raft: &Raft,
+    group: &GroupKey,
     r: &dq::DescribeQuorumRequest,
     now: Time,
 ) -> dq::DescribeQuorumResponse {
-    let ours = matches!(&r.topics[..], [t] if t.topic_name == METADATA_TOPIC_NAME
-        && matches!(&t.partitions[..], [p] if p.partition_index == 0));
+    let ours = matches!(&r.topics[..], [t] if t.topic_name == group.topic()
+        && matches!(&t.partitions[..], [p] if p.partition_index == group.partition()));
     let mut partition = dq::PartitionData {
-        partition_index: 0,
+        partition_index: group.partition(),
         error_code: ErrorCode::NONE,
         error_message: None,
         leader_id: raft.leader_id().unwrap_or(-1),
@@ -50,7 +60,7 @@ fn describe_quorum(
     match raft.describe_quorum() {
         _ if !ours => {
             partition.error_code = ErrorCode::UNKNOWN_TOPIC_OR_PARTITION;
-            partition.error_message = Some("only __cluster_metadata-0 exists".into());
+            partition.error_message = Some("this node hosts no such group".into());
         }
         None => {
             partition.error_code = ErrorCode::NOT_LEADER_OR_FOLLOWER;
@@ -90,7 +100,7 @@ fn describe_quorum(
         error_code: ErrorCode::NONE,
         error_message: None,
         topics: vec![dq::TopicData {
-            topic_name: METADATA_TOPIC_NAME.into(),
+            topic_name: group.topic().into(),
             partitions: vec![partition],
         }],
         nodes,

@@ -90,6 +90,9 @@ pub enum ShardError {
     Bootstrap(#[from] crate::log::bootstrap::BootstrapError),
     #[error("the voter set on disk is invalid: {0}")]
     VoterSet(#[from] MembershipError),
+    /// A group's directory cannot be made (`node::groups`).
+    #[error("cannot make the group directory {}: {source}", dir.display())]
+    GroupDir { dir: PathBuf, source: io::Error },
     /// The data directory cannot be prepared for a serving shard's reads.
     #[error("cannot prepare reads of {}: {source}", dir.display())]
     ServingDir { dir: PathBuf, source: io::Error },

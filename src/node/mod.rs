@@ -13,6 +13,7 @@ pub mod admin_http;
 pub mod call;
 pub mod errors;
 pub mod executor;
+pub mod groups;
 pub mod handle;
 pub mod listen;
 pub mod load;
@@ -102,6 +103,9 @@ struct ShardContext {
     generation: crate::fetch::Generation,
     /// The channels between shards, each end taken once by its shard.
     wires: Arc<Mutex<Wires>>,
+    /// The groups hosted besides group 0, and what their home shards take to start them.
+    groups: Arc<groups::GroupTable>,
+    group_starts: groups::GroupStarts,
 }
 
 impl ShardContext {
@@ -121,6 +125,7 @@ struct NodeParts {
     metrics: metrics::SharedMetrics,
     admin: Option<Arc<std::net::TcpListener>>,
     watchdog: Option<(Duration, Arc<std::sync::atomic::AtomicU64>)>,
+    groups: (Arc<groups::GroupTable>, groups::GroupStarts),
 }
 type Rx<T> = futures_channel::mpsc::UnboundedReceiver<T>;
 type Tx<T> = futures_channel::mpsc::UnboundedSender<T>;

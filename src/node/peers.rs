@@ -37,6 +37,8 @@ pub struct PeerTransport {
     cluster_id: Option<String>,
     /// Counts every request sent, by API and version (`ringraft_peer_requests_total`).
     metrics: Option<SharedMetrics>,
+    /// The group whose requests these are (`__cluster_metadata-0` unless told).
+    group: GroupKey,
 }
 
 /// A connection task and the endpoint it was started for.
@@ -60,7 +62,13 @@ impl PeerTransport {
             tls: None,
             cluster_id: None,
             metrics: None,
+            group: GroupKey::metadata().clone(),
         }
+    }
+
+    /// Names `group` in every request, and reads answers for it (set before the first send).
+    pub fn set_group(&mut self, group: GroupKey) {
+        self.group = group;
     }
 
     /// Counts the requests sent in `metrics`.
@@ -108,7 +116,7 @@ impl PeerTransport {
                 self.request_timeout,
                 (self.client_id.clone(), self.unreachable.clone()),
                 (self.tls.clone(), target),
-                self.metrics.clone(),
+                (self.metrics.clone(), self.group.clone()),
             );
             glommio::spawn_local(task.instrument(span)).detach();
             self.peers.insert(to, Peer { endpoint, tx });
@@ -152,7 +160,7 @@ async fn peer_task(
     timeout: Duration,
     (client_id, unreachable): (String, Rc<RefCell<HashSet<String>>>),
     (tls, target): (Option<Tls>, Option<Target>),
-    metrics: Option<SharedMetrics>,
+    (metrics, group): (Option<SharedMetrics>, GroupKey),
 ) {
     let mut conn: Option<PeerConnection> = None;
     let mut reconnect_at = Instant::now();
@@ -218,7 +226,7 @@ async fn peer_task(
         }
         let result = match conn.as_mut() {
             None => Err(Failure::Disconnected),
-            Some(c) => match exchange_versioned(c, &request, timeout).await {
+            Some(c) => match exchange_versioned(&group, c, &request, timeout).await {
                 Ok((version, response)) => {
                     if let (Some(m), Some(v)) = (&metrics, version) {
                         m.sent(raft_rpc::api_key(&request).name(), v);
@@ -243,7 +251,7 @@ pub(crate) async fn exchange(
     request: &Request,
     timeout: Duration,
 ) -> Result<Response, Failure> {
-    exchange_versioned(conn, request, timeout)
+    exchange_versioned(GroupKey::metadata(), conn, request, timeout)
         .await
         .map(|(_, response)| response)
 }
@@ -251,6 +259,7 @@ pub(crate) async fn exchange(
 /// `exchange`, and the version the request went at (`None`: the ApiVersions probe, answered
 /// from the connection's handshake without a request).
 async fn exchange_versioned(
+    group: &GroupKey,
     conn: &mut PeerConnection,
     request: &Request,
     timeout: Duration,
@@ -275,7 +284,7 @@ async fn exchange_versioned(
         .ok_or(Failure::UnsupportedVersion)?;
     let flexible_from = apis::served(key).map_or(0, |s| s.flexible_from);
     let mut w = Writer::new();
-    raft_rpc::encode_request(GroupKey::metadata(), request, version, &mut w);
+    raft_rpc::encode_request(group, request, version, &mut w);
     let body = conn
         .request(key, version, flexible_from, &w.into_vec(), timeout)
         .await
@@ -283,10 +292,9 @@ async fn exchange_versioned(
             debug!(error = %e, "request failed");
             Failure::Disconnected
         })?;
-    let response =
-        raft_rpc::decode_response(GroupKey::metadata(), key, version, &body).map_err(|e| {
-            warn!(error = %e, "undecodable response");
-            Failure::Disconnected
-        })?;
+    let response = raft_rpc::decode_response(group, key, version, &body).map_err(|e| {
+        warn!(error = %e, "undecodable response");
+        Failure::Disconnected
+    })?;
     Ok((Some(version), response))
 }

@@ -21,6 +21,7 @@ use bytes::Bytes;
 use futures_channel::{mpsc, oneshot};
 
 use super::call::{AdminCall, Answer, Call};
+use super::groups::{GroupTable, Hosted};
 use super::handle::RaftHandle;
 use crate::fetch::shard::Serving;
 use crate::net::dispatch::{PeerClass, RaftCall, Served, Service};
@@ -59,10 +60,11 @@ impl ReplyTo {
 }
 
 /// A request as the edge routes it.
-#[derive(Debug)]
-enum Routed {
+enum Routed<'a> {
     /// For the raft shard's executor, or a fetch or snapshot role.
     Call(Call),
+    /// For a hosted group's executor (`node::groups`), on its home shard.
+    Group(&'a Hosted, Call),
     Produce(crate::protocol::produce::ProduceRequest),
     TransferLeader(crate::protocol::transfer_leader::TransferLeaderRequest),
     /// An RPC only Kafka's active controller serves.
@@ -72,10 +74,22 @@ enum Routed {
 }
 
 /// The core's form of a parsed request body (`version`: the request's, which some admin
-/// answers depend on): the one conversion a request goes through.
-fn decode(body: RequestBody, version: i16) -> Routed {
+/// answers depend on): the one conversion a request goes through. A request naming a hosted
+/// group goes to it; one naming no group this node hosts is refused as Kafka refuses it.
+fn decode(body: RequestBody, version: i16, groups: &GroupTable) -> Routed<'_> {
     match body {
-        RequestBody::DescribeQuorum(r) => Routed::Call(Call::Admin(AdminCall::DescribeQuorum(r))),
+        RequestBody::DescribeQuorum(r) => {
+            let named = match (&r.topics[..], r.topics.first().map(|t| &t.partitions[..])) {
+                ([t], Some([p])) => groups.get(&t.topic_name, p.partition_index),
+                _ => None,
+            };
+            let call = Call::Admin(AdminCall::DescribeQuorum(r));
+            match named {
+                Some(hosted) => Routed::Group(hosted, call),
+                // Group 0, which also says UNKNOWN_TOPIC_OR_PARTITION for any other.
+                None => Routed::Call(call),
+            }
+        }
         RequestBody::DescribeCluster(request) => {
             Routed::Call(Call::Admin(AdminCall::DescribeCluster { version, request }))
         }
@@ -85,8 +99,12 @@ fn decode(body: RequestBody, version: i16) -> Routed {
         RequestBody::Produce(r) => Routed::Produce(r),
         RequestBody::TransferLeader(r) => Routed::TransferLeader(r),
         RequestBody::ControllerOnly => Routed::ControllerOnly,
-        body => match raft_rpc::request_for(GroupKey::metadata(), &body) {
-            Some(request) => Routed::Call(Call::Raft(request)),
+        body => match raft_rpc::request_from_wire(&body) {
+            Some((Some(at), request)) if !GroupKey::metadata().is(&at) => match groups.find(&at) {
+                Some(hosted) => Routed::Group(hosted, Call::Raft(request)),
+                None => Routed::Invalid,
+            },
+            Some((_, request)) => Routed::Call(Call::Raft(request)),
             None => Routed::Invalid,
         },
     }
@@ -96,16 +114,31 @@ fn decode(body: RequestBody, version: i16) -> Routed {
 /// names) in its hole, uncopied. The node's connections and the simulator's network both
 /// encode here.
 pub fn encode<C: AsRef<[u8]>>(to: &ReplyTo, response: &Response, data: Vec<C>) -> Frame<C> {
+    encode_for(GroupKey::metadata(), to, response, data)
+}
+
+/// `encode` for `group`'s response.
+pub fn encode_for<C: AsRef<[u8]>>(
+    group: &GroupKey,
+    to: &ReplyTo,
+    response: &Response,
+    data: Vec<C>,
+) -> Frame<C> {
     Frame::encode(
         to.correlation_id,
         to.response_header_version,
         data,
-        |w, hole| raft_rpc::encode_response(GroupKey::metadata(), response, to.version, hole, w),
+        |w, hole| raft_rpc::encode_response(group, response, to.version, hole, w),
     )
 }
 
 /// The frame of any answer from the raft shard.
 pub fn encode_answer(to: &ReplyTo, answer: Answer) -> LocalFrame {
+    encode_answer_for(GroupKey::metadata(), to, answer)
+}
+
+/// `encode_answer` for an answer of `group`'s executor.
+pub fn encode_answer_for(group: &GroupKey, to: &ReplyTo, answer: Answer) -> LocalFrame {
     let whole = |body: &dyn Fn(&mut Writer)| {
         LocalFrame::whole(encode_response_frame(
             to.correlation_id,
@@ -114,9 +147,12 @@ pub fn encode_answer(to: &ReplyTo, answer: Answer) -> LocalFrame {
         ))
     };
     match answer {
-        Answer::Raft { response, data } => {
-            encode(to, &response, data.into_iter().map(Chunk::Shared).collect())
-        }
+        Answer::Raft { response, data } => encode_for(
+            group,
+            to,
+            &response,
+            data.into_iter().map(Chunk::Shared).collect(),
+        ),
         Answer::DescribeQuorum(r) => whole(&|w| r.encode(w, to.version)),
         Answer::DescribeCluster(r) => whole(&|w| r.encode(w, to.version)),
         Answer::UpdateFeatures(r) => whole(&|w| r.encode(w, to.version)),
@@ -142,6 +178,8 @@ pub struct NodeService {
     pub remote_snapshot: Vec<mpsc::UnboundedSender<SnapshotCall>>,
     /// `ringraft.log.append.enable`.
     pub log_append_enable: bool,
+    /// The groups hosted besides group 0.
+    pub groups: std::sync::Arc<GroupTable>,
 }
 
 impl Service for NodeService {
@@ -149,8 +187,12 @@ impl Service for NodeService {
         let to = ReplyTo::of(&call);
         let (connection, version) = (call.connection, call.version);
         let served = |frame| Served { frame, class: None };
-        let request = match decode(call.body, version) {
+        let request = match decode(call.body, version, &self.groups) {
             Routed::Call(Call::Raft(request)) => request,
+            Routed::Group(hosted, call) => {
+                let answer = hosted.raft.request(call).await?;
+                return Some(served(encode_answer_for(&hosted.key, &to, answer)));
+            }
             Routed::Call(admin) => return self.raft_shard(&to, admin).await.map(served),
             Routed::Produce(r) => {
                 let serving = self.fetch.as_deref();

@@ -21,6 +21,7 @@ use crate::constants as c;
 use crate::fetch::shard::Serving;
 use crate::net::server::{self, Connections};
 use crate::net::stop::StopSignal;
+use crate::protocol::group::GroupKey;
 
 pub(super) async fn shard_main(ctx: ShardContext) -> Result<(), ShardError> {
     let span = info_span!("ringraft", node = ctx.node_id, shard = ctx.index);
@@ -85,6 +86,7 @@ async fn shard_body(mut ctx: ShardContext) -> Result<(), ShardError> {
         }
         None => None,
     };
+    let group_tasks = failing(&ctx, start_groups(&ctx, &stop).await)?;
     let sampler = metrics::sample_shard(ctx.metrics.clone(), ctx.index, stop.clone());
     glommio::spawn_local(sampler.in_current_span()).detach();
     if let (true, Some(spec)) = (raft_task.is_some(), ctx.load.clone()) {
@@ -104,6 +106,14 @@ async fn shard_body(mut ctx: ShardContext) -> Result<(), ShardError> {
         connections
             .drain(Duration::from_millis(c::SHUTDOWN_DRAIN_MS))
             .await;
+    }
+    for task in group_tasks {
+        let (group_result, log) = task.await;
+        result = result.and(group_result);
+        if let Err(e) = log.close().await {
+            error!(target: LOG_TARGET, error = %e, dir = %log.dir().display(), "closing a group's log failed");
+            result = result.and(Err(ShardError::CloseLog(e)));
+        }
     }
     if let Some(task) = raft_task {
         let (raft_result, log) = task.await;
@@ -263,6 +273,76 @@ async fn start_raft(
     Ok(task)
 }
 
+/// Starts the groups homed on this shard (`node::groups`), each over its own log.
+async fn start_groups(ctx: &ShardContext, stop: &StopSignal) -> Result<Vec<RaftTask>, ShardError> {
+    let mut tasks = Vec::new();
+    for hosted in ctx.groups.homed_on(ctx.index) {
+        let start = ctx
+            .group_starts
+            .lock()
+            .ok()
+            .and_then(|mut s| s.remove(&hosted.key));
+        let Some((setup, inputs)) = start else {
+            continue;
+        };
+        let task = start_group(ctx, hosted, setup, inputs, stop).await?;
+        tasks.push(task);
+    }
+    Ok(tasks)
+}
+
+/// One group: its directory made on first use, its log opened and recovered, its executor
+/// built and run until the shard stops.
+async fn start_group(
+    ctx: &ShardContext,
+    hosted: &super::groups::Hosted,
+    setup: raft_shard::RaftSetup,
+    inputs: super::RaftInputs,
+    stop: &StopSignal,
+) -> Result<RaftTask, ShardError> {
+    let key = &hosted.key;
+    let base = ctx.partition_dir.parent().unwrap_or(&ctx.partition_dir);
+    let dir = base.join(key.dir_name());
+    crate::log::layout::create_group_dir(&dir, key.topic_id()).map_err(|source| {
+        ShardError::GroupDir {
+            dir: dir.clone(),
+            source,
+        }
+    })?;
+    let (log, quorum) = open_log_at(ctx, &dir, key).await?;
+    let log = Rc::new(log);
+    // A state of its own: a group's kraft.version is not the node's (ApiVersions says group 0's).
+    let state = crate::net::dispatch::ServerState::default();
+    let mut executor =
+        raft_shard::build(setup, log.clone(), &quorum, hosted.raft.sender(), state).await?;
+    executor.set_group(key.clone());
+    executor.transport_mut().set_group(key.clone());
+    executor.set_snapshot_policy(ctx.snapshot_policy);
+    executor.set_append_linger_ms(ctx.append_linger_ms);
+    // No state machine here: take the leader's snapshots so that retention bounds the log.
+    executor
+        .raft()
+        .borrow_mut()
+        .set_adopting(ctx.snapshot_policy.adopt);
+    let (handle, watch) = (hosted.raft.clone(), stop.clone());
+    glommio::spawn_local(async move {
+        watch.wait().await;
+        handle.stop();
+    })
+    .detach();
+    let flag = ctx.stop_flag.clone();
+    let span = info_span!("group", group = %key);
+    let run = async move {
+        let result = raft_shard::run(executor, inputs).await;
+        if result.is_err() {
+            // A fatal error of any group stops the node, as group 0's does.
+            flag.store(true, Ordering::SeqCst);
+        }
+        (result.map_err(ShardError::Raft), log)
+    };
+    Ok(glommio::spawn_local(run.instrument(span)))
+}
+
 /// The connections this shard serves, if it accepts or fetches: each request goes where
 /// `route::NodeService` sends it.
 fn connections(
@@ -282,6 +362,7 @@ fn connections(
         snapshot: serving.filter(|_| ctx.roles.contains(&Role::Snapshot)),
         remote_snapshot,
         log_append_enable: ctx.log_append_enable,
+        groups: ctx.groups.clone(),
     };
     let connections = server::Connections::with_metrics(
         service,
@@ -399,7 +480,15 @@ fn spawn_in(
 async fn open_log(
     ctx: &ShardContext,
 ) -> Result<(crate::log::MetadataLog, crate::log::QuorumStateData), ShardError> {
-    let dir = &ctx.partition_dir;
+    open_log_at(ctx, &ctx.partition_dir, GroupKey::metadata()).await
+}
+
+/// Opens and recovers `group`'s log in `dir`, with its stored election state.
+async fn open_log_at(
+    ctx: &ShardContext,
+    dir: &std::path::Path,
+    group: &GroupKey,
+) -> Result<(crate::log::MetadataLog, crate::log::QuorumStateData), ShardError> {
     let (log, report) = crate::log::MetadataLog::open(dir, ctx.log_config)
         .await
         .map_err(ShardError::OpenLog)?;
@@ -425,6 +514,7 @@ async fn open_log(
     crate::log::QuorumStateData::check_against_log(quorum.as_ref(), dir, history_epoch)?;
     let quorum = quorum.unwrap_or_default();
     info!(target: LOG_TARGET,
+        %group,
         start = log.start_offset(),
         end = log.end_offset(),
         last_epoch = log.last_epoch(),

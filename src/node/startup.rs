@@ -60,6 +60,7 @@ pub(crate) fn start(
         admin,
     } = listen::bind(&config)?;
     let setup = raft_setup(&config, &identity.meta)?;
+    let (groups, group_starts) = super::groups::plan(&config, &tuning, &setup)?;
     let mut listeners: Vec<_> = bound.iter().map(|(_, l)| l.clone()).collect();
     listeners.extend(admin.clone());
     let beat = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -73,6 +74,7 @@ pub(crate) fn start(
         metrics: Arc::new(metrics::Metrics::new()),
         admin,
         watchdog: watchdog.map(|i| (i, beat)),
+        groups: (Arc::new(groups), group_starts),
     };
     let (raft, inputs) = RaftHandle::channel();
     let shards = spawn_shards(
@@ -287,6 +289,7 @@ fn spawn_shards(
         metrics,
         admin,
         watchdog,
+        groups: (groups, group_starts),
     } = parts;
     let n = tuning.shards.len();
     let (started_tx, started_rx) = mpsc::channel();
@@ -334,11 +337,16 @@ fn spawn_shards(
         watchdog,
         generation: crate::fetch::Generation::default(),
         wires: Arc::new(Mutex::new(Wires::new(tuning))),
+        groups,
+        group_starts,
     };
     if tuning.spin_before_park_us > 0 && crate::config::tuning::online_cpus().len() <= 2 {
         warn!(target: LOG_TARGET, "spin_before_park_us > 0 on a machine with 2 or fewer CPUs hurts latency");
     }
     log_group_home(tuning, GroupKey::metadata(), &base.metrics);
+    for hosted in base.groups.iter() {
+        log_group_home(tuning, &hosted.key, &base.metrics);
+    }
     let mut handles = Vec::with_capacity(n);
     for (index, plan) in tuning.shards.iter().enumerate() {
         let ctx = ShardContext {

@@ -13,6 +13,7 @@ use bytes::Bytes;
 use ringraft::net::raft_rpc;
 use ringraft::protocol::apis;
 use ringraft::protocol::codec::Reader;
+use ringraft::protocol::group::GroupKey;
 use ringraft::protocol::header::{decode_response_header, RequestHeader};
 use ringraft::protocol::request::encode_request_frame;
 use ringraft::raft::message::FetchRequest;
@@ -241,6 +242,11 @@ pub fn probe(port: u16) -> Option<Probe> {
 /// `probe` of a node listening on `addr` (any address, e.g. inside a network namespace),
 /// waiting at most `timeout` to connect and again for the answer.
 pub fn probe_at(addr: SocketAddr, timeout: Duration) -> Option<Probe> {
+    probe_group_at(GroupKey::metadata(), addr, timeout)
+}
+
+/// `probe_at` of `group`'s partition.
+pub fn probe_group_at(group: &GroupKey, addr: SocketAddr, timeout: Duration) -> Option<Probe> {
     let request = Request::Fetch(FetchRequest {
         cluster_id: None,
         replica: ReplicaKey::new(-1, None),
@@ -251,7 +257,7 @@ pub fn probe_at(addr: SocketAddr, timeout: Duration) -> Option<Probe> {
         max_bytes: 1,
         high_watermark: None,
     });
-    match exchange_at(addr, &request, timeout)? {
+    match exchange_group_at(group, addr, &request, timeout)? {
         Response::Fetch(f) => Some(Probe {
             leader: f.leader_id,
             epoch: f.leader_epoch,
@@ -271,6 +277,16 @@ pub fn exchange(port: u16, request: &Request) -> Option<Response> {
 
 /// `exchange` with a node on `addr`, waiting at most `timeout` to connect and for the answer.
 pub fn exchange_at(addr: SocketAddr, request: &Request, timeout: Duration) -> Option<Response> {
+    exchange_group_at(GroupKey::metadata(), addr, request, timeout)
+}
+
+/// `exchange_at` for `group`'s partition.
+pub fn exchange_group_at(
+    group: &GroupKey,
+    addr: SocketAddr,
+    request: &Request,
+    timeout: Duration,
+) -> Option<Response> {
     let mut stream = TcpStream::connect_timeout(&addr, timeout).ok()?;
     stream.set_read_timeout(Some(timeout)).ok()?;
     let key = raft_rpc::api_key(request);
@@ -283,12 +299,7 @@ pub fn exchange_at(addr: SocketAddr, request: &Request, timeout: Duration) -> Op
         client_id: Some("probe".into()),
     };
     let frame = encode_request_frame(&header, spec, |w| {
-        raft_rpc::encode_request(
-            ringraft::protocol::group::GroupKey::metadata(),
-            request,
-            version,
-            w,
-        )
+        raft_rpc::encode_request(group, request, version, w)
     });
     // Not `send_frame`: a node being stopped may reset the connection, which is "no answer".
     std::io::Write::write_all(&mut stream, &frame).ok()?;
@@ -296,13 +307,7 @@ pub fn exchange_at(addr: SocketAddr, request: &Request, timeout: Duration) -> Op
     let mut r = Reader::new(&body);
     decode_response_header(&mut r, spec.response_header_version(version)).ok()?;
     let rest = body.slice(r.position()..);
-    raft_rpc::decode_response(
-        ringraft::protocol::group::GroupKey::metadata(),
-        key,
-        version,
-        &rest,
-    )
-    .ok()
+    raft_rpc::decode_response(group, key, version, &rest).ok()
 }
 
 /// One size-prefixed answer, within the stream's read timeout.

@@ -210,6 +210,8 @@ pub struct Executor<S: Storage + 'static, T: Transport, C: Clock> {
     flush_began: Option<std::time::Instant>,
     /// Requests to peers in flight, other than long-polling Fetches (peer round trips).
     sent: HashMap<RequestId, std::time::Instant>,
+    /// The group this executor runs (`__cluster_metadata-0` unless told).
+    group: crate::protocol::group::GroupKey,
 }
 
 impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
@@ -258,6 +260,7 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
             linger: linger::Linger::default(),
             flush_began: None,
             sent: HashMap::new(),
+            group: crate::protocol::group::GroupKey::metadata().clone(),
         };
         executor.publish_features();
         executor
@@ -278,6 +281,11 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
     /// until then: a single voter leads, and appends, as it is built).
     pub fn set_publisher(&mut self, publish: Box<dyn Publish>) {
         self.publish = Some(publish);
+    }
+
+    /// Runs `group` (DescribeQuorum answers name it).
+    pub fn set_group(&mut self, group: crate::protocol::group::GroupKey) {
+        self.group = group;
     }
 
     /// What the executor measures, for `/metrics` and the health checks.
@@ -538,7 +546,13 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
             Call::Admin(admin) => {
                 let now = self.now();
                 let mut raft = self.raft.borrow_mut();
-                let answer = crate::node::admin::answer(&mut raft, &admin, &self.cluster_id, now);
+                let answer = crate::node::admin::answer(
+                    &mut raft,
+                    &self.group,
+                    &admin,
+                    &self.cluster_id,
+                    now,
+                );
                 let _ = reply.send(answer);
             }
             Call::Raft(request) => {

@@ -1,0 +1,135 @@
+//! `ringraft.groups`: the Raft groups a node hosts besides `__cluster_metadata-0`
+//! (docs/groups.md). The value is a `;`-separated list of `<topic>:<partitions>@<voter ids>`,
+//! for example `orders:8@1,2,3;kv:64@2,3,4`: topic `orders` has partitions 0 to 7, each a
+//! group whose voters are nodes 1, 2 and 3. A node hosts the groups it is a voter of. Voters
+//! are node ids of `controller.quorum.voters`, which gives their addresses.
+
+use crate::constants as c;
+use crate::protocol::group::GroupKey;
+
+/// One declared topic: its partitions are groups with the same voters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupDecl {
+    pub topic: String,
+    pub partitions: i32,
+    pub voters: Vec<i32>,
+}
+
+impl GroupDecl {
+    /// Its groups, partition 0 first.
+    pub fn groups(&self) -> impl Iterator<Item = GroupKey> + '_ {
+        (0..self.partitions).filter_map(|p| GroupKey::new(&self.topic, p).ok())
+    }
+}
+
+/// Parses the key's value; `Err` says what is wrong with which entry.
+pub fn parse(value: &str) -> Result<Vec<GroupDecl>, String> {
+    let mut decls: Vec<GroupDecl> = Vec::new();
+    let mut total = 0usize;
+    for entry in value.split(';').map(str::trim).filter(|e| !e.is_empty()) {
+        let decl = parse_entry(entry).map_err(|why| format!("{entry:?}: {why}"))?;
+        if decls.iter().any(|d| d.topic == decl.topic) {
+            return Err(format!("topic {} is declared twice", decl.topic));
+        }
+        total += decl.partitions as usize;
+        if total > c::GROUPS_PER_NODE_MAX {
+            return Err(format!(
+                "more than {} groups in all; ringraft hosts at most that many per node",
+                c::GROUPS_PER_NODE_MAX
+            ));
+        }
+        decls.push(decl);
+    }
+    Ok(decls)
+}
+
+fn parse_entry(entry: &str) -> Result<GroupDecl, String> {
+    let shape = "expected <topic>:<partitions>@<voter id>,<voter id>,…";
+    let (topic, rest) = entry.split_once(':').ok_or(shape)?;
+    let (partitions, voters) = rest.split_once('@').ok_or(shape)?;
+    let topic = topic.trim();
+    if topic == crate::protocol::METADATA_TOPIC_NAME {
+        return Err(format!(
+            "{topic} is group 0, whose voters are controller.quorum.voters"
+        ));
+    }
+    GroupKey::new(topic, 0).map_err(|e| e.to_string())?;
+    let partitions: i32 = partitions
+        .trim()
+        .parse()
+        .map_err(|_| format!("partitions {:?} is not a number", partitions.trim()))?;
+    if !(1..=c::GROUPS_PER_NODE_MAX as i32).contains(&partitions) {
+        return Err(format!(
+            "partitions must be 1 to {}",
+            c::GROUPS_PER_NODE_MAX
+        ));
+    }
+    let mut ids = Vec::new();
+    for id in voters.split(',').map(str::trim) {
+        let id: i32 = id
+            .parse()
+            .map_err(|_| format!("voter {id:?} is not a node id"))?;
+        if id < 0 {
+            return Err(format!("voter {id} is negative"));
+        }
+        if ids.contains(&id) {
+            return Err(format!("voter {id} appears twice"));
+        }
+        ids.push(id);
+    }
+    Ok(GroupDecl {
+        topic: topic.to_string(),
+        partitions,
+        voters: ids,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn declarations_parse_into_groups() {
+        let decls = parse(" orders:2@1,2,3 ; kv:1@3 ;").unwrap();
+        assert_eq!(
+            decls,
+            [
+                GroupDecl {
+                    topic: "orders".into(),
+                    partitions: 2,
+                    voters: vec![1, 2, 3]
+                },
+                GroupDecl {
+                    topic: "kv".into(),
+                    partitions: 1,
+                    voters: vec![3]
+                }
+            ]
+        );
+        let names: Vec<String> = decls[0].groups().map(|g| g.to_string()).collect();
+        assert_eq!(names, ["orders-0", "orders-1"]);
+        assert_eq!(parse("").unwrap(), []);
+    }
+
+    #[test]
+    fn bad_declarations_say_why() {
+        for (value, says) in [
+            ("orders", "expected <topic>"),
+            ("orders:2", "expected <topic>"),
+            ("orders:x@1", "not a number"),
+            ("orders:0@1", "partitions must be 1 to"),
+            ("orders:99999@1", "partitions must be 1 to"),
+            ("orders:1@", "not a node id"),
+            ("orders:1@1,1", "appears twice"),
+            ("orders:1@-2", "negative"),
+            ("a/b:1@1", "only ASCII letters"),
+            ("__cluster_metadata:1@1", "is group 0"),
+            ("__consumer_offsets:1@1", "internal topics"),
+            ("o:1@1;o:2@1", "declared twice"),
+            ("a:4000@1;b:97@1", "more than 4096 groups"),
+        ] {
+            let err = parse(value).unwrap_err();
+            assert!(err.contains(says), "{value}: {err}");
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! The Raft groups a node hosts besides `__cluster_metadata-0` (`ringraft.groups`;
+//! docs/groups.md): the table every shard routes by, and each group's start on its home shard.
+//!
+//! A group runs its own executor on its home shard, over its own log in
+//! `<metadata.log.dir>/<topic>-<partition>` and with its own peer connections. Its Fetches are
+//! answered by its executor; the fetch and snapshot roles serve group 0 only. A request that
+//! lands on another shard reaches the group through its `RaftHandle`, a channel: the one hop.
+//! Every group of this step has a static voter set, taken from `controller.quorum.voters`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use uuid::Uuid;
+
+use super::handle::RaftHandle;
+use super::raft_shard::RaftSetup;
+use super::{NodeError, RaftInputs};
+use crate::config::{ServerConfig, Tuning};
+use crate::membership::VoterSet;
+use crate::protocol::group::{group_topic_id, GroupKey, WirePartition, WireTopic};
+use crate::protocol::{METADATA_TOPIC_ID, METADATA_TOPIC_NAME};
+
+/// A hosted group: its key, the door to its executor and its home shard.
+pub struct Hosted {
+    pub key: GroupKey,
+    pub raft: RaftHandle,
+    pub home: usize,
+}
+
+/// The groups this node hosts besides group 0, by topic id and partition.
+#[derive(Default)]
+pub struct GroupTable {
+    groups: HashMap<(Uuid, i32), Hosted>,
+}
+
+impl GroupTable {
+    /// The hosted group a request names, if any (never group 0).
+    pub fn find(&self, at: &WirePartition) -> Option<&Hosted> {
+        let id = match &at.topic {
+            WireTopic::Id(id) => *id,
+            WireTopic::Name(name) if name == METADATA_TOPIC_NAME => METADATA_TOPIC_ID,
+            WireTopic::Name(name) => group_topic_id(name),
+        };
+        self.groups
+            .get(&(id, at.partition))
+            .filter(|hosted| hosted.key.is(at))
+    }
+
+    /// The hosted group named `topic` partition `partition`, if any.
+    pub fn get(&self, topic: &str, partition: i32) -> Option<&Hosted> {
+        self.find(&WirePartition {
+            topic: WireTopic::Name(topic.to_string()),
+            partition,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.groups.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Hosted> {
+        self.groups.values()
+    }
+
+    /// The groups homed on `shard`.
+    pub fn homed_on(&self, shard: usize) -> impl Iterator<Item = &Hosted> {
+        self.groups.values().filter(move |h| h.home == shard)
+    }
+}
+
+/// What a group's home shard takes at start: its setup and its executor's inputs.
+pub type GroupStarts = Arc<Mutex<HashMap<GroupKey, (RaftSetup, RaftInputs)>>>;
+
+/// The table of the groups `config` declares with this node among their voters, homed by
+/// `tuning`, and what each home shard needs to start them. `group0` is group 0's setup: a
+/// group's differs only in its voters and where it looks for its leader.
+pub fn plan(
+    config: &ServerConfig,
+    tuning: &Tuning,
+    group0: &RaftSetup,
+) -> Result<(GroupTable, GroupStarts), NodeError> {
+    let mut table = GroupTable::default();
+    let mut starts = HashMap::new();
+    for decl in &config.groups {
+        if !decl.voters.contains(&config.node_id) {
+            continue;
+        }
+        let voters: Vec<_> = group0
+            .static_voters
+            .voters()
+            .iter()
+            .filter(|v| decl.voters.contains(&v.key.id))
+            .cloned()
+            .collect();
+        let mut setup = group0.clone();
+        setup.config.bootstrap = voters.iter().flat_map(|v| v.endpoints.clone()).collect();
+        setup.config.static_voters = true;
+        setup.config.auto_join = false;
+        setup.static_voters = VoterSet::new(voters).map_err(NodeError::Voters)?;
+        for key in decl.groups() {
+            // Each group's election jitter is its own.
+            let mut setup = setup.clone();
+            let (high, low) = key.topic_id().as_u64_pair();
+            setup.config.seed ^= high ^ low.rotate_left(17) ^ key.partition() as u64;
+            let (raft, inputs) = RaftHandle::channel();
+            let home = tuning.home_shard(&key);
+            starts.insert(key.clone(), (setup, inputs));
+            let at = (key.topic_id(), key.partition());
+            table.groups.insert(at, Hosted { key, raft, home });
+        }
+    }
+    Ok((table, Arc::new(Mutex::new(starts))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_finds_groups_by_name_or_id_and_never_group_0() {
+        let mut table = GroupTable::default();
+        let key = GroupKey::new("orders", 1).unwrap();
+        let (raft, _inputs) = RaftHandle::channel();
+        let at = (key.topic_id(), key.partition());
+        table.groups.insert(
+            at,
+            Hosted {
+                key: key.clone(),
+                raft,
+                home: 1,
+            },
+        );
+        assert_eq!(table.get("orders", 1).map(|h| h.home), Some(1));
+        assert!(table.get("orders", 0).is_none());
+        assert!(table.get("orders2", 1).is_none());
+        let by_id = WirePartition {
+            topic: WireTopic::Id(key.topic_id()),
+            partition: 1,
+        };
+        assert!(table.find(&by_id).is_some());
+        assert!(table.get(METADATA_TOPIC_NAME, 0).is_none());
+        assert_eq!(table.homed_on(1).count(), 1);
+        assert_eq!(table.homed_on(0).count(), 0);
+    }
+}

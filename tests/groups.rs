@@ -1,0 +1,121 @@
+//! Raft groups besides `__cluster_metadata-0` (issue 25, docs/groups.md), on three real nodes:
+//! declared with `ringraft.groups`, each hosted by its voters only, homed on a raft shard, in
+//! its own directory in Kafka's layout, electing and replicating on its own, and recovered
+//! from disk after a restart. Requests name their group; a group the node does not host is
+//! refused as Kafka refuses a partition it does not have.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::quorum::{majority_leader, probe_group_at, Cluster, Probe};
+use common::{run, SIGTERM};
+use ringraft::protocol::group::GroupKey;
+
+fn probe(c: &Cluster, id: i32, group: &GroupKey) -> Option<Probe> {
+    c.nodes[id as usize - 1].as_ref()?;
+    let addr = SocketAddr::from(([127, 0, 0, 1], c.ports[id as usize - 1]));
+    probe_group_at(group, addr, Duration::from_secs(5))
+}
+
+/// The group's leader as a majority reports it, with a high watermark past `at_least`.
+fn led(c: &Cluster, group: &GroupKey, at_least: i64) -> Option<(i32, Probe)> {
+    majority_leader(|id| probe(c, id, group)).filter(|(_, p)| p.high_watermark > at_least)
+}
+
+#[test]
+fn declared_groups_elect_replicate_and_recover_on_their_own() {
+    let mut c = Cluster::new("groups");
+    for id in 1..=3 {
+        let path = c.node_dir(id).join("server.properties");
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str("ringraft.groups=orders:2@1,2,3;solo:1@1\n");
+        std::fs::write(&path, text).unwrap();
+    }
+    for id in 1..=3 {
+        c.start(id);
+    }
+    let orders: Vec<GroupKey> = (0..2)
+        .map(|p| GroupKey::new("orders", p).unwrap())
+        .collect();
+    let mut marks = Vec::new();
+    for group in &orders {
+        let (leader, p) = c
+            .wait_for(Duration::from_secs(20), |c| led(c, group, 0))
+            .unwrap_or_else(|| panic!("{group}: no leader within 20 s:\n{}", c.elections()));
+        // Every voter of the group follows the same leader and epoch.
+        for id in 1..=3 {
+            let seen = c.wait_for(Duration::from_secs(10), |c| {
+                probe(c, id, group).filter(|q| q.leader == leader && q.epoch == p.epoch)
+            });
+            assert!(
+                seen.is_some(),
+                "{group}: node {id} does not follow {leader}"
+            );
+        }
+        marks.push(p.high_watermark);
+    }
+    // Group 0 still elects and commits beside them.
+    c.wait_for(Duration::from_secs(20), Cluster::leader)
+        .expect("__cluster_metadata-0 has a leader");
+
+    // `solo` has one voter, node 1: it leads there alone, and the other nodes do not host it.
+    let solo = GroupKey::new("solo", 0).unwrap();
+    let p = c
+        .wait_for(Duration::from_secs(10), |c| {
+            probe(c, 1, &solo).filter(|p| p.leader == 1 && p.high_watermark > 0)
+        })
+        .expect("solo-0 led by node 1");
+    assert!(p.epoch >= 1);
+    for id in [2, 3] {
+        let p = probe(&c, id, &solo).expect("an answer");
+        assert_eq!(p.leader, -1, "node {id} does not host solo-0");
+        assert!(!c.node_dir(id).join("data/solo-0").exists());
+    }
+    let unknown = GroupKey::new("orders", 2).unwrap();
+    assert_eq!(probe(&c, 1, &unknown).expect("an answer").leader, -1);
+
+    // Each group's directory is in Kafka's layout: its own partition.metadata, quorum-state and
+    // a log `debug read-log` reads.
+    for id in 1..=3 {
+        let dir = c.node_dir(id).join("data/orders-1");
+        let metadata = std::fs::read_to_string(dir.join("partition.metadata")).unwrap();
+        let topic_id = ringraft::ids::uuid_to_kafka_string(&orders[1].topic_id());
+        assert!(metadata.contains(&topic_id), "{metadata}");
+        assert!(dir.join("quorum-state").exists());
+        let out = run(
+            &["debug", "read-log", "--dir", dir.to_str().unwrap()],
+            c.dir.path(),
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}");
+        assert!(text.lines().any(|l| l.starts_with("batch ")), "{text}");
+    }
+
+    // A restarted node reopens its groups from disk and follows again; nothing committed is
+    // lost (the high watermark never goes back).
+    let node = c.nodes[0].as_mut().unwrap();
+    node.signal(SIGTERM);
+    assert_eq!(node.wait_exit(Duration::from_secs(15)), Some(0));
+    c.nodes[0] = None;
+    c.start(1);
+    for (group, mark) in orders.iter().zip(&marks) {
+        let back = c.wait_for(Duration::from_secs(20), |c| {
+            let (leader, p) = led(c, group, *mark - 1)?;
+            probe(c, 1, group).filter(|q| q.leader == leader && q.epoch == p.epoch)
+        });
+        assert!(
+            back.is_some(),
+            "{group}: node 1 does not follow again:\n{}",
+            c.elections()
+        );
+    }
+    let log = c.nodes[0].as_ref().unwrap().log_text();
+    for group in ["orders-0", "orders-1", "solo-0"] {
+        assert!(
+            log.contains(&format!("group homed group={group}")),
+            "no home logged for {group}"
+        );
+    }
+}
