@@ -76,6 +76,66 @@ fn declared_groups_elect_replicate_and_recover_on_their_own() {
     let unknown = GroupKey::new("orders", 2).unwrap();
     assert_eq!(probe(&c, 1, &unknown).expect("an answer").leader, -1);
 
+    // Records go to a group with `ringraft log append --topic --partition`, committed there
+    // (group 0 still refuses them: ringraft.log.append.enable is not set).
+    let controllers = c
+        .ports
+        .iter()
+        .map(|p| format!("127.0.0.1:{p}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let append = |topic: &str, values: &[&str]| {
+        let mut args = vec!["log", "append", "--bootstrap-controller", &controllers];
+        args.extend(["--topic", topic, "--partition", "1"]);
+        args.extend(values);
+        run(&args, c.dir.path())
+    };
+    let out = append("orders", &["a", "b", "c"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let offsets: Vec<i64> = text
+        .lines()
+        .map(|l| l.split(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(offsets.len(), 3, "{text}");
+    assert_eq!(offsets[2], offsets[0] + 2, "{text}");
+    let refused = run(
+        &["log", "append", "--bootstrap-controller", &controllers, "x"],
+        c.dir.path(),
+    );
+    assert!(!refused.status.success());
+    let status = run(
+        &[
+            "quorum",
+            "describe",
+            "--status",
+            "--bootstrap-controller",
+            &controllers,
+            "--topic",
+            "orders",
+            "--partition",
+            "1",
+        ],
+        c.dir.path(),
+    );
+    let text = String::from_utf8_lossy(&status.stdout).to_string();
+    assert!(
+        status.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let hw: i64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("HighWatermark:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no HighWatermark in:\n{text}"));
+    assert!(hw > offsets[2], "{text}");
+    assert!(text.contains("CurrentVoters:"), "{text}");
+
     // Each group's directory is in Kafka's layout: its own partition.metadata, quorum-state and
     // a log `debug read-log` reads.
     for id in 1..=3 {

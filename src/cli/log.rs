@@ -20,6 +20,7 @@ use clap::{Args, Subcommand};
 use super::CliError;
 use crate::net::peer::{PeerConnection, PeerError};
 use crate::protocol::apis::ApiKey;
+use crate::protocol::group::GroupKey;
 use crate::protocol::produce::{self, ProducePartition, ProduceRequest, ProduceTopic};
 use crate::protocol::{ErrorCode, Reader, Writer, METADATA_TOPIC_NAME};
 use crate::raft::message::{FetchRequest, FetchResponse, Records};
@@ -63,6 +64,12 @@ pub struct AppendArgs {
     /// 127.0.0.1:9093.
     #[arg(long = "bootstrap-controller")]
     pub bootstrap_controller: Option<String>,
+    /// The group to write to: its topic (with --partition). Default: __cluster_metadata.
+    #[arg(long = "topic", default_value = METADATA_TOPIC_NAME)]
+    pub topic: String,
+    /// The group's partition.
+    #[arg(long = "partition", default_value_t = 0)]
+    pub partition: i32,
     /// The values; none (or `-`): one record per line of stdin.
     pub values: Vec<String>,
 }
@@ -92,9 +99,11 @@ pub fn run(command: LogCommand) -> Result<(), CliError> {
         .map_err(|e| CliError::new(format!("cannot start glommio: {e}")))?;
     match command {
         LogCommand::Append(args) => {
+            let group = GroupKey::new(&args.topic, args.partition)
+                .map_err(|e| CliError::new(format!("--topic/--partition: {e}")))?;
             let controllers = Controllers::new(args.bootstrap_controller.as_deref())?;
             let source = Source::new(args.values);
-            executor.run(append(controllers, source))
+            executor.run(append(controllers, source, group))
         }
         LogCommand::Tail(args) => {
             if args.from.is_some_and(|f| f < 0) {
@@ -247,7 +256,11 @@ enum Outcome {
     NotWritten(String),
 }
 
-async fn append(mut controllers: Controllers, mut source: Source) -> Result<(), CliError> {
+async fn append(
+    mut controllers: Controllers,
+    mut source: Source,
+    group: GroupKey,
+) -> Result<(), CliError> {
     let mut conn: Option<PeerConnection> = None;
     let (mut unknown, mut not_written) = (0usize, 0usize);
     loop {
@@ -255,7 +268,7 @@ async fn append(mut controllers: Controllers, mut source: Source) -> Result<(), 
         if values.is_empty() {
             break;
         }
-        let outcome = append_batch(&mut controllers, &mut conn, &values).await?;
+        let outcome = append_batch(&mut controllers, &mut conn, &group, &values).await?;
         let mut out = std::io::stdout().lock();
         match outcome {
             Outcome::Committed(base) => {
@@ -289,7 +302,7 @@ async fn append(mut controllers: Controllers, mut source: Source) -> Result<(), 
     Ok(())
 }
 
-fn produce_body(values: &[String]) -> Vec<u8> {
+fn produce_body(group: &GroupKey, values: &[String]) -> Vec<u8> {
     let mut builder = BatchBuilder::new(0, 0, crate::types::unix_millis(), false);
     for v in values {
         builder.append(None, Some(v.as_bytes()));
@@ -299,9 +312,9 @@ fn produce_body(values: &[String]) -> Vec<u8> {
         acks: -1,
         timeout_ms: PRODUCE_TIMEOUT.as_millis() as i32,
         topics: vec![ProduceTopic {
-            name: METADATA_TOPIC_NAME.into(),
+            name: group.topic().into(),
             partitions: vec![ProducePartition {
-                index: 0,
+                index: group.partition(),
                 records: Some(Bytes::from(builder.finish())),
             }],
         }],
@@ -316,9 +329,10 @@ fn produce_body(values: &[String]) -> Vec<u8> {
 async fn append_batch(
     controllers: &mut Controllers,
     conn: &mut Option<PeerConnection>,
+    group: &GroupKey,
     values: &[String],
 ) -> Result<Outcome, CliError> {
-    let body = produce_body(values);
+    let body = produce_body(group, values);
     let deadline = Instant::now() + LEADER_SEARCH;
     let mut last = String::from("no leader answered");
     let mut silent_since: Option<Instant> = None;
@@ -358,10 +372,10 @@ async fn append_batch(
         let partition = response
             .topics
             .iter()
-            .filter(|t| t.name == METADATA_TOPIC_NAME)
+            .filter(|t| t.name == group.topic())
             .flat_map(|t| &t.partitions)
-            .find(|p| p.index == 0)
-            .ok_or_else(|| CliError::new("the Produce answer names no __cluster_metadata-0"))?;
+            .find(|p| p.index == group.partition())
+            .ok_or_else(|| CliError::new(format!("the Produce answer names no {group}")))?;
         let message = partition.error_message.as_deref().unwrap_or("");
         match partition.error_code {
             ErrorCode::NONE => return Ok(Outcome::Committed(partition.base_offset)),

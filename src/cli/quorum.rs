@@ -30,6 +30,7 @@ use crate::protocol::describe_cluster::{self as dc, DescribeClusterResponse};
 use crate::protocol::describe_quorum::{
     self as dq, DescribeQuorumResponse, Node, PartitionData, ReplicaState,
 };
+use crate::protocol::group::GroupKey;
 use crate::protocol::{apis, ApiKey, ErrorCode, Reader, Writer, METADATA_TOPIC_NAME};
 
 /// `client_id` in every request header (Kafka's admin client sends `adminclient-<n>`).
@@ -124,6 +125,14 @@ pub struct DescribeArgs {
     /// keys (PEM stores) reaches controllers whose listener is SSL.
     #[arg(long = "command-config", value_name = "FILE")]
     pub command_config: Option<std::path::PathBuf>,
+    /// The group to describe: its topic (with --partition). Default: __cluster_metadata.
+    /// Another group is described by whichever --bootstrap-controller leads it, so list its
+    /// voters there.
+    #[arg(long = "topic", default_value = METADATA_TOPIC_NAME)]
+    pub topic: String,
+    /// The group's partition.
+    #[arg(long = "partition", default_value_t = 0)]
+    pub partition: i32,
 }
 
 /// What `describe` prints.
@@ -167,7 +176,9 @@ pub fn run(command: QuorumCommand) -> Result<(), CliError> {
             let mode = args.mode().map_err(CliError::new)?;
             let bootstrap = bootstrap(args.bootstrap_controller.as_deref())?;
             let dial = Dialer::from_command_config(args.command_config.as_deref())?;
-            on_glommio(describe(dial, bootstrap, mode))?
+            let group = crate::protocol::group::GroupKey::new(&args.topic, args.partition)
+                .map_err(|e| CliError::new(format!("--topic/--partition: {e}")))?;
+            on_glommio(describe(dial, bootstrap, mode, group))?
         }
         QuorumCommand::AddController(args) => {
             let bootstrap = bootstrap(args.bootstrap_controller.as_deref())?;
@@ -576,19 +587,62 @@ async fn describe(
     dial: Dialer,
     bootstrap: Vec<(String, SocketAddr)>,
     mode: DescribeMode,
+    group: GroupKey,
 ) -> Result<String, String> {
-    let mut leader = active_connection(&dial, &bootstrap).await?;
+    let (mut leader, quorum) = if group.is_metadata() {
+        let mut leader = active_connection(&dial, &bootstrap).await?;
+        let quorum = describe_quorum(&mut leader).await?;
+        (leader, quorum)
+    } else {
+        group_leader(&dial, &bootstrap, &group).await?
+    };
     match mode {
         DescribeMode::Status => {
             let cluster = describe_cluster(&mut leader).await?;
-            let quorum = describe_quorum(&mut leader).await?;
-            format_status(&cluster.cluster_id, &quorum)
+            format_status_for(&group, &cluster.cluster_id, &quorum)
         }
         DescribeMode::Replication { human_readable } => {
-            let quorum = describe_quorum(&mut leader).await?;
-            format_replication(&quorum, human_readable.then(now_ms))
+            format_replication_for(&group, &quorum, human_readable.then(now_ms))
         }
     }
+}
+
+/// The first bootstrap controller that leads `group`, and its DescribeQuorum answer. A node
+/// that follows names only the leader's id, not its address: the leader must be among them.
+async fn group_leader(
+    dial: &Dialer,
+    bootstrap: &[(String, SocketAddr)],
+    group: &GroupKey,
+) -> Result<(PeerConnection, DescribeQuorumResponse), String> {
+    let mut tried = Vec::new();
+    for one in bootstrap {
+        let mut conn = match dial.connect_any(std::slice::from_ref(one)).await {
+            Ok(conn) => conn,
+            Err(e) => {
+                tried.push(e);
+                continue;
+            }
+        };
+        let answer = describe_quorum_for(&mut conn, group).await?;
+        let error = answer
+            .topics
+            .first()
+            .and_then(|t| t.partitions.first())
+            .map(|p| (p.error_code, p.error_message.clone(), p.leader_id));
+        match error {
+            Some((ErrorCode::NONE, ..)) => return Ok((conn, answer)),
+            Some((code, message, leader)) => tried.push(format!(
+                "{}: {} (leader {leader})",
+                one.1,
+                error_text(code, message.as_deref())
+            )),
+            None => tried.push(format!("{}: no partition in the answer", one.1)),
+        }
+    }
+    Err(format!(
+        "no bootstrap controller leads {group}: {}",
+        tried.join("; ")
+    ))
 }
 
 fn now_ms() -> i64 {
@@ -720,11 +774,21 @@ async fn describe_cluster(conn: &mut PeerConnection) -> Result<DescribeClusterRe
 
 /// DescribeQuorum for `__cluster_metadata-0` at the highest common version.
 async fn describe_quorum(conn: &mut PeerConnection) -> Result<DescribeQuorumResponse, String> {
+    describe_quorum_for(conn, GroupKey::metadata()).await
+}
+
+/// DescribeQuorum for `group` at the highest common version.
+async fn describe_quorum_for(
+    conn: &mut PeerConnection,
+    group: &GroupKey,
+) -> Result<DescribeQuorumResponse, String> {
     let peer = conn.peer_addr();
     let request = dq::DescribeQuorumRequest {
         topics: vec![dq::RequestTopicData {
-            topic_name: METADATA_TOPIC_NAME.to_owned(),
-            partitions: vec![dq::RequestPartitionData { partition_index: 0 }],
+            topic_name: group.topic().to_owned(),
+            partitions: vec![dq::RequestPartitionData {
+                partition_index: group.partition(),
+            }],
         }],
     };
     let ours = (*dq::VERSIONS.start(), *dq::VERSIONS.end());
@@ -776,7 +840,8 @@ struct QuorumView<'a> {
 }
 
 impl<'a> QuorumView<'a> {
-    fn new(response: &'a DescribeQuorumResponse) -> Result<Self, String> {
+    /// The answer's one partition, which must be `group`'s.
+    fn new(response: &'a DescribeQuorumResponse, group: &GroupKey) -> Result<Self, String> {
         if response.error_code != ErrorCode::NONE {
             return Err(format!(
                 "DescribeQuorum failed: {}",
@@ -789,21 +854,16 @@ impl<'a> QuorumView<'a> {
                 response.topics.len()
             ));
         };
-        if topic.topic_name != METADATA_TOPIC_NAME {
-            return Err(format!(
-                "DescribeQuorum answered topic {:?} when {METADATA_TOPIC_NAME} was expected",
-                topic.topic_name
-            ));
-        }
         let [partition] = &topic.partitions[..] else {
             return Err(format!(
                 "DescribeQuorum answered {} partitions when 1 was expected",
                 topic.partitions.len()
             ));
         };
-        if partition.partition_index != 0 {
+        if topic.topic_name != group.topic() || partition.partition_index != group.partition() {
             return Err(format!(
-                "DescribeQuorum answered partition {} when 0 was expected",
+                "DescribeQuorum answered {}-{} when {group} was expected",
+                crate::logsafe::Untrusted(topic.topic_name.as_str()),
                 partition.partition_index
             ));
         }
@@ -880,7 +940,16 @@ pub fn format_status(
     cluster_id: &str,
     response: &DescribeQuorumResponse,
 ) -> Result<String, String> {
-    let view = QuorumView::new(response)?;
+    format_status_for(GroupKey::metadata(), cluster_id, response)
+}
+
+/// `format_status` of `group`'s answer.
+pub fn format_status_for(
+    group: &GroupKey,
+    cluster_id: &str,
+    response: &DescribeQuorumResponse,
+) -> Result<String, String> {
+    let view = QuorumView::new(response, group)?;
     let p = view.partition;
     let (leader_at, leader) = view.leader()?;
     // Kafka's `Stream.min`: the first voter with the smallest log end offset.
@@ -932,7 +1001,16 @@ pub fn format_replication(
     response: &DescribeQuorumResponse,
     now_ms: Option<i64>,
 ) -> Result<String, String> {
-    let view = QuorumView::new(response)?;
+    format_replication_for(GroupKey::metadata(), response, now_ms)
+}
+
+/// `format_replication` of `group`'s answer.
+pub fn format_replication_for(
+    group: &GroupKey,
+    response: &DescribeQuorumResponse,
+    now_ms: Option<i64>,
+) -> Result<String, String> {
+    let view = QuorumView::new(response, group)?;
     let p = view.partition;
     let (_, leader) = view.leader()?;
     let timestamp = |ts: i64, desc: &str| -> Result<String, String> {
@@ -1387,6 +1465,8 @@ mod tests {
             human_readable,
             bootstrap_controller: None,
             command_config: None,
+            topic: METADATA_TOPIC_NAME.into(),
+            partition: 0,
         };
         assert_eq!(args(true, false, false).mode(), Ok(DescribeMode::Status));
         assert_eq!(

@@ -14,12 +14,13 @@ use super::route::ReplyTo;
 use crate::constants::BATCH_MAX_BYTES;
 use crate::fetch::shard::Serving;
 use crate::net::frame_out::LocalFrame;
+use crate::protocol::group::GroupKey;
 use crate::protocol::produce::{
     ProduceNodeEndpoint, ProducePartitionResponse, ProduceRequest, ProduceResponse,
     ProduceTopicResponse,
 };
 use crate::protocol::request::encode_response_frame;
-use crate::protocol::{ErrorCode, METADATA_TOPIC_NAME};
+use crate::protocol::ErrorCode;
 use crate::records::batch::{Batch, ATTR_COMPRESSION_MASK, ATTR_TRANSACTIONAL};
 
 /// Why the batch for `__cluster_metadata-0` is not appended.
@@ -46,14 +47,22 @@ pub struct Checked {
     pub last_offset_delta: i64,
 }
 
-fn is_target(topic: &str, partition: i32) -> bool {
-    topic == METADATA_TOPIC_NAME && partition == 0
-}
-
 /// The one batch to append, or why `__cluster_metadata-0` refuses it. Other partitions are
 /// answered UNKNOWN_TOPIC_OR_PARTITION by `answer` whatever this says.
 pub fn check(request: &ProduceRequest, enabled: bool) -> Result<Checked, Refusal> {
-    if !enabled {
+    check_for(GroupKey::metadata(), request, enabled)
+}
+
+/// `check` for the group `target` (a hosted group other than group 0 always takes records:
+/// no Kafka controller replays its log).
+pub fn check_for(
+    target: &GroupKey,
+    request: &ProduceRequest,
+    enabled: bool,
+) -> Result<Checked, Refusal> {
+    let is_target =
+        |topic: &str, partition: i32| topic == target.topic() && partition == target.partition();
+    if !enabled && target.is_metadata() {
         return Err(Refusal::new(
             ErrorCode::POLICY_VIOLATION,
             "this controller takes no records: set ringraft.log.append.enable=true (never \
@@ -72,7 +81,7 @@ pub fn check(request: &ProduceRequest, enabled: bool) -> Result<Checked, Refusal
     if targets.next().is_some() || entries != 1 {
         return Err(Refusal::new(
             ErrorCode::INVALID_REQUEST,
-            "a Produce must name __cluster_metadata-0 once and nothing else",
+            format!("a Produce must name {target} once and nothing else"),
         ));
     }
     if request.transactional_id.is_some() {
@@ -149,7 +158,19 @@ pub fn answer(
     outcome: &ProducePartitionResponse,
     endpoints: Vec<ProduceNodeEndpoint>,
 ) -> ProduceResponse {
+    answer_for(GroupKey::metadata(), request, outcome, endpoints)
+}
+
+/// `answer` for a Produce to the group `target`.
+pub fn answer_for(
+    target: &GroupKey,
+    request: &ProduceRequest,
+    outcome: &ProducePartitionResponse,
+    endpoints: Vec<ProduceNodeEndpoint>,
+) -> ProduceResponse {
     let disabled = outcome.error_code == ErrorCode::POLICY_VIOLATION;
+    let is_target =
+        |topic: &str, partition: i32| topic == target.topic() && partition == target.partition();
     let topics = request
         .topics
         .iter()
@@ -168,7 +189,7 @@ pub fn answer(
                     ProducePartitionResponse {
                         index: p.index,
                         error_code: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
-                        error_message: Some("only __cluster_metadata-0 takes records".into()),
+                        error_message: Some("this node hosts no such group".into()),
                         ..Default::default()
                     }
                 })
@@ -217,13 +238,13 @@ pub fn outcome(
 /// waits there for the commit. `serving`: this shard's view of the leader, for the hint a
 /// NOT_LEADER_OR_FOLLOWER answer carries.
 pub async fn serve(
-    raft: &RaftHandle,
+    (target, raft): (&GroupKey, &RaftHandle),
     serving: Option<&Serving>,
     enabled: bool,
     to: &ReplyTo,
     request: &ProduceRequest,
 ) -> LocalFrame {
-    let partition = match check(request, enabled) {
+    let partition = match check_for(target, request, enabled) {
         Err(refusal) => ProducePartitionResponse {
             error_code: refusal.code,
             error_message: Some(refusal.message).filter(|m| !m.is_empty()),
@@ -248,7 +269,7 @@ pub async fn serve(
             rack: None,
         }));
     }
-    let response = answer(request, &partition, endpoints);
+    let response = answer_for(target, request, &partition, endpoints);
     let frame = encode_response_frame(to.correlation_id, to.response_header_version, |w| {
         response.encode(w, to.version)
     });
@@ -259,6 +280,7 @@ pub async fn serve(
 mod tests {
     use super::*;
     use crate::protocol::produce::{ProducePartition, ProduceTopic};
+    use crate::protocol::METADATA_TOPIC_NAME;
     use crate::records::builder::BatchBuilder;
 
     fn batch(values: &[&[u8]]) -> Bytes {

@@ -195,9 +195,24 @@ impl Service for NodeService {
             }
             Routed::Call(admin) => return self.raft_shard(&to, admin).await.map(served),
             Routed::Produce(r) => {
-                let serving = self.fetch.as_deref();
-                let (raft, enabled) = (&self.raft, self.log_append_enable);
-                let frame = super::produce::serve(raft, serving, enabled, &to, &r).await;
+                // The first partition named picks the group; the check refuses any other shape.
+                let first = r
+                    .topics
+                    .first()
+                    .and_then(|t| Some((t, t.partitions.first()?)));
+                let hosted = first.and_then(|(t, p)| self.groups.get(&t.name, p.index));
+                let enabled = self.log_append_enable;
+                let frame = match hosted {
+                    Some(h) => {
+                        let target = (&h.key, &h.raft);
+                        super::produce::serve(target, None, enabled, &to, &r).await
+                    }
+                    None => {
+                        let target = (GroupKey::metadata(), &self.raft);
+                        let serving = self.fetch.as_deref();
+                        super::produce::serve(target, serving, enabled, &to, &r).await
+                    }
+                };
                 return Some(served(frame));
             }
             Routed::TransferLeader(r) => {
