@@ -7,6 +7,10 @@
 //!   snapshots to load, called in log order on the raft shard.
 //! - [`RaftHandle`] appends (resolving with the committed offset), fences reads for
 //!   linearizability, writes snapshots in a stream, and changes the voter set.
+//! - Raft groups besides `__cluster_metadata-0` are declared in the config
+//!   (`ringraft.groups`, docs/groups.md); [`NodeBuilder::group_state_machine`] gives one its
+//!   state machine and [`RunningNode::group`] its handle. Each group is a log of its own: an
+//!   append to one commits without waiting for any other.
 //!
 //! The durability contract, in short: an append that resolved `Ok` is on a majority's disks
 //! and survives any minority of failures; one that failed with `NotLeader` was not written;
@@ -22,6 +26,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crate::node::storage::Format;
+use crate::protocol::group::GroupKey;
 
 pub use crate::config::{ServerConfig, Tuning};
 pub use crate::node::handle::{
@@ -52,6 +57,7 @@ impl Node {
             signals: false,
             logging: None,
             load: None,
+            group_machines: Default::default(),
         }
     }
 }
@@ -65,6 +71,7 @@ pub struct NodeBuilder {
     signals: bool,
     logging: Option<crate::node::LogFormat>,
     load: Option<crate::node::load::LoadSpec>,
+    group_machines: crate::node::groups::GroupMachines,
 }
 
 impl NodeBuilder {
@@ -80,6 +87,27 @@ impl NodeBuilder {
     pub fn state_machine(mut self, machine: impl StateMachine) -> Self {
         self.machine = Some(Box::new(machine));
         self
+    }
+
+    /// The state machine of the group `topic`-`partition`, which the config declares with
+    /// this node among its voters (`ringraft.groups`); it hears that group's log only, from
+    /// its latest snapshot on. `start` refuses a group the node does not host, and a name
+    /// that is not a group's.
+    pub fn group_state_machine(
+        mut self,
+        topic: &str,
+        partition: i32,
+        machine: impl StateMachine,
+    ) -> Result<Self, NodeError> {
+        let key = GroupKey::new(topic, partition)
+            .map_err(|e| NodeError::Refused(format!("group {topic}-{partition}: {e}")))?;
+        if key.is_metadata() {
+            return Err(NodeError::Refused(
+                "__cluster_metadata-0's state machine is given with state_machine".into(),
+            ));
+        }
+        self.group_machines.insert(key, Box::new(machine));
+        Ok(self)
     }
 
     /// Formats an empty metadata directory for `cluster_id` before starting, as
@@ -139,18 +167,20 @@ impl NodeBuilder {
         } else {
             Arc::new(AtomicBool::new(false))
         };
-        let (handle, thread) = crate::node::start(
+        let started = crate::node::start(
             self.config,
             tuning,
             self.format,
             self.load,
             self.machine,
+            self.group_machines,
             stop.clone(),
         )?;
         Ok(RunningNode {
-            handle,
+            handle: started.raft,
+            groups: started.groups,
             stop,
-            thread: Some(thread),
+            thread: Some(started.thread),
         })
     }
 }
@@ -158,6 +188,7 @@ impl NodeBuilder {
 /// A started node.
 pub struct RunningNode {
     handle: RaftHandle,
+    groups: Arc<crate::node::groups::GroupTable>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<Result<(), NodeError>>>,
 }
@@ -166,6 +197,15 @@ impl RunningNode {
     /// The handle to the node's raft shard; clone it freely, send it to any thread.
     pub fn handle(&self) -> RaftHandle {
         self.handle.clone()
+    }
+
+    /// The handle to the group `topic`-`partition`, if this node hosts it (it is declared in
+    /// `ringraft.groups` with this node among its voters); `__cluster_metadata-0` is `handle`.
+    pub fn group(&self, topic: &str, partition: i32) -> Option<RaftHandle> {
+        if GroupKey::new(topic, partition).is_ok_and(|k| k.is_metadata()) {
+            return Some(self.handle());
+        }
+        self.groups.get(topic, partition).map(|h| h.raft.clone())
     }
 
     /// Asks the node to stop: a leader resigns first, so the others elect without waiting

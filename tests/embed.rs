@@ -263,3 +263,78 @@ fn three_embedded_nodes_replicate_fence_reads_and_restart_from_a_snapshot() {
             .expect("a clean stop");
     }
 }
+
+/// Groups through the embedding API (issue 25, item 7): each node gives every group it hosts
+/// a state machine, an append to `kv-1` through `RunningNode::group` commits there and is
+/// applied by kv-1's machine on every node, and no other group's machine ever sees its bytes.
+/// A machine for a group the node does not host is refused at start.
+#[test]
+fn embedded_groups_apply_only_their_own_log() {
+    let _turn = common::one_quorum_at_a_time();
+    let (ports, voters) = common::three_voters();
+    let groups = "ringraft.groups=kv:2@1,2,3\n";
+    let dirs: Vec<common::TempDir> = (1..=3)
+        .map(|id| common::TempDir::new(&format!("embed-groups-{id}")))
+        .collect();
+    let mut seen: Vec<Vec<Arc<Mutex<Seen>>>> = Vec::new();
+    let nodes: Vec<RunningNode> = (1..=3)
+        .map(|id| {
+            let port = ports[id as usize - 1];
+            let dir = &dirs[id as usize - 1];
+            let config = common::embedded_config(id, port, &voters, dir.path(), groups);
+            let mine: Vec<Arc<Mutex<Seen>>> = (0..3).map(|_| Arc::default()).collect();
+            let node = Node::builder(config)
+                .state_machine(Recorder(mine[0].clone()))
+                .group_state_machine("kv", 0, Recorder(mine[1].clone()))
+                .and_then(|b| b.group_state_machine("kv", 1, Recorder(mine[2].clone())))
+                .expect("hosted groups")
+                .format_if_empty(CLUSTER_ID)
+                .start()
+                .expect("the node starts");
+            seen.push(mine);
+            node
+        })
+        .collect();
+    let kv1: Vec<RaftHandle> = nodes.iter().map(|n| n.group("kv", 1).unwrap()).collect();
+    assert!(nodes[0].group("kv", 2).is_none());
+    assert!(nodes[0].group("other", 0).is_none());
+    let leader = wait_for("a kv-1 leader", || {
+        block_on(kv1[0].describe_quorum()).ok()?.leader_id
+    });
+    let handle = &kv1[leader as usize - 1];
+    let values: [&[u8]; 3] = [b"only", b"in", b"kv-1"];
+    let last = block_on(handle.append(&values, 1_700_000_000_000)).expect("committed");
+    assert!(last >= 2);
+    for (i, mine) in seen.iter().enumerate() {
+        wait_for("kv-1 applied everywhere", || {
+            (mine[2].lock().unwrap().values.len() == 3).then_some(())
+        });
+        let kv1_values = mine[2].lock().unwrap().values.clone();
+        assert_eq!(kv1_values, values.map(|v| v.to_vec()), "node {}", i + 1);
+        for other in [0, 1] {
+            let other_values = &mine[other].lock().unwrap().values;
+            assert!(
+                !other_values.iter().any(|v| v.as_slice() == b"kv-1"),
+                "node {}: machine {other} applied kv-1's records",
+                i + 1
+            );
+        }
+    }
+    for node in nodes {
+        node.stop_and_join().expect("a clean stop");
+    }
+
+    // A machine for a group this node does not host.
+    let dir = common::TempDir::new("embed-groups-refused");
+    let config = common::embedded_config(1, ports[0], &voters, dir.path(), groups);
+    let refused = Node::builder(config)
+        .group_state_machine("kv", 5, Recorder(Arc::default()))
+        .unwrap()
+        .format_if_empty(CLUSTER_ID)
+        .start();
+    let err = refused.err().expect("refused").to_string();
+    assert!(
+        err.contains("kv-5") && err.contains("does not host"),
+        "{err}"
+    );
+}

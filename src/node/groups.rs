@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use uuid::Uuid;
 
 use super::handle::RaftHandle;
+use super::machine::StateMachine;
 use super::raft_shard::RaftSetup;
 use super::{NodeError, RaftInputs};
 use crate::config::{ServerConfig, Tuning};
@@ -72,16 +73,29 @@ impl GroupTable {
     }
 }
 
-/// What a group's home shard takes at start: its setup and its executor's inputs.
-pub type GroupStarts = Arc<Mutex<HashMap<GroupKey, (RaftSetup, RaftInputs)>>>;
+/// What a group's home shard takes at start: its setup, its executor's inputs and the
+/// application's state machine for it, if any.
+pub type GroupStarts = Arc<Mutex<HashMap<GroupKey, GroupStart>>>;
+
+/// One group's start (`GroupStarts`).
+pub struct GroupStart {
+    pub setup: RaftSetup,
+    pub inputs: RaftInputs,
+    pub machine: Option<Box<dyn StateMachine>>,
+}
+
+/// The application's state machines of hosted groups (the embedding API), by group.
+pub type GroupMachines = HashMap<GroupKey, Box<dyn StateMachine>>;
 
 /// The table of the groups `config` declares with this node among their voters, homed by
 /// `tuning`, and what each home shard needs to start them. `group0` is group 0's setup: a
-/// group's differs only in its voters and where it looks for its leader.
+/// group's differs only in its voters and where it looks for its leader. A state machine
+/// for a group this node does not host is refused.
 pub fn plan(
     config: &ServerConfig,
     tuning: &Tuning,
     group0: &RaftSetup,
+    mut machines: GroupMachines,
 ) -> Result<(GroupTable, GroupStarts), NodeError> {
     let mut table = GroupTable::default();
     let mut starts = HashMap::new();
@@ -108,10 +122,23 @@ pub fn plan(
             setup.config.seed ^= high ^ low.rotate_left(17) ^ key.partition() as u64;
             let (raft, inputs) = RaftHandle::channel();
             let home = tuning.home_shard(&key);
-            starts.insert(key.clone(), (setup, inputs));
+            let machine = machines.remove(&key);
+            let start = GroupStart {
+                setup,
+                inputs,
+                machine,
+            };
+            starts.insert(key.clone(), start);
             let at = (key.topic_id(), key.partition());
             table.groups.insert(at, Hosted { key, raft, home });
         }
+    }
+    if let Some(key) = machines.keys().next() {
+        return Err(NodeError::Refused(format!(
+            "a state machine was given for {key}, which this node does not host: declare it in \
+             ringraft.groups with node {} among its voters",
+            config.node_id
+        )));
     }
     Ok((table, Arc::new(Mutex::new(starts))))
 }

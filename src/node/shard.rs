@@ -282,10 +282,10 @@ async fn start_groups(ctx: &ShardContext, stop: &StopSignal) -> Result<Vec<RaftT
             .lock()
             .ok()
             .and_then(|mut s| s.remove(&hosted.key));
-        let Some((setup, inputs)) = start else {
+        let Some(start) = start else {
             continue;
         };
-        let task = start_group(ctx, hosted, setup, inputs, stop).await?;
+        let task = start_group(ctx, hosted, start, stop).await?;
         tasks.push(task);
     }
     Ok(tasks)
@@ -296,10 +296,14 @@ async fn start_groups(ctx: &ShardContext, stop: &StopSignal) -> Result<Vec<RaftT
 async fn start_group(
     ctx: &ShardContext,
     hosted: &super::groups::Hosted,
-    setup: raft_shard::RaftSetup,
-    inputs: super::RaftInputs,
+    start: super::groups::GroupStart,
     stop: &StopSignal,
 ) -> Result<RaftTask, ShardError> {
+    let super::groups::GroupStart {
+        setup,
+        inputs,
+        machine,
+    } = start;
     let key = &hosted.key;
     let base = ctx.partition_dir.parent().unwrap_or(&ctx.partition_dir);
     let dir = base.join(key.dir_name());
@@ -319,11 +323,14 @@ async fn start_group(
     executor.transport_mut().set_group(key.clone());
     executor.set_snapshot_policy(ctx.snapshot_policy);
     executor.set_append_linger_ms(ctx.append_linger_ms);
-    // No state machine here: take the leader's snapshots so that retention bounds the log.
-    executor
-        .raft()
-        .borrow_mut()
-        .set_adopting(ctx.snapshot_policy.adopt);
+    match machine {
+        Some(machine) => executor.set_state_machine(machine),
+        // No state machine: take the leader's snapshots so that retention bounds the log.
+        None => executor
+            .raft()
+            .borrow_mut()
+            .set_adopting(ctx.snapshot_policy.adopt),
+    }
     let (handle, watch) = (hosted.raft.clone(), stop.clone());
     glommio::spawn_local(async move {
         watch.wait().await;

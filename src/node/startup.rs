@@ -33,8 +33,9 @@ pub(crate) fn start(
     format: storage::Format,
     load: Option<load::LoadSpec>,
     machine: Option<Box<dyn super::machine::StateMachine>>,
+    group_machines: super::groups::GroupMachines,
     stop_flag: Arc<AtomicBool>,
-) -> Result<(RaftHandle, std::thread::JoinHandle<Result<(), NodeError>>), NodeError> {
+) -> Result<Started, NodeError> {
     let span = info_span!("ringraft", node = config.node_id, shard = "main");
     let _enter = span.enter();
     for key in &config.unknown_keys {
@@ -60,7 +61,8 @@ pub(crate) fn start(
         admin,
     } = listen::bind(&config)?;
     let setup = raft_setup(&config, &identity.meta)?;
-    let (groups, group_starts) = super::groups::plan(&config, &tuning, &setup)?;
+    let (groups, group_starts) = super::groups::plan(&config, &tuning, &setup, group_machines)?;
+    let groups = Arc::new(groups);
     let mut listeners: Vec<_> = bound.iter().map(|(_, l)| l.clone()).collect();
     listeners.extend(admin.clone());
     let beat = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -74,7 +76,7 @@ pub(crate) fn start(
         metrics: Arc::new(metrics::Metrics::new()),
         admin,
         watchdog: watchdog.map(|i| (i, beat)),
-        groups: (Arc::new(groups), group_starts),
+        groups: (groups.clone(), group_starts),
     };
     let (raft, inputs) = RaftHandle::channel();
     let shards = spawn_shards(
@@ -108,7 +110,19 @@ pub(crate) fn start(
             what: "cannot start the node's thread",
             source,
         })?;
-    Ok((raft, thread))
+    Ok(Started {
+        raft,
+        groups,
+        thread,
+    })
+}
+
+/// A started node: group 0's handle, the other hosted groups, and the thread that joins the
+/// shards.
+pub(crate) struct Started {
+    pub raft: RaftHandle,
+    pub groups: Arc<super::groups::GroupTable>,
+    pub thread: std::thread::JoinHandle<Result<(), NodeError>>,
 }
 
 /// Info and above unless `RUST_LOG` says otherwise.
