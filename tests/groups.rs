@@ -171,6 +171,18 @@ fn declared_groups_elect_replicate_and_recover_on_their_own() {
             c.elections()
         );
     }
+    // Settled, each group is led by its preferred leader: the first of its voters rotated by
+    // the partition (orders-0 by node 1, orders-1 by node 2), node 1 included now it is back.
+    for (group, preferred) in orders.iter().zip([1, 2]) {
+        let settled = c.wait_for(Duration::from_secs(40), |c| {
+            led(c, group, -1).filter(|(leader, _)| *leader == preferred)
+        });
+        assert!(
+            settled.is_some(),
+            "{group} is not led by node {preferred}:\n{}",
+            c.elections()
+        );
+    }
     let log = c.nodes[0].as_ref().unwrap().log_text();
     for group in ["orders-0", "orders-1", "solo-0"] {
         assert!(

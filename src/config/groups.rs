@@ -3,6 +3,11 @@
 //! for example `orders:8@1,2,3;kv:64@2,3,4`: topic `orders` has partitions 0 to 7, each a
 //! group whose voters are nodes 1, 2 and 3. A node hosts the groups it is a voter of. Voters
 //! are node ids of `controller.quorum.voters`, which gives their addresses.
+//!
+//! Each group's preferred leader is the first of its voters, as a Kafka partition's is the
+//! first of its replicas, and the list is rotated by the partition as Kafka's assignment
+//! rotates replicas: with `kv:6@1,2,3`, kv-0 prefers node 1, kv-1 node 2, kv-2 node 3, kv-3
+//! node 1, and so on, so that a settled cluster spreads the leaders.
 
 use crate::constants as c;
 use crate::protocol::group::GroupKey;
@@ -19,6 +24,11 @@ impl GroupDecl {
     /// Its groups, partition 0 first.
     pub fn groups(&self) -> impl Iterator<Item = GroupKey> + '_ {
         (0..self.partitions).filter_map(|p| GroupKey::new(&self.topic, p).ok())
+    }
+
+    /// The preferred leader of partition `partition`: its voters rotated by the partition.
+    pub fn preferred_leader(&self, partition: i32) -> i32 {
+        self.voters[partition.unsigned_abs() as usize % self.voters.len()]
     }
 }
 
@@ -108,6 +118,9 @@ mod tests {
         );
         let names: Vec<String> = decls[0].groups().map(|g| g.to_string()).collect();
         assert_eq!(names, ["orders-0", "orders-1"]);
+        let preferred: Vec<i32> = (0..5).map(|p| decls[0].preferred_leader(p)).collect();
+        assert_eq!(preferred, [1, 2, 3, 1, 2]);
+        assert_eq!(decls[1].preferred_leader(7), 3);
         assert_eq!(parse("").unwrap(), []);
     }
 

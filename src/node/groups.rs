@@ -10,6 +10,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use std::time::Duration;
+
+use tracing::{debug, info};
 use uuid::Uuid;
 
 use super::handle::RaftHandle;
@@ -21,11 +24,13 @@ use crate::membership::VoterSet;
 use crate::protocol::group::{group_topic_id, GroupKey, WirePartition, WireTopic};
 use crate::protocol::{METADATA_TOPIC_ID, METADATA_TOPIC_NAME};
 
-/// A hosted group: its key, the door to its executor and its home shard.
+/// A hosted group: its key, the door to its executor, its home shard and its preferred
+/// leader (`config::groups`).
 pub struct Hosted {
     pub key: GroupKey,
     pub raft: RaftHandle,
     pub home: usize,
+    pub preferred: i32,
 }
 
 /// The groups this node hosts besides group 0, by topic id and partition.
@@ -130,7 +135,14 @@ pub fn plan(
             };
             starts.insert(key.clone(), start);
             let at = (key.topic_id(), key.partition());
-            table.groups.insert(at, Hosted { key, raft, home });
+            let preferred = decl.preferred_leader(key.partition());
+            let hosted = Hosted {
+                key,
+                raft,
+                home,
+                preferred,
+            };
+            table.groups.insert(at, hosted);
         }
     }
     if let Some(key) = machines.keys().next() {
@@ -141,6 +153,41 @@ pub fn plan(
         )));
     }
     Ok((table, Arc::new(Mutex::new(starts))))
+}
+
+/// How often a shard looks for groups it leads whose preferred leader could take over.
+const PREFERRED_LEADER_CHECK: Duration = Duration::from_secs(10);
+
+/// On each raft shard with groups: every `PREFERRED_LEADER_CHECK`, a group this node leads
+/// that prefers another voter, which has everything committed, is handed to it
+/// (`RaftHandle::transfer_leadership`). One pass over the shard's groups, one at a time, so a
+/// shard with thousands of groups sends at most one transfer at once; nothing when settled but
+/// the pass itself.
+pub async fn keep_preferred_leaders(table: Arc<GroupTable>, shard: usize, local_id: i32) {
+    loop {
+        glommio::timer::sleep(PREFERRED_LEADER_CHECK).await;
+        for hosted in table.homed_on(shard).filter(|h| h.preferred != local_id) {
+            let Ok(status) = hosted.raft.describe_quorum().await else {
+                return;
+            };
+            let Some(replicas) = status.replicas.filter(|r| r.leader_id == local_id) else {
+                continue;
+            };
+            let caught_up = replicas.voters.iter().any(|v| {
+                v.key.id == hosted.preferred
+                    && replicas.high_watermark >= 0
+                    && v.log_end_offset >= replicas.high_watermark
+            });
+            if caught_up {
+                match hosted.raft.transfer_leadership(hosted.preferred).await {
+                    Ok(_) => info!(group = %hosted.key, to = hosted.preferred,
+                        "leadership handed to the preferred leader"),
+                    Err(e) => debug!(group = %hosted.key, to = hosted.preferred, error = %e,
+                        "preferred leader not taken"),
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -159,6 +206,7 @@ mod tests {
                 key: key.clone(),
                 raft,
                 home: 1,
+                preferred: 1,
             },
         );
         assert_eq!(table.get("orders", 1).map(|h| h.home), Some(1));

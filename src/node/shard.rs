@@ -288,6 +288,13 @@ async fn start_groups(ctx: &ShardContext, stop: &StopSignal) -> Result<Vec<RaftT
         let task = start_group(ctx, hosted, start, stop).await?;
         tasks.push(task);
     }
+    if !tasks.is_empty() {
+        let keep =
+            super::groups::keep_preferred_leaders(ctx.groups.clone(), ctx.index, ctx.node_id);
+        let stop = stop.clone();
+        let task = async move { futures_lite::future::or(keep, stop.wait()).await };
+        glommio::spawn_local(task.in_current_span()).detach();
+    }
     Ok(tasks)
 }
 
