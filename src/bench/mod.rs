@@ -7,10 +7,12 @@
 //! - `quorum`: 3-voter commit latency against an ideal floor (`floor`, its processes);
 //! - `fetch`: fan-out to observers, catch-up and snapshot streaming against raw reads;
 //! - `soak`: memory of a 3-voter quorum under steady load;
-//! - `sweep`: `bench quorum --sweep`, the floor and ringraft from 2k to 100k records/s.
+//! - `sweep`: `bench quorum --sweep`, the floor and ringraft from 2k to 100k records/s;
+//! - `groups`: many Raft groups, throughput and idle cost (issue 25).
 
 pub mod fetch;
 pub mod floor;
+pub mod groups;
 pub mod harness;
 pub mod log;
 pub mod quorum;
@@ -68,6 +70,9 @@ pub enum BenchCommand {
     /// Leadership transfers under load: the write pause each causes, against the commit
     /// latency measured in the same run.
     Transfer(transfer::TransferBenchArgs),
+    /// Many Raft groups on three nodes: throughput with one group and with many, idle groups'
+    /// cost, against same-run baselines.
+    Groups(groups::GroupsBenchArgs),
     /// A 3-voter quorum under steady load for a long while: each node's memory after the
     /// warm-up must stay flat (RSS at the end within 10 % of RSS after the warm-up).
     Soak(soak::SoakBenchArgs),
@@ -84,6 +89,7 @@ pub fn run(command: BenchCommand) -> Result<(), BenchError> {
         BenchCommand::Fetch(args) => fetch::run(args),
         BenchCommand::Soak(args) => soak::run(args),
         BenchCommand::Transfer(args) => transfer::run(args),
+        BenchCommand::Groups(args) => groups::run(args),
         BenchCommand::QuorumFloorNode(args) => floor::run_floor_node(args),
     }
 }

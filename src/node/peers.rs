@@ -251,7 +251,17 @@ pub(crate) async fn exchange(
     request: &Request,
     timeout: Duration,
 ) -> Result<Response, Failure> {
-    exchange_versioned(GroupKey::metadata(), conn, request, timeout)
+    exchange_for(GroupKey::metadata(), conn, request, timeout).await
+}
+
+/// `exchange` for `group`'s partition.
+pub(crate) async fn exchange_for(
+    group: &GroupKey,
+    conn: &mut PeerConnection,
+    request: &Request,
+    timeout: Duration,
+) -> Result<Response, Failure> {
+    exchange_versioned(group, conn, request, timeout)
         .await
         .map(|(_, response)| response)
 }

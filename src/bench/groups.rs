@@ -1,0 +1,762 @@
+//! `ringraft bench groups` (issue 25): many Raft groups on three nodes on this machine, every
+//! node with the raft role on every core (docs/groups.md).
+//!
+//! - **(a) Throughput.** The highest committed records/s (`--record-size`, 256 B) that holds
+//!   its target rate with commit p50 ≤ 5 ms and p99 ≤ 50 ms, climbing `--rates`, with one
+//!   group and with `--groups` (64). This process appends with Produce (acks=-1, answered at
+//!   commit) to each group's leader, open loop: a record is due at its time whether or not
+//!   earlier ones committed, and its latency counts from when it was due. Beside it, the
+//!   disk's durable 4 KiB writes/s (O_DIRECT|O_DSYNC) at queue depth 1 and 8, same run.
+//! - **(b) Idle groups.** `--idle-groups` (2,000) groups on every node, nothing written: CPU
+//!   per node over `--idle-seconds` (`/proc/PID/stat`), resident memory per group (the node's
+//!   whole RSS divided by its groups: an upper bound), and the TCP connections each node holds.
+//!
+//! Not built yet: (c) one busy group among idle ones and (d) a restart's catch-up.
+
+use std::cell::RefCell;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use clap::Args;
+use hdrhistogram::Histogram;
+use serde_json::json;
+
+use super::harness::{free_ports, node_properties, own_binary, Scratch};
+use super::report::{self, BenchCommon, Goal};
+use super::BenchError;
+use crate::net::peer::PeerConnection;
+use crate::protocol::group::GroupKey;
+use crate::protocol::produce::{self, ProducePartition, ProduceRequest, ProduceTopic};
+use crate::protocol::{ApiKey, ErrorCode, Reader, Writer};
+use crate::raft::message::FetchRequest;
+use crate::raft::{ReplicaKey, Request, Response};
+use crate::records::builder::BatchBuilder;
+
+#[derive(Debug, Args)]
+pub struct GroupsBenchArgs {
+    /// Groups of phase (a)'s many-group run.
+    #[arg(long, default_value_t = 64)]
+    pub groups: usize,
+    /// Target rates (records/s) to climb in phase (a), lowest first.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "2000,5000,10000,20000,40000,80000"
+    )]
+    pub rates: Vec<u64>,
+    /// Measured seconds per rate (after a one-second warm-up).
+    #[arg(long, default_value_t = 4)]
+    pub seconds: u64,
+    /// Bytes per record value.
+    #[arg(long, default_value_t = 256)]
+    pub record_size: usize,
+    /// Groups per node in phase (b) (0 skips it).
+    #[arg(long, default_value_t = 2000)]
+    pub idle_groups: usize,
+    /// Seconds phase (b) measures.
+    #[arg(long, default_value_t = 30)]
+    pub idle_seconds: u64,
+    /// Where to create the scratch directory (a real disk). Removed after.
+    #[arg(long, default_value = ".")]
+    pub dir: PathBuf,
+    #[command(flatten)]
+    pub common: BenchCommon,
+}
+
+/// Phase (a)'s latency bounds, from the issue.
+const P50_BOUND_US: u64 = 5_000;
+const P99_BOUND_US: u64 = 50_000;
+/// A rate is held when at least this share of its records committed in time.
+const HELD_SHARE: f64 = 0.95;
+/// The most records one Produce carries.
+const BATCH_RECORDS_MAX: usize = 2_000;
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long every group may take to elect a leader.
+const LEADERS_TIMEOUT: Duration = Duration::from_secs(180);
+
+pub fn run(args: GroupsBenchArgs) -> Result<(), BenchError> {
+    if args.groups == 0 || args.rates.is_empty() || args.rates.contains(&0) || args.seconds == 0 {
+        return Err("--groups, --rates and --seconds must be at least 1".into());
+    }
+    let mut goals = goal_list(&Measured::default());
+    report::apply_overrides(&mut goals, &args.common)?;
+    let ladder = (args.rates.len() as u64 * (args.seconds + 2) + 15) * 2;
+    let idle = if args.idle_groups > 0 {
+        args.idle_seconds + 60
+    } else {
+        0
+    };
+    args.common
+        .announce("bench groups", Duration::from_secs(ladder + idle + 10));
+    let exe = own_binary()?;
+    let scratch = Scratch::create(&args.dir)?;
+    let say = |text: String| {
+        if !args.common.json {
+            println!("{text}");
+        }
+    };
+    say(format!("load average {} at the start", load_average()));
+    let mut m = Measured::default();
+    let floor_dir = scratch.path.join("floor");
+    fs::create_dir_all(&floor_dir).map_err(|e| format!("{}: {e}", floor_dir.display()))?;
+    m.qd1 = Some(durable_writes_per_s(&floor_dir, 1)?);
+    m.qd8 = Some(durable_writes_per_s(&floor_dir, 8)?);
+    say(format!(
+        "disk: durable 4 KiB writes {:.0}/s at queue depth 1, {:.0}/s at 8",
+        m.qd1.unwrap_or(0.0),
+        m.qd8.unwrap_or(0.0)
+    ));
+    for (groups, slot) in [(1, 0usize), (args.groups, 1)] {
+        say(format!(
+            "\n(a) {groups} group(s): climbing {:?} records/s",
+            args.rates
+        ));
+        let dir = scratch.path.join(format!("a-{groups}"));
+        let best = throughput(&exe, &dir, groups, &args, &say)?;
+        m.max_rate[slot] = Some(best);
+        say(format!("(a) {groups} group(s): held {best} records/s"));
+    }
+    if args.idle_groups > 0 {
+        say(format!(
+            "\n(b) {} idle groups per node, {} s",
+            args.idle_groups, args.idle_seconds
+        ));
+        let dir = scratch.path.join("b");
+        m.idle = Some(idle_groups(&exe, &dir, &args, &say)?);
+    }
+    say(format!("load average {} at the end", load_average()));
+    let mut goals = goal_list(&m);
+    report::apply_overrides(&mut goals, &args.common)?;
+    if args.common.json {
+        let out = json!({
+            "disk_qd1_writes_per_s": m.qd1,
+            "disk_qd8_writes_per_s": m.qd8,
+            "one_group_records_per_s": m.max_rate[0],
+            "many_groups": args.groups,
+            "many_groups_records_per_s": m.max_rate[1],
+            "idle": m.idle.as_ref().map(|i| json!({
+                "groups": i.groups,
+                "cpu_share_per_node": i.cpu_share,
+                "rss_kib_per_group": i.rss_kib_per_group,
+                "connections_per_node": i.connections,
+            })),
+            "goals": goals.iter().map(Goal::to_json).collect::<Vec<_>>(),
+        });
+        println!("{out}");
+    } else {
+        report::print_goals(&goals);
+    }
+    report::finish(&goals, &[], &args.common)
+}
+
+#[derive(Debug, Default)]
+struct Measured {
+    qd1: Option<f64>,
+    qd8: Option<f64>,
+    /// The highest rate held with one group and with many.
+    max_rate: [Option<u64>; 2],
+    idle: Option<Idle>,
+}
+
+#[derive(Debug)]
+struct Idle {
+    groups: usize,
+    /// The busiest node's CPU over the window, as a share of one CPU.
+    cpu_share: f64,
+    rss_kib_per_group: f64,
+    /// TCP connections of the node that holds the most.
+    connections: usize,
+}
+
+fn goal_list(m: &Measured) -> Vec<Goal> {
+    let ratio = match m.max_rate {
+        [Some(one), Some(many)] if one > 0 => Some(many as f64 / one as f64),
+        [Some(0), Some(_)] => Some(0.0),
+        _ => None,
+    };
+    vec![
+        Goal::at_least(
+            "groups_throughput",
+            "(a) records/s held: many groups / one group",
+            ratio,
+            2.5,
+        ),
+        Goal::at_most(
+            "idle_cpu",
+            "(b) idle CPU per node / 5 % of a CPU",
+            m.idle.as_ref().map(|i| i.cpu_share / 0.05),
+            1.0,
+        ),
+        Goal::at_most(
+            "idle_memory",
+            "(b) resident memory per idle group / 64 KiB",
+            m.idle.as_ref().map(|i| i.rss_kib_per_group / 64.0),
+            1.0,
+        ),
+    ]
+}
+
+fn load_average() -> String {
+    fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// Durable 4 KiB writes per second with `depth` writers, each rewriting its own pre-zeroed
+/// 1 MiB region of one file with O_DIRECT|O_DSYNC, for a second and a half.
+fn durable_writes_per_s(dir: &Path, depth: usize) -> Result<f64, BenchError> {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    const REGION: u64 = 1 << 20;
+    let path = dir.join(format!("qd{depth}"));
+    let zeros = vec![0u8; REGION as usize];
+    let mut file = fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    for _ in 0..depth {
+        std::io::Write::write_all(&mut file, &zeros).map_err(|e| e.to_string())?;
+    }
+    file.sync_all().map_err(|e| e.to_string())?;
+    let file = fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT | libc::O_DSYNC)
+        .open(&path)
+        .map_err(|e| format!("{}: {e} (O_DIRECT|O_DSYNC)", path.display()))?;
+    let file = std::sync::Arc::new(file);
+    let until = Instant::now() + Duration::from_millis(1500);
+    let started = Instant::now();
+    let writers: Vec<_> = (0..depth as u64)
+        .map(|w| {
+            let file = file.clone();
+            std::thread::spawn(move || -> std::io::Result<u64> {
+                // A 4 KiB-aligned page inside a larger vector (no unsafe needed).
+                let buf = vec![0xa5u8; 8192];
+                let at = (4096 - buf.as_ptr() as usize % 4096) % 4096;
+                let page = &buf[at..at + 4096];
+                let mut n = 0u64;
+                while Instant::now() < until {
+                    let offset = w * REGION + (n * 4096) % REGION;
+                    file.write_at(page, offset)?;
+                    n += 1;
+                }
+                Ok(n)
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for w in writers {
+        total += w
+            .join()
+            .map_err(|_| "a writer panicked")?
+            .map_err(|e| format!("durable writes: {e}"))?;
+    }
+    let _ = fs::remove_file(&path);
+    Ok(total as f64 / started.elapsed().as_secs_f64())
+}
+
+/// Three nodes hosting `groups` groups of topic `bench`, raft on every core.
+struct Cluster {
+    children: Vec<Child>,
+    ports: Vec<u16>,
+    groups: Vec<GroupKey>,
+}
+
+impl Cluster {
+    fn start(exe: &Path, dir: &Path, groups: usize) -> Result<Cluster, BenchError> {
+        let ports = free_ports(3)?;
+        let cluster_id = crate::ids::uuid_to_kafka_string(&crate::ids::random_kafka_uuid());
+        let cpus = crate::config::tuning::online_cpus();
+        let last = cpus.len().saturating_sub(1);
+        let mut tuning = String::from("spin_before_park_us = 0\nio_memory_kib = 512\n");
+        for (i, cpu) in cpus.iter().enumerate() {
+            let serving = if i == last {
+                ", \"fetch\", \"snapshot\""
+            } else {
+                ""
+            };
+            tuning.push_str(&format!(
+                "\n[[shard]]\ncpu = {cpu}\nroles = [\"acceptor\", \"raft\"{serving}]\n"
+            ));
+        }
+        let mut children = Vec::new();
+        for id in 1..=3 {
+            let node = dir.join(format!("node-{id}"));
+            fs::create_dir_all(&node).map_err(|e| format!("{}: {e}", node.display()))?;
+            let config = node.join("server.properties");
+            let text = node_properties(id, &ports, &node.join("data"))
+                + &format!("ringraft.groups=bench:{groups}@1,2,3\n");
+            let tuning_file = node.join("tuning.toml");
+            fs::write(&config, text).map_err(|e| e.to_string())?;
+            fs::write(&tuning_file, &tuning).map_err(|e| e.to_string())?;
+            let format = Command::new(exe)
+                .args(["storage", "format", "-t", &cluster_id, "-c"])
+                .arg(&config)
+                .output()
+                .map_err(|e| format!("storage format: {e}"))?;
+            if !format.status.success() {
+                return Err(String::from_utf8_lossy(&format.stderr).to_string().into());
+            }
+            let log = fs::File::create(node.join("node.log")).map_err(|e| e.to_string())?;
+            let child = Command::new(exe)
+                .args(["start", "-c"])
+                .arg(&config)
+                .arg("--tuning")
+                .arg(&tuning_file)
+                .env("RUST_LOG", "warn")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .map_err(|e| format!("cannot start node {id}: {e}"))?;
+            children.push(child);
+        }
+        let groups = (0..groups as i32)
+            .map(|p| GroupKey::new("bench", p).expect("a valid name"))
+            .collect();
+        Ok(Cluster {
+            children,
+            ports,
+            groups,
+        })
+    }
+
+    fn pids(&self) -> Vec<u32> {
+        self.children.iter().map(Child::id).collect()
+    }
+
+    /// SIGTERM to each node, then up to 15 s for it to go (SIGKILL after).
+    fn stop(&mut self) {
+        for child in &self.children {
+            // The bench's own children, by the PIDs it started (no unsafe `kill` here).
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(child.id().to_string())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+        let deadline = Instant::now() + Duration::from_secs(15);
+        for child in &mut self.children {
+            while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if matches!(child.try_wait(), Ok(None)) {
+                let _ = child.kill();
+            }
+            let _ = child.wait();
+        }
+        self.children.clear();
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn glommio_run<T>(f: impl std::future::Future<Output = T>) -> Result<T, BenchError> {
+    let executor = glommio::LocalExecutorBuilder::default()
+        .io_memory(512 * 1024)
+        .make()
+        .map_err(|e| format!("cannot start glommio: {e}"))?;
+    Ok(executor.run(f))
+}
+
+fn addr(port: u16) -> std::net::SocketAddr {
+    std::net::SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// Each group's leader (an index into the nodes), asking every node which groups it leads
+/// until all have one.
+async fn find_leaders(ports: &[u16], groups: &[GroupKey]) -> Result<Vec<usize>, BenchError> {
+    let deadline = Instant::now() + LEADERS_TIMEOUT;
+    let mut leaders: Vec<Option<usize>> = vec![None; groups.len()];
+    let mut conns: Vec<Option<PeerConnection>> = (0..ports.len()).map(|_| None).collect();
+    while leaders.iter().any(Option::is_none) {
+        if Instant::now() > deadline {
+            let missing = leaders.iter().filter(|l| l.is_none()).count();
+            return Err(format!("{missing} groups had no leader after {LEADERS_TIMEOUT:?}").into());
+        }
+        for (node, port) in ports.iter().enumerate() {
+            for (g, group) in groups.iter().enumerate() {
+                if leaders[g].is_some() {
+                    continue;
+                }
+                if let Some(leader) = probe(&mut conns[node], *port, group).await {
+                    if leader == node as i32 + 1 {
+                        leaders[g] = Some(node);
+                    }
+                }
+            }
+        }
+        glommio::timer::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(leaders.into_iter().flatten().collect())
+}
+
+/// The leader `group`'s replica on `port` names, through a Fetch at offset 0 as an observer.
+async fn probe(conn: &mut Option<PeerConnection>, port: u16, group: &GroupKey) -> Option<i32> {
+    if conn.as_ref().is_none_or(|c| !c.is_usable()) {
+        *conn = PeerConnection::connect(addr(port), "bench-groups", REQUEST_TIMEOUT)
+            .await
+            .ok();
+    }
+    let request = Request::Fetch(FetchRequest {
+        cluster_id: None,
+        replica: ReplicaKey::new(-1, None),
+        max_wait_ms: 0,
+        fetch_offset: 0,
+        last_fetched_epoch: 0,
+        current_leader_epoch: -1,
+        max_bytes: 1,
+        high_watermark: None,
+    });
+    let c = conn.as_mut()?;
+    match crate::node::peers::exchange_for(group, c, &request, REQUEST_TIMEOUT).await {
+        Ok(Response::Fetch(f)) if f.leader_id > 0 => Some(f.leader_id),
+        Ok(_) => None,
+        Err(_) => {
+            *conn = None;
+            None
+        }
+    }
+}
+
+/// Phase (a) for `groups` groups: the highest of `--rates` held, climbing until one is not.
+fn throughput(
+    exe: &Path,
+    dir: &Path,
+    groups: usize,
+    args: &GroupsBenchArgs,
+    say: &dyn Fn(String),
+) -> Result<u64, BenchError> {
+    let mut cluster = Cluster::start(exe, dir, groups)?;
+    let leaders = glommio_run(find_leaders(&cluster.ports, &cluster.groups))??;
+    let spread = (0..3).map(|n| leaders.iter().filter(|l| **l == n).count());
+    say(format!(
+        "  leaders per node: {:?}",
+        spread.collect::<Vec<_>>()
+    ));
+    let mut best = 0;
+    for &rate in &args.rates {
+        let run = glommio_run(drive(
+            &cluster.ports,
+            &cluster.groups,
+            leaders.clone(),
+            rate,
+            args,
+        ))??;
+        let held = run.held(rate, args.seconds);
+        say(format!(
+            "  {rate:>7}/s: committed {:>7.0}/s, p50 {:>6} µs, p99 {:>7} µs, {} failed: {}",
+            run.committed as f64 / args.seconds as f64,
+            run.latency.value_at_quantile(0.5),
+            run.latency.value_at_quantile(0.99),
+            run.failed,
+            if held { "held" } else { "not held" }
+        ));
+        if !held {
+            break;
+        }
+        best = rate;
+    }
+    cluster.stop();
+    Ok(best)
+}
+
+/// One rate's outcome: records due in the measured window that committed, their latency.
+struct Driven {
+    committed: u64,
+    failed: u64,
+    latency: Histogram<u64>,
+}
+
+impl Driven {
+    fn held(&self, rate: u64, seconds: u64) -> bool {
+        let due = (rate * seconds) as f64;
+        self.committed as f64 >= HELD_SHARE * due
+            && self.latency.value_at_quantile(0.5) <= P50_BOUND_US
+            && self.latency.value_at_quantile(0.99) <= P99_BOUND_US
+    }
+}
+
+/// Appends at `rate` records/s spread evenly over the groups, one task per group with one
+/// Produce in flight, for a one-second warm-up and `--seconds` measured.
+async fn drive(
+    ports: &[u16],
+    groups: &[GroupKey],
+    leaders: Vec<usize>,
+    rate: u64,
+    args: &GroupsBenchArgs,
+) -> Result<Driven, BenchError> {
+    let histogram = Histogram::new_with_bounds(1, 60_000_000, 3).map_err(|e| e.to_string())?;
+    let out = Rc::new(RefCell::new(Driven {
+        committed: 0,
+        failed: 0,
+        latency: histogram,
+    }));
+    let start = Instant::now();
+    let warmup = Duration::from_secs(1);
+    let end = warmup + Duration::from_secs(args.seconds);
+    let per_group = rate as f64 / groups.len() as f64;
+    let tasks: Vec<_> = groups
+        .iter()
+        .enumerate()
+        .map(|(g, group)| {
+            let task = GroupWriter {
+                group: group.clone(),
+                ports: ports.to_vec(),
+                leader: leaders[g],
+                interval: Duration::from_secs_f64(1.0 / per_group),
+                // Groups' schedules interleave rather than fall due together.
+                phase: Duration::from_secs_f64(g as f64 / rate as f64),
+                record: vec![b'r'; args.record_size],
+                window: (warmup, end),
+                out: out.clone(),
+            };
+            glommio::spawn_local(task.run(start))
+        })
+        .collect();
+    for task in tasks {
+        task.await;
+    }
+    let out = Rc::try_unwrap(out)
+        .map_err(|_| "a writer outlived the run")?
+        .into_inner();
+    Ok(out)
+}
+
+struct GroupWriter {
+    group: GroupKey,
+    ports: Vec<u16>,
+    leader: usize,
+    interval: Duration,
+    phase: Duration,
+    record: Vec<u8>,
+    /// The measured window (from the run's start).
+    window: (Duration, Duration),
+    out: Rc<RefCell<Driven>>,
+}
+
+impl GroupWriter {
+    /// When record `k` of this group is due, from the run's start.
+    fn due(&self, k: u64) -> Duration {
+        self.phase + self.interval.mul_f64(k as f64)
+    }
+
+    async fn run(self, start: Instant) {
+        let mut conn: Option<PeerConnection> = None;
+        let mut next = 0u64;
+        loop {
+            let now = start.elapsed();
+            if self.due(next) >= self.window.1 {
+                return;
+            }
+            if self.due(next) > now {
+                glommio::timer::sleep(self.due(next) - now).await;
+                continue;
+            }
+            let mut n = 0u64;
+            while n < BATCH_RECORDS_MAX as u64 && self.due(next + n) <= now {
+                n += 1;
+            }
+            let ok = self.append(&mut conn, n as usize).await;
+            let done = start.elapsed();
+            let mut out = self.out.borrow_mut();
+            for k in next..next + n {
+                let due = self.due(k);
+                if due < self.window.0 {
+                    continue;
+                }
+                if ok {
+                    out.committed += 1;
+                    let us = (done - due).as_micros() as u64;
+                    let _ = out.latency.record(us.max(1));
+                } else {
+                    out.failed += 1;
+                }
+            }
+            next += n;
+        }
+    }
+
+    /// One Produce of `n` records to the group's leader; true once committed. A refusal
+    /// names the leader to try next.
+    async fn append(&self, conn: &mut Option<PeerConnection>, n: usize) -> bool {
+        let mut leader = self.leader;
+        for _ in 0..3 {
+            if conn.as_ref().is_none_or(|c| !c.is_usable()) {
+                let port = self.ports[leader];
+                match PeerConnection::connect(addr(port), "bench-groups", REQUEST_TIMEOUT).await {
+                    Ok(c) => *conn = Some(c),
+                    Err(_) => return false,
+                }
+            }
+            let c = conn.as_mut().expect("connected");
+            let body = produce_body(&self.group, &self.record, n);
+            let version = produce::CLIENT_VERSION;
+            let sent = c
+                .request_unadvertised(ApiKey::PRODUCE, version, version, &body, REQUEST_TIMEOUT)
+                .await;
+            let Ok(answer) = sent else {
+                *conn = None;
+                return false;
+            };
+            let Ok(response) = produce::ProduceResponse::decode(&mut Reader::new(&answer), version)
+            else {
+                return false;
+            };
+            let partition = response.topics.first().and_then(|t| t.partitions.first());
+            match partition.map(|p| (p.error_code, p.current_leader.0)) {
+                Some((ErrorCode::NONE, _)) => return true,
+                Some((ErrorCode::NOT_LEADER_OR_FOLLOWER, id)) if (1..=3).contains(&id) => {
+                    leader = id as usize - 1;
+                    *conn = None;
+                }
+                _ => return false,
+            }
+        }
+        false
+    }
+}
+
+fn produce_body(group: &GroupKey, record: &[u8], n: usize) -> Vec<u8> {
+    let mut builder = BatchBuilder::new(0, 0, crate::types::unix_millis(), false);
+    for _ in 0..n {
+        builder.append(None, Some(record));
+    }
+    let request = ProduceRequest {
+        transactional_id: None,
+        acks: -1,
+        timeout_ms: REQUEST_TIMEOUT.as_millis() as i32,
+        topics: vec![ProduceTopic {
+            name: group.topic().into(),
+            partitions: vec![ProducePartition {
+                index: group.partition(),
+                records: Some(Bytes::from(builder.finish())),
+            }],
+        }],
+    };
+    let mut w = Writer::new();
+    request.encode(&mut w, produce::CLIENT_VERSION);
+    w.into_vec()
+}
+
+/// Phase (b): idle groups on every node, their cost over the window.
+fn idle_groups(
+    exe: &Path,
+    dir: &Path,
+    args: &GroupsBenchArgs,
+    say: &dyn Fn(String),
+) -> Result<Idle, BenchError> {
+    let mut cluster = Cluster::start(exe, dir, args.idle_groups)?;
+    let started = Instant::now();
+    glommio_run(find_leaders(&cluster.ports, &cluster.groups))??;
+    say(format!(
+        "  every group has a leader after {:.1} s; settling 5 s",
+        started.elapsed().as_secs_f64()
+    ));
+    std::thread::sleep(Duration::from_secs(5));
+    let pids = cluster.pids();
+    let ticks = |pid: u32| crate::sys::process_cpu_ticks(pid).unwrap_or(0);
+    let before: Vec<u64> = pids.iter().map(|p| ticks(*p)).collect();
+    let window = Instant::now();
+    std::thread::sleep(Duration::from_secs(args.idle_seconds));
+    let seconds = window.elapsed().as_secs_f64();
+    let hz = crate::sys::clock_ticks_per_second() as f64;
+    let mut cpu_share: f64 = 0.0;
+    let mut rss_kib: f64 = 0.0;
+    let mut connections = 0;
+    for (i, pid) in pids.iter().enumerate() {
+        let share = ticks(*pid).saturating_sub(before[i]) as f64 / hz / seconds;
+        let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let rss = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        let sockets = socket_count(*pid);
+        say(format!(
+            "  node {}: {:.1} % of a CPU, RSS {:.0} MiB, {sockets} sockets",
+            i + 1,
+            share * 100.0,
+            rss / 1024.0
+        ));
+        cpu_share = cpu_share.max(share);
+        rss_kib = rss_kib.max(rss);
+        connections = connections.max(sockets);
+    }
+    cluster.stop();
+    Ok(Idle {
+        groups: args.idle_groups,
+        cpu_share,
+        rss_kib_per_group: rss_kib / args.idle_groups as f64,
+        connections,
+    })
+}
+
+/// The sockets process `pid` holds open.
+fn socket_count(pid: u32) -> usize {
+    fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| {
+                    fs::read_link(e.path())
+                        .is_ok_and(|t| t.to_string_lossy().starts_with("socket:"))
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rate_is_held_only_within_both_bounds_and_nearly_all_committed() {
+        let mut latency = Histogram::new_with_bounds(1, 60_000_000, 3).unwrap();
+        for _ in 0..100 {
+            latency.record(1_000).unwrap();
+        }
+        let run = |committed, latency: Histogram<u64>| Driven {
+            committed,
+            failed: 0,
+            latency,
+        };
+        assert!(run(1900, latency.clone()).held(500, 4));
+        assert!(
+            !run(1800, latency.clone()).held(500, 4),
+            "only 90 % committed"
+        );
+        let mut slow = latency.clone();
+        for _ in 0..3 {
+            slow.record(60_000).unwrap();
+        }
+        assert!(!run(2000, slow).held(500, 4), "p99 over 50 ms");
+    }
+
+    #[test]
+    fn goals_are_ratios_of_same_run_figures() {
+        let m = Measured {
+            max_rate: [Some(10_000), Some(20_000)],
+            idle: Some(Idle {
+                groups: 2000,
+                cpu_share: 0.10,
+                rss_kib_per_group: 32.0,
+                connections: 10,
+            }),
+            ..Measured::default()
+        };
+        let goals = goal_list(&m);
+        assert_eq!(goals[0].value, Some(2.0));
+        assert_eq!(goals[0].met(), Some(false));
+        assert_eq!(goals[1].value, Some(2.0));
+        assert_eq!(goals[2].value, Some(0.5));
+        assert_eq!(goals[2].met(), Some(true));
+        assert_eq!(goal_list(&Measured::default())[0].met(), None);
+    }
+}
