@@ -215,3 +215,44 @@ fn bench_transfer_json_and_check() {
     assert_eq!(goal(&result, "transfer_pause")["met"], false, "{result}");
     assert_eq!(code, Some(3), "{stderr}");
 }
+
+#[test]
+fn bench_groups_json_and_check() {
+    let dir = common::TempDir::new("bench-groups");
+    let (code, result, stderr) = bench(
+        &[
+            "groups",
+            "--groups",
+            "4",
+            "--rates",
+            "300",
+            "--seconds",
+            "1",
+            "--idle-groups",
+            "8",
+            "--idle-seconds",
+            "1",
+            "--json",
+            "--check",
+            "--goal",
+            "groups_throughput=1000",
+        ],
+        &dir,
+    );
+    assert_eq!(result["bench"], "groups", "{result}");
+    assert!(
+        result["disk_qd1_writes_per_s"].as_f64().unwrap() > 0.0,
+        "{result}"
+    );
+    // Both runs hold 300 records/s on any machine this suite runs on.
+    assert_eq!(result["one_group_records_per_s"], 300, "{result}");
+    assert_eq!(result["many_groups_records_per_s"], 300, "{result}");
+    assert_eq!(result["idle"]["groups"], 8, "{result}");
+    assert!(
+        result["idle"]["connections_per_node"].as_u64().unwrap() > 0,
+        "{result}"
+    );
+    // Four groups cannot hold 1000× what one does: the goal is missed and --check says so.
+    assert_eq!(goal(&result, "groups_throughput")["met"], false, "{result}");
+    assert_eq!(code, Some(3), "{stderr}");
+}

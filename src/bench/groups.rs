@@ -11,7 +11,10 @@
 //!   per node over `--idle-seconds` (`/proc/PID/stat`), resident memory per group (the node's
 //!   whole RSS divided by its groups: an upper bound), and the TCP connections each node holds.
 //!
-//! Not built yet: (c) one busy group among idle ones and (d) a restart's catch-up.
+//! - **(c) One busy group** among the idle ones, at 2,000 records/s: its commit p99 against
+//!   the same rate on a cluster with that one group alone (phase (a)'s).
+//! - **(d) Restart** of one node holding the idle groups: the time until it has every group's
+//!   committed records again, and how many groups whose leader stayed up changed leader.
 
 use std::cell::RefCell;
 use std::fs;
@@ -77,6 +80,8 @@ const BATCH_RECORDS_MAX: usize = 2_000;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long every group may take to elect a leader.
 const LEADERS_TIMEOUT: Duration = Duration::from_secs(180);
+/// Phase (c)'s rate.
+const BUSY_RATE: u64 = 2_000;
 
 pub fn run(args: GroupsBenchArgs) -> Result<(), BenchError> {
     if args.groups == 0 || args.rates.is_empty() || args.rates.contains(&0) || args.seconds == 0 {
@@ -116,8 +121,11 @@ pub fn run(args: GroupsBenchArgs) -> Result<(), BenchError> {
             args.rates
         ));
         let dir = scratch.path.join(format!("a-{groups}"));
-        let best = throughput(&exe, &dir, groups, &args, &say)?;
+        let (best, alone) = throughput(&exe, &dir, groups, &args, &say)?;
         m.max_rate[slot] = Some(best);
+        if slot == 0 {
+            m.alone_p99_us = alone;
+        }
         say(format!("(a) {groups} group(s): held {best} records/s"));
     }
     if args.idle_groups > 0 {
@@ -133,6 +141,7 @@ pub fn run(args: GroupsBenchArgs) -> Result<(), BenchError> {
     report::apply_overrides(&mut goals, &args.common)?;
     if args.common.json {
         let out = json!({
+            "bench": "groups",
             "disk_qd1_writes_per_s": m.qd1,
             "disk_qd8_writes_per_s": m.qd8,
             "one_group_records_per_s": m.max_rate[0],
@@ -143,7 +152,12 @@ pub fn run(args: GroupsBenchArgs) -> Result<(), BenchError> {
                 "cpu_share_per_node": i.cpu_share,
                 "rss_kib_per_group": i.rss_kib_per_group,
                 "connections_per_node": i.connections,
+                "busy_p50_us": i.busy_p50_us,
+                "busy_p99_us": i.busy_p99_us,
+                "restart_catch_up_s": i.catch_up_s,
+                "restart_leader_changes": i.leader_changes,
             })),
+            "alone_p99_us": m.alone_p99_us,
             "goals": goals.iter().map(Goal::to_json).collect::<Vec<_>>(),
         });
         println!("{out}");
@@ -159,6 +173,8 @@ struct Measured {
     qd8: Option<f64>,
     /// The highest rate held with one group and with many.
     max_rate: [Option<u64>; 2],
+    /// Commit p99 at `BUSY_RATE` with one group alone (µs).
+    alone_p99_us: Option<u64>,
     idle: Option<Idle>,
 }
 
@@ -170,6 +186,13 @@ struct Idle {
     rss_kib_per_group: f64,
     /// TCP connections of the node that holds the most.
     connections: usize,
+    /// (c): the busy group's commit latency among the idle ones (µs).
+    busy_p50_us: Option<u64>,
+    busy_p99_us: Option<u64>,
+    /// (d): seconds until the restarted node had every group's committed records.
+    catch_up_s: Option<f64>,
+    /// (d): groups whose leader stayed up yet changed.
+    leader_changes: Option<usize>,
 }
 
 fn goal_list(m: &Measured) -> Vec<Goal> {
@@ -196,6 +219,31 @@ fn goal_list(m: &Measured) -> Vec<Goal> {
             "(b) resident memory per idle group / 64 KiB",
             m.idle.as_ref().map(|i| i.rss_kib_per_group / 64.0),
             1.0,
+        ),
+        Goal::at_most(
+            "busy_p99",
+            "(c) busy group's p99 among idle ones / alone",
+            m.idle
+                .as_ref()
+                .and_then(|i| i.busy_p99_us)
+                .zip(m.alone_p99_us)
+                .map(|(busy, alone)| busy as f64 / alone.max(1) as f64),
+            1.2,
+        ),
+        Goal::at_most(
+            "restart_catch_up",
+            "(d) restarted node caught up, seconds / 10 s",
+            m.idle.as_ref().and_then(|i| i.catch_up_s).map(|s| s / 10.0),
+            1.0,
+        ),
+        Goal::at_most(
+            "restart_leader_changes",
+            "(d) groups whose leader stayed up that changed leader",
+            m.idle
+                .as_ref()
+                .and_then(|i| i.leader_changes)
+                .map(|n| n as f64),
+            0.0,
         ),
     ]
 }
@@ -257,7 +305,10 @@ fn durable_writes_per_s(dir: &Path, depth: usize) -> Result<f64, BenchError> {
 
 /// Three nodes hosting `groups` groups of topic `bench`, raft on every core.
 struct Cluster {
-    children: Vec<Child>,
+    exe: PathBuf,
+    /// Each node's directory (its config, tuning file and log are there).
+    dirs: Vec<PathBuf>,
+    children: Vec<Option<Child>>,
     ports: Vec<u16>,
     groups: Vec<GroupKey>,
 }
@@ -279,7 +330,7 @@ impl Cluster {
                 "\n[[shard]]\ncpu = {cpu}\nroles = [\"acceptor\", \"raft\"{serving}]\n"
             ));
         }
-        let mut children = Vec::new();
+        let mut dirs = Vec::new();
         for id in 1..=3 {
             let node = dir.join(format!("node-{id}"));
             fs::create_dir_all(&node).map_err(|e| format!("{}: {e}", node.display()))?;
@@ -297,56 +348,77 @@ impl Cluster {
             if !format.status.success() {
                 return Err(String::from_utf8_lossy(&format.stderr).to_string().into());
             }
-            let log = fs::File::create(node.join("node.log")).map_err(|e| e.to_string())?;
-            let child = Command::new(exe)
-                .args(["start", "-c"])
-                .arg(&config)
-                .arg("--tuning")
-                .arg(&tuning_file)
-                .env("RUST_LOG", "warn")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .map_err(|e| format!("cannot start node {id}: {e}"))?;
-            children.push(child);
+            dirs.push(node);
         }
         let groups = (0..groups as i32)
             .map(|p| GroupKey::new("bench", p).expect("a valid name"))
             .collect();
-        Ok(Cluster {
-            children,
+        let mut cluster = Cluster {
+            exe: exe.to_path_buf(),
+            dirs,
+            children: vec![None, None, None],
             ports,
             groups,
-        })
+        };
+        for node in 0..3 {
+            cluster.start_node(node)?;
+        }
+        Ok(cluster)
+    }
+
+    /// Starts node `node` (0-based) from its directory; its log is appended to.
+    fn start_node(&mut self, node: usize) -> Result<(), BenchError> {
+        let dir = &self.dirs[node];
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("node.log"))
+            .map_err(|e| e.to_string())?;
+        let child = Command::new(&self.exe)
+            .args(["start", "-c"])
+            .arg(dir.join("server.properties"))
+            .arg("--tuning")
+            .arg(dir.join("tuning.toml"))
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("cannot start node {}: {e}", node + 1))?;
+        self.children[node] = Some(child);
+        Ok(())
     }
 
     fn pids(&self) -> Vec<u32> {
-        self.children.iter().map(Child::id).collect()
+        self.children.iter().flatten().map(Child::id).collect()
     }
 
-    /// SIGTERM to each node, then up to 15 s for it to go (SIGKILL after).
-    fn stop(&mut self) {
-        for child in &self.children {
-            // The bench's own children, by the PIDs it started (no unsafe `kill` here).
-            let _ = Command::new("kill")
-                .arg("-TERM")
-                .arg(child.id().to_string())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-        }
+    /// SIGTERM to node `node`, then up to 15 s for it to go (SIGKILL after).
+    fn stop_node(&mut self, node: usize) {
+        let Some(mut child) = self.children[node].take() else {
+            return;
+        };
+        // The bench's own child, by the PID it started (no unsafe `kill` here).
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
         let deadline = Instant::now() + Duration::from_secs(15);
-        for child in &mut self.children {
-            while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            if matches!(child.try_wait(), Ok(None)) {
-                let _ = child.kill();
-            }
-            let _ = child.wait();
+        while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(20));
         }
-        self.children.clear();
+        if matches!(child.try_wait(), Ok(None)) {
+            let _ = child.kill();
+        }
+        let _ = child.wait();
+    }
+
+    fn stop(&mut self) {
+        for node in 0..self.children.len() {
+            self.stop_node(node);
+        }
     }
 }
 
@@ -384,7 +456,7 @@ async fn find_leaders(ports: &[u16], groups: &[GroupKey]) -> Result<Vec<usize>, 
                 if leaders[g].is_some() {
                     continue;
                 }
-                if let Some(leader) = probe(&mut conns[node], *port, group).await {
+                if let Some((leader, _)) = probe(&mut conns[node], *port, group).await {
                     if leader == node as i32 + 1 {
                         leaders[g] = Some(node);
                     }
@@ -396,8 +468,13 @@ async fn find_leaders(ports: &[u16], groups: &[GroupKey]) -> Result<Vec<usize>, 
     Ok(leaders.into_iter().flatten().collect())
 }
 
-/// The leader `group`'s replica on `port` names, through a Fetch at offset 0 as an observer.
-async fn probe(conn: &mut Option<PeerConnection>, port: u16, group: &GroupKey) -> Option<i32> {
+/// The leader and high watermark `group`'s replica on `port` names, through a Fetch at
+/// offset 0 as an observer.
+async fn probe(
+    conn: &mut Option<PeerConnection>,
+    port: u16,
+    group: &GroupKey,
+) -> Option<(i32, i64)> {
     if conn.as_ref().is_none_or(|c| !c.is_usable()) {
         *conn = PeerConnection::connect(addr(port), "bench-groups", REQUEST_TIMEOUT)
             .await
@@ -415,7 +492,7 @@ async fn probe(conn: &mut Option<PeerConnection>, port: u16, group: &GroupKey) -
     });
     let c = conn.as_mut()?;
     match crate::node::peers::exchange_for(group, c, &request, REQUEST_TIMEOUT).await {
-        Ok(Response::Fetch(f)) if f.leader_id > 0 => Some(f.leader_id),
+        Ok(Response::Fetch(f)) if f.leader_id > 0 => Some((f.leader_id, f.high_watermark)),
         Ok(_) => None,
         Err(_) => {
             *conn = None;
@@ -424,14 +501,15 @@ async fn probe(conn: &mut Option<PeerConnection>, port: u16, group: &GroupKey) -
     }
 }
 
-/// Phase (a) for `groups` groups: the highest of `--rates` held, climbing until one is not.
+/// Phase (a) for `groups` groups: the highest of `--rates` held, climbing until one is not;
+/// with one group, also its p99 at `BUSY_RATE` (phase (c)'s baseline).
 fn throughput(
     exe: &Path,
     dir: &Path,
     groups: usize,
     args: &GroupsBenchArgs,
     say: &dyn Fn(String),
-) -> Result<u64, BenchError> {
+) -> Result<(u64, Option<u64>), BenchError> {
     let mut cluster = Cluster::start(exe, dir, groups)?;
     let leaders = glommio_run(find_leaders(&cluster.ports, &cluster.groups))??;
     let spread = (0..3).map(|n| leaders.iter().filter(|l| **l == n).count());
@@ -462,8 +540,24 @@ fn throughput(
         }
         best = rate;
     }
+    let alone = if groups == 1 {
+        let run = glommio_run(drive(
+            &cluster.ports,
+            &cluster.groups,
+            leaders.clone(),
+            BUSY_RATE,
+            args,
+        ))??;
+        let p99 = run.latency.value_at_quantile(0.99);
+        say(format!(
+            "  alone at {BUSY_RATE}/s: p99 {p99} µs (phase (c)'s baseline)"
+        ));
+        Some(p99)
+    } else {
+        None
+    };
     cluster.stop();
-    Ok(best)
+    Ok((best, alone))
 }
 
 /// One rate's outcome: records due in the measured window that committed, their latency.
@@ -688,13 +782,96 @@ fn idle_groups(
         rss_kib = rss_kib.max(rss);
         connections = connections.max(sockets);
     }
+    // (c) One busy group among them.
+    let leaders = glommio_run(find_leaders(&cluster.ports, &cluster.groups))??;
+    let busy = glommio_run(drive(
+        &cluster.ports,
+        &cluster.groups[..1],
+        leaders[..1].to_vec(),
+        BUSY_RATE,
+        args,
+    ))??;
+    let (busy_p50, busy_p99) = (
+        busy.latency.value_at_quantile(0.5),
+        busy.latency.value_at_quantile(0.99),
+    );
+    say(format!(
+        "(c) one group at {BUSY_RATE}/s among them: p50 {busy_p50} µs, p99 {busy_p99} µs"
+    ));
+    // (d) Restart node 3.
+    let (catch_up, changes) = restart(&mut cluster, &leaders, say)?;
     cluster.stop();
     Ok(Idle {
         groups: args.idle_groups,
         cpu_share,
         rss_kib_per_group: rss_kib / args.idle_groups as f64,
         connections,
+        busy_p50_us: Some(busy_p50),
+        busy_p99_us: Some(busy_p99),
+        catch_up_s: Some(catch_up),
+        leader_changes: Some(changes),
     })
+}
+
+/// Phase (d): stops node 3, notes every group's high watermark, starts node 3 again and
+/// times until it has reached each of them; then counts the groups not led by node 3 before
+/// whose leader changed.
+fn restart(
+    cluster: &mut Cluster,
+    before: &[usize],
+    say: &dyn Fn(String),
+) -> Result<(f64, usize), BenchError> {
+    const NODE: usize = 2;
+    cluster.stop_node(NODE);
+    let ports = cluster.ports.clone();
+    let groups = cluster.groups.clone();
+    let leaders = glommio_run(find_leaders(&ports[..NODE], &groups))??;
+    let marks = glommio_run(high_watermarks(&ports, &groups, &leaders))?;
+    cluster.start_node(NODE)?;
+    let started = Instant::now();
+    glommio_run(async {
+        let mut conn = None;
+        let mut behind: Vec<usize> = (0..groups.len()).collect();
+        while !behind.is_empty() {
+            if started.elapsed() > LEADERS_TIMEOUT {
+                return Err(format!("node 3 still behind in {} groups", behind.len()));
+            }
+            let mut still = Vec::new();
+            for g in behind {
+                match probe(&mut conn, ports[NODE], &groups[g]).await {
+                    Some((leader, hw)) if leader > 0 && hw >= marks[g] => {}
+                    _ => still.push(g),
+                }
+            }
+            behind = still;
+            if !behind.is_empty() {
+                glommio::timer::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        Ok(())
+    })??;
+    let catch_up = started.elapsed().as_secs_f64();
+    let after = glommio_run(find_leaders(&ports, &groups))??;
+    let changes = (0..groups.len())
+        .filter(|g| before[*g] != NODE && after[*g] != before[*g])
+        .count();
+    say(format!(
+        "(d) node 3 restarted: every group caught up after {catch_up:.2} s; {changes} groups \
+         whose leader stayed up changed leader"
+    ));
+    Ok((catch_up, changes))
+}
+
+/// Each group's high watermark, as its leader says it.
+async fn high_watermarks(ports: &[u16], groups: &[GroupKey], leaders: &[usize]) -> Vec<i64> {
+    let mut conns: Vec<Option<PeerConnection>> = (0..ports.len()).map(|_| None).collect();
+    let mut marks = Vec::with_capacity(groups.len());
+    for (g, group) in groups.iter().enumerate() {
+        let node = leaders[g];
+        let hw = probe(&mut conns[node], ports[node], group).await;
+        marks.push(hw.map_or(0, |(_, hw)| hw));
+    }
+    marks
 }
 
 /// The sockets process `pid` holds open.
@@ -748,7 +925,12 @@ mod tests {
                 cpu_share: 0.10,
                 rss_kib_per_group: 32.0,
                 connections: 10,
+                busy_p50_us: Some(900),
+                busy_p99_us: Some(3_000),
+                catch_up_s: Some(4.0),
+                leader_changes: Some(1),
             }),
+            alone_p99_us: Some(2_000),
             ..Measured::default()
         };
         let goals = goal_list(&m);
@@ -757,6 +939,9 @@ mod tests {
         assert_eq!(goals[1].value, Some(2.0));
         assert_eq!(goals[2].value, Some(0.5));
         assert_eq!(goals[2].met(), Some(true));
+        assert_eq!(goals[3].value, Some(1.5));
+        assert_eq!(goals[4].value, Some(0.4));
+        assert_eq!(goals[5].met(), Some(false), "one group changed leader");
         assert_eq!(goal_list(&Measured::default())[0].met(), None);
     }
 }
