@@ -24,13 +24,35 @@ fn led(c: &Cluster, group: &GroupKey, at_least: i64) -> Option<(i32, Probe)> {
     majority_leader(|id| probe(c, id, group)).filter(|(_, p)| p.high_watermark > at_least)
 }
 
+fn metrics(port: u16) -> String {
+    let Ok(mut http) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return String::new();
+    };
+    let _ = std::io::Write::write_all(&mut http, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut answer = String::new();
+    let _ = std::io::Read::read_to_string(&mut http, &mut answer);
+    answer
+}
+
+/// The sum of a gauge's series whose lines start with `prefix`.
+fn sum(text: &str, prefix: &str) -> i64 {
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<i64>().ok())
+        .sum()
+}
+
 #[test]
 fn declared_groups_elect_replicate_and_recover_on_their_own() {
     let mut c = Cluster::new("groups");
+    let admin = common::free_port();
     for id in 1..=3 {
         let path = c.node_dir(id).join("server.properties");
         let mut text = std::fs::read_to_string(&path).unwrap();
         text.push_str("ringraft.groups=orders:2@1,2,3;solo:1@1\n");
+        if id == 1 {
+            text.push_str(&format!("ringraft.admin.listener=127.0.0.1:{admin}\n"));
+        }
         std::fs::write(&path, text).unwrap();
     }
     for id in 1..=3 {
@@ -183,6 +205,14 @@ fn declared_groups_elect_replicate_and_recover_on_their_own() {
             c.elections()
         );
     }
+    // Node 1's shards count the groups homed on them and those it leads (orders-0, solo-0).
+    let counted = c.wait_for(Duration::from_secs(25), |_| {
+        let text = metrics(admin);
+        let hosted = sum(&text, "ringraft_shard_groups{");
+        let leading = sum(&text, "ringraft_shard_groups_leading{");
+        (hosted == 3 && leading == 2).then_some(())
+    });
+    assert!(counted.is_some(), "{}", metrics(admin));
     let log = c.nodes[0].as_ref().unwrap().log_text();
     for group in ["orders-0", "orders-1", "solo-0"] {
         assert!(

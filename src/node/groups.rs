@@ -155,24 +155,36 @@ pub fn plan(
     Ok((table, Arc::new(Mutex::new(starts))))
 }
 
-/// How often a shard looks for groups it leads whose preferred leader could take over.
-const PREFERRED_LEADER_CHECK: Duration = Duration::from_secs(10);
+/// How often a shard walks its groups (leadership counts, preferred leaders).
+pub const GROUPS_PASS: Duration = Duration::from_secs(10);
 
-/// On each raft shard with groups: every `PREFERRED_LEADER_CHECK`, a group this node leads
-/// that prefers another voter, which has everything committed, is handed to it
-/// (`RaftHandle::transfer_leadership`). One pass over the shard's groups, one at a time, so a
-/// shard with thousands of groups sends at most one transfer at once; nothing when settled but
-/// the pass itself.
-pub async fn keep_preferred_leaders(table: Arc<GroupTable>, shard: usize, local_id: i32) {
+/// On each raft shard with groups, every `GROUPS_PASS`: counts the groups homed here and
+/// those this node leads (`ringraft_shard_groups*`), and hands each group it leads that
+/// prefers another voter, which has everything committed, to that voter
+/// (`RaftHandle::transfer_leadership`). One group at a time, so a shard with thousands of
+/// groups sends at most one transfer at once; nothing when settled but the pass itself.
+pub async fn groups_pass(
+    table: Arc<GroupTable>,
+    shard: usize,
+    local_id: i32,
+    metrics: super::metrics::SharedMetrics,
+) {
+    let labels = super::metrics::shard_labels(shard);
     loop {
-        glommio::timer::sleep(PREFERRED_LEADER_CHECK).await;
-        for hosted in table.homed_on(shard).filter(|h| h.preferred != local_id) {
+        glommio::timer::sleep(GROUPS_PASS).await;
+        let (mut hosted_here, mut leading) = (0, 0);
+        for hosted in table.homed_on(shard) {
+            hosted_here += 1;
             let Ok(status) = hosted.raft.describe_quorum().await else {
                 return;
             };
             let Some(replicas) = status.replicas.filter(|r| r.leader_id == local_id) else {
                 continue;
             };
+            leading += 1;
+            if hosted.preferred == local_id {
+                continue;
+            }
             let caught_up = replicas.voters.iter().any(|v| {
                 v.key.id == hosted.preferred
                     && replicas.high_watermark >= 0
@@ -187,6 +199,11 @@ pub async fn keep_preferred_leaders(table: Arc<GroupTable>, shard: usize, local_
                 }
             }
         }
+        metrics.shard_groups.get_or_create(&labels).set(hosted_here);
+        metrics
+            .shard_groups_leading
+            .get_or_create(&labels)
+            .set(leading);
     }
 }
 

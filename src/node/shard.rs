@@ -289,8 +289,8 @@ async fn start_groups(ctx: &ShardContext, stop: &StopSignal) -> Result<Vec<RaftT
         tasks.push(task);
     }
     if !tasks.is_empty() {
-        let keep =
-            super::groups::keep_preferred_leaders(ctx.groups.clone(), ctx.index, ctx.node_id);
+        let (table, metrics) = (ctx.groups.clone(), ctx.metrics.clone());
+        let keep = super::groups::groups_pass(table, ctx.index, ctx.node_id, metrics);
         let stop = stop.clone();
         let task = async move { futures_lite::future::or(keep, stop.wait()).await };
         glommio::spawn_local(task.in_current_span()).detach();

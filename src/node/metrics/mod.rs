@@ -102,6 +102,11 @@ pub struct Metrics {
     pub data_dir_ring: Family<Labels, Gauge>,
     /// The shard (and its CPU) each hosted Raft group is homed on (1 per group, labelled).
     pub group_home: Family<Labels, Gauge>,
+    /// Per raft shard: the groups homed there besides group 0, and how many of them this
+    /// node leads (counted every `groups::GROUPS_PASS`; per-shard, so bounded whatever the
+    /// number of groups).
+    pub shard_groups: Family<Labels, Gauge>,
+    pub shard_groups_leading: Family<Labels, Gauge>,
     /// Per shard: times its probe timer (every `STALL_PROBE_MS`) fired more than `STALL_MS`
     /// late, so a task held the shard that long.
     pub stalls: Family<Labels, Counter>,
@@ -164,6 +169,8 @@ impl Metrics {
             shard_ring_written_bytes: Family::default(),
             data_dir_ring: Family::default(),
             group_home: Family::default(),
+            shard_groups: Family::default(),
+            shard_groups_leading: Family::default(),
             stalls: Family::default(),
             ready: Family::default(),
             build_info: Family::default(),

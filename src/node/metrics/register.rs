@@ -226,4 +226,14 @@ pub(super) fn register_ringraft(r: &mut Registry, m: &Metrics) {
         "The shard each hosted Raft group is homed on",
         m.group_home.clone(),
     );
+    r.register(
+        "ringraft_shard_groups",
+        "Raft groups homed on the shard besides __cluster_metadata-0",
+        m.shard_groups.clone(),
+    );
+    r.register(
+        "ringraft_shard_groups_leading",
+        "Of the groups homed on the shard, those this node leads",
+        m.shard_groups_leading.clone(),
+    );
 }
