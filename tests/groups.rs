@@ -125,6 +125,30 @@ fn declared_groups_elect_replicate_and_recover_on_their_own() {
         .collect();
     assert_eq!(offsets.len(), 3, "{text}");
     assert_eq!(offsets[2], offsets[0] + 2, "{text}");
+    // A follower's NOT_LEADER answer names the group's leader and where it listens, so a
+    // client that knows only a follower still gets its records in.
+    let (leader, _) = led(&c, &orders[1], 0).expect("orders-1 has a leader");
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let only = format!("127.0.0.1:{}", c.ports[follower as usize - 1]);
+    let out = run(
+        &[
+            "log",
+            "append",
+            "--bootstrap-controller",
+            &only,
+            "--topic",
+            "orders",
+            "--partition",
+            "1",
+            "d",
+        ],
+        c.dir.path(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let refused = run(
         &["log", "append", "--bootstrap-controller", &controllers, "x"],
         c.dir.path(),

@@ -23,6 +23,7 @@ use crate::config::{ServerConfig, Tuning};
 use crate::membership::VoterSet;
 use crate::protocol::group::{group_topic_id, GroupKey, WirePartition, WireTopic};
 use crate::protocol::{METADATA_TOPIC_ID, METADATA_TOPIC_NAME};
+use crate::raft::Endpoint;
 
 /// A hosted group: its key, the door to its executor, its home shard and its preferred
 /// leader (`config::groups`).
@@ -31,6 +32,18 @@ pub struct Hosted {
     pub raft: RaftHandle,
     pub home: usize,
     pub preferred: i32,
+    /// Its voters' controller endpoints (shared by the groups of one declaration).
+    pub voters: Arc<Vec<(i32, Endpoint)>>,
+}
+
+impl Hosted {
+    /// Where voter `id` of the group listens, for a NOT_LEADER answer's hint.
+    pub fn endpoint(&self, id: i32) -> Option<Endpoint> {
+        self.voters
+            .iter()
+            .find(|(v, _)| *v == id)
+            .map(|(_, e)| e.clone())
+    }
 }
 
 /// The groups this node hosts besides group 0, by topic id and partition.
@@ -115,6 +128,12 @@ pub fn plan(
             .filter(|v| decl.voters.contains(&v.key.id))
             .cloned()
             .collect();
+        let endpoints: Arc<Vec<(i32, Endpoint)>> = Arc::new(
+            voters
+                .iter()
+                .filter_map(|v| Some((v.key.id, v.endpoints.first()?.clone())))
+                .collect(),
+        );
         let mut setup = group0.clone();
         setup.config.bootstrap = voters.iter().flat_map(|v| v.endpoints.clone()).collect();
         setup.config.static_voters = true;
@@ -141,6 +160,7 @@ pub fn plan(
                 raft,
                 home,
                 preferred,
+                voters: endpoints.clone(),
             };
             table.groups.insert(at, hosted);
         }
@@ -224,6 +244,7 @@ mod tests {
                 raft,
                 home: 1,
                 preferred: 1,
+                voters: Arc::default(),
             },
         );
         assert_eq!(table.get("orders", 1).map(|h| h.home), Some(1));

@@ -12,7 +12,6 @@ use bytes::Bytes;
 use super::handle::{AppendCheck, ClientError, RaftHandle};
 use super::route::ReplyTo;
 use crate::constants::BATCH_MAX_BYTES;
-use crate::fetch::shard::Serving;
 use crate::net::frame_out::LocalFrame;
 use crate::protocol::group::GroupKey;
 use crate::protocol::produce::{
@@ -239,7 +238,7 @@ pub fn outcome(
 /// NOT_LEADER_OR_FOLLOWER answer carries.
 pub async fn serve(
     (target, raft): (&GroupKey, &RaftHandle),
-    serving: Option<&Serving>,
+    leader_endpoint: &dyn Fn(i32) -> Option<crate::raft::Endpoint>,
     enabled: bool,
     to: &ReplyTo,
     request: &ProduceRequest,
@@ -260,9 +259,7 @@ pub async fn serve(
     let mut endpoints = Vec::new();
     let leader = partition.current_leader.0;
     if partition.error_code == ErrorCode::NOT_LEADER_OR_FOLLOWER && leader >= 0 {
-        // The controller listener is the first one a voter names.
-        let first = serving.and_then(|s| s.leader_endpoints().into_iter().next());
-        endpoints.extend(first.map(|e| ProduceNodeEndpoint {
+        endpoints.extend(leader_endpoint(leader).map(|e| ProduceNodeEndpoint {
             node_id: leader,
             host: e.host,
             port: i32::from(e.port),

@@ -205,12 +205,16 @@ impl Service for NodeService {
                 let frame = match hosted {
                     Some(h) => {
                         let target = (&h.key, &h.raft);
-                        super::produce::serve(target, None, enabled, &to, &r).await
+                        let endpoint = |id| h.endpoint(id);
+                        super::produce::serve(target, &endpoint, enabled, &to, &r).await
                     }
                     None => {
                         let target = (GroupKey::metadata(), &self.raft);
+                        // The controller listener is the first one the leader names.
                         let serving = self.fetch.as_deref();
-                        super::produce::serve(target, serving, enabled, &to, &r).await
+                        let endpoint =
+                            |_| serving.and_then(|s| s.leader_endpoints().into_iter().next());
+                        super::produce::serve(target, &endpoint, enabled, &to, &r).await
                     }
                 };
                 return Some(served(frame));
