@@ -316,3 +316,47 @@ fn copy_tree(from: &Path, to: &Path) {
         }
     }
 }
+
+/// `ringraft.groups` (issue 25): a declaration that cannot be hosted is refused by `format` and
+/// `start` alike, naming the key and what is wrong, and nothing is written.
+#[test]
+fn bad_group_declarations_are_refused() {
+    let dir = TempDir::new("bad-groups");
+    for (value, says) in [
+        ("orders", "expected <topic>:<partitions>@<voter id>"),
+        ("orders:0@1", "partitions must be 1 to 4096"),
+        ("orders:2@1,7", "voter 7 is not in controller.quorum.voters"),
+        ("bad/name:1@1", "only ASCII letters"),
+        ("__cluster_metadata:1@1", "is group 0"),
+        ("a:1@1;a:2@1", "topic a is declared twice"),
+    ] {
+        let config = write_config(
+            dir.path(),
+            free_port(),
+            &format!("ringraft.groups={value}\n"),
+        );
+        let config = config.to_str().unwrap();
+        for args in [&format_args(config)[..], &["start", "-c", config]] {
+            let line = refused(args, dir.path());
+            assert!(
+                line.contains("ringraft.groups") && line.contains(says),
+                "{value}: {line}"
+            );
+        }
+        assert!(!dir.path().join("data").exists(), "{value}: nothing written");
+    }
+    // Groups need a static quorum: their voters' addresses come from controller.quorum.voters.
+    let port = free_port();
+    let config = write_config(dir.path(), port, "ringraft.groups=kv:1@1\n");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let dynamic = text.replace(
+        &format!("controller.quorum.voters=1@127.0.0.1:{port}"),
+        &format!("controller.quorum.bootstrap.servers=127.0.0.1:{port}"),
+    );
+    std::fs::write(&config, dynamic).unwrap();
+    let line = refused(&["start", "-c", config.to_str().unwrap()], dir.path());
+    assert!(
+        line.contains("ringraft.groups") && line.contains("static quorum"),
+        "{line}"
+    );
+}
