@@ -343,7 +343,10 @@ fn bad_group_declarations_are_refused() {
                 "{value}: {line}"
             );
         }
-        assert!(!dir.path().join("data").exists(), "{value}: nothing written");
+        assert!(
+            !dir.path().join("data").exists(),
+            "{value}: nothing written"
+        );
     }
     // Groups need a static quorum: their voters' addresses come from controller.quorum.voters.
     let port = free_port();

@@ -15,9 +15,26 @@ const BODY_MAX_BYTES: usize = 1 << 20;
 const APPLY_WAIT: Duration = Duration::from_secs(10);
 
 pub struct Service {
+    /// One per Raft group the keys are spread over: its state and its handle.
+    pub shards: Vec<Shard>,
+    pub unsafe_local_reads: bool,
+}
+
+/// One group's state machine and handle.
+pub struct Shard {
     pub shared: Arc<Shared>,
     pub raft: RaftHandle,
-    pub unsafe_local_reads: bool,
+}
+
+impl Service {
+    /// The group that holds `key`: a stable hash of the key over the groups (FNV-1a, so
+    /// that every node and every restart picks the same one).
+    fn shard(&self, key: &[u8]) -> &Shard {
+        let hash = key.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        &self.shards[(hash % self.shards.len() as u64) as usize]
+    }
 }
 
 struct Request {
@@ -157,7 +174,7 @@ fn handle(service: &Service, r: Request) -> Response {
             };
             write(service, command)
         }
-        ("GET", _, _) if r.path == "/status" => status(service),
+        ("GET", _, _) if r.path == "/status" => status(&service.shards[0]),
         _ => respond(404, "no such endpoint"),
     }
 }
@@ -180,15 +197,16 @@ fn failed(e: ClientError) -> Response {
 }
 
 fn get(service: &Service, key: &[u8], stale: bool) -> Response {
+    let shard = service.shard(key);
     let state = if stale || service.unsafe_local_reads {
-        service.shared.lock()
+        shard.shared.lock()
     } else {
         // Linearizable: everything committed before the fence began is below `applied_to`.
-        let applied_to = match futures_lite::future::block_on(service.raft.read_fence()) {
+        let applied_to = match futures_lite::future::block_on(shard.raft.read_fence()) {
             Ok(offset) => offset,
             Err(e) => return failed(e),
         };
-        match service.shared.wait_applied(applied_to, APPLY_WAIT) {
+        match shard.shared.wait_applied(applied_to, APPLY_WAIT) {
             Some(state) => state,
             None => return respond(504, "not applied in time"),
         }
@@ -204,13 +222,14 @@ fn write(service: &Service, command: Command) -> Response {
     let now_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
+    let shard = service.shard(command.key());
     let value = command.encode();
     let offset =
-        match futures_lite::future::block_on(service.raft.append(&[value.as_slice()], now_ms)) {
+        match futures_lite::future::block_on(shard.raft.append(&[value.as_slice()], now_ms)) {
             Ok(offset) => offset,
             Err(e) => return failed(e),
         };
-    let Some(state) = service.shared.wait_applied(offset + 1, APPLY_WAIT) else {
+    let Some(state) = shard.shared.wait_applied(offset + 1, APPLY_WAIT) else {
         return respond(503, "committed but not applied in time");
     };
     match (cas, state.results.get(&offset)) {
@@ -221,8 +240,9 @@ fn write(service: &Service, command: Command) -> Response {
     }
 }
 
-fn status(service: &Service) -> Response {
-    let state = service.shared.lock();
+/// The first group's leader and progress (the only group without `--groups`).
+fn status(shard: &Shard) -> Response {
+    let state = shard.shared.lock();
     let (leader, epoch) = state.leader.map_or((None, -1), |l| (l.leader_id, l.epoch));
     let leader = leader.map_or_else(|| "none".to_string(), |l| l.to_string());
     respond(

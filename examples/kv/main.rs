@@ -21,6 +21,10 @@
 //! snapshots. A replica that falls behind, or restarts, loads the snapshot back through the
 //! state machine's snapshot calls. The application never calls for a snapshot itself.
 //!
+//! With `--groups G` the keys are spread over G Raft groups (`ringraft.groups=kv:G@…`, every
+//! voter in each), each with its own state machine, so that writes to different keys commit
+//! in parallel and leaders spread over the nodes; a key always maps to the same group.
+//!
 //! The HTTP side is plain blocking std threads: an embedder does not have to use glommio.
 //! ringraft's handle is `Send`, and its futures can be awaited from any thread.
 
@@ -61,6 +65,10 @@ struct Args {
     /// keys, for example.
     #[arg(long = "property", value_name = "KEY=VALUE")]
     properties: Vec<String>,
+    /// Spread the keys over this many Raft groups besides `__cluster_metadata-0` (0: keep
+    /// them in `__cluster_metadata-0`).
+    #[arg(long, default_value_t = 0)]
+    groups: u32,
     /// A deliberately broken read path, for the linearizability checker to catch: GET serves
     /// the local state on any node, without the read fence.
     #[arg(long, hide = true)]
@@ -84,13 +92,22 @@ fn run(args: Args) -> Result<(), String> {
             (id.trim().parse::<i32>().ok()? == args.id).then(|| addr.trim().to_string())
         })
         .ok_or_else(|| format!("--voters does not name node {}", args.id))?;
+    let voter_ids: Vec<&str> = args
+        .voters
+        .split(',')
+        .filter_map(|v| Some(v.split_once('@')?.0.trim()))
+        .collect();
+    let groups = match args.groups {
+        0 => String::new(),
+        n => format!("ringraft.groups=kv:{n}@{}\n", voter_ids.join(",")),
+    };
     let properties = format!(
         "node.id={id}\n\
          process.roles=controller\n\
          controller.quorum.voters={voters}\n\
          listeners=CONTROLLER://{listen}\n\
          controller.listener.names=CONTROLLER\n\
-         metadata.log.dir={dir}\n{extra}",
+         metadata.log.dir={dir}\n{groups}{extra}",
         id = args.id,
         voters = args.voters,
         dir = args.dir.display(),
@@ -101,22 +118,44 @@ fn run(args: Args) -> Result<(), String> {
             .collect::<String>(),
     );
     let config = ServerConfig::parse(&properties).map_err(|e| e.to_string())?;
-    let shared = Arc::new(state::Shared::default());
-    let (machine, snapshots) = state::Machine::new(shared.clone());
-    let node = Node::builder(config)
-        .state_machine(machine)
+    // One state machine per group the keys live in: group 0 alone, or kv-0 … kv-(G-1).
+    let states: Vec<Arc<state::Shared>> = (0..args.groups.max(1)).map(|_| Arc::default()).collect();
+    let mut builder = Node::builder(config);
+    let mut snapshotters = Vec::new();
+    for (p, shared) in states.iter().enumerate() {
+        let (machine, snapshots) = state::Machine::new(shared.clone());
+        snapshotters.push(snapshots);
+        builder = if args.groups == 0 {
+            builder.state_machine(machine)
+        } else {
+            builder
+                .group_state_machine("kv", p as i32, machine)
+                .map_err(|e| e.to_string())?
+        };
+    }
+    let node = builder
         .format_if_empty(&args.cluster_id)
         .handle_signals(true)
         .init_logging(true)
         .start()
         .map_err(|e| e.to_string())?;
-    let handle = node.handle();
-    state::spawn_snapshotter(snapshots);
+    for snapshots in snapshotters {
+        state::spawn_snapshotter(snapshots);
+    }
+    let mut shards = Vec::new();
+    for (p, shared) in states.into_iter().enumerate() {
+        let raft = if args.groups == 0 {
+            node.handle()
+        } else {
+            node.group("kv", p as i32)
+                .ok_or_else(|| format!("group kv-{p} is not hosted here"))?
+        };
+        shards.push(http::Shard { shared, raft });
+    }
     let listener =
         TcpListener::bind(args.http).map_err(|e| format!("cannot listen on {}: {e}", args.http))?;
     let service = Arc::new(http::Service {
-        shared,
-        raft: handle,
+        shards,
         unsafe_local_reads: args.unsafe_local_reads,
     });
     std::thread::spawn(move || http::serve(listener, service));

@@ -27,6 +27,13 @@ pub enum Command {
 }
 
 impl Command {
+    /// The key it writes.
+    pub fn key(&self) -> &[u8] {
+        match self {
+            Command::Put { key, .. } | Command::Delete { key } | Command::Cas { key, .. } => key,
+        }
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let (op, fields): (u8, Vec<&[u8]>) = match self {
             Command::Put { key, value } => (b'P', vec![key, value]),

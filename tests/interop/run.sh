@@ -1016,6 +1016,15 @@ fi
 check "linearizability: kv's broken read path (no read fence) is flagged Illegal" \
   lincheck mutation -duration 20s -mutation
 lincheck_summary mutation
+# kv's keys spread over 4 Raft groups of their own (ringraft.groups, issue 25): each group
+# elects and commits on its own, and the history stays linearizable; the broken read path is
+# still caught there.
+check "linearizability: kv over 4 groups under 40 s of kills and pauses (>= 3 kills), Porcupine: Ok" \
+  lincheck groups -duration 40s -min-kills 3 -groups 4 -keys 8
+lincheck_summary groups
+check "linearizability: kv over 4 groups, broken read path flagged Illegal" \
+  lincheck groups-mutation -duration 20s -mutation -groups 4 -keys 8
+lincheck_summary groups-mutation
 
 # ---- a mixed quorum: ringraft voters beside real Kafka controllers ----------------------------
 # mixed_quorum.py says what each run checks. Kafka's controllers log through slf4j-simple here

@@ -49,6 +49,7 @@ var (
 	workDir    = flag.String("work", "", "where the nodes' directories and logs go (default: a temp dir)")
 	seed       = flag.Int64("seed", 0, "random seed (0: from the clock)")
 	rate       = flag.Int("rate", 0, "operations per second per client, at most (0: as fast as answered)")
+	groups     = flag.Int("groups", 0, "spread kv's keys over this many Raft groups (kv --groups)")
 )
 
 // ---- the nodes ----------------------------------------------------------------------------
@@ -86,6 +87,9 @@ func (n *node) start(voters string) {
 	}
 	if *mutation {
 		args = append(args, "--unsafe-local-reads")
+	}
+	if *groups > 0 {
+		args = append(args, "--groups", strconv.Itoa(*groups))
 	}
 	logFile, err := os.OpenFile(n.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
