@@ -418,11 +418,42 @@ class Suite:
         cluster_id = subprocess.run([a.ringraft, "storage", "random-uuid"], capture_output=True,
                                     text=True).stdout.strip()
         voters = "controller.quorum.voters=" + ",".join(f"{i}@127.0.0.1:{ports[i]}" for i in (1, 2, 3))
-        nodes = {i: Node(i, layout[i - 1], a, self.work, ports, cluster_id, voters) for i in (1, 2, 3)}
+        # --groups: Raft groups of ringraft's own on the ringraft voters only (issue 25); the
+        # Kafka controllers never hear of them.
+        ours = [i for i in (1, 2, 3) if layout[i - 1] == "R"]
+        groups = [f"ringraft.groups=g:{a.groups}@{','.join(map(str, ours))}"] if a.groups else []
+        nodes = {i: Node(i, layout[i - 1], a, self.work, ports, cluster_id, voters,
+                         groups if layout[i - 1] == "R" else ())
+                 for i in (1, 2, 3)}
         for n in nodes.values():
             n.format()
             n.start()
         return nodes
+
+    def check_groups(self, nodes):
+        """With --groups: every group has a ringraft leader and takes a record."""
+        a = self.args
+        ours = [n for n in nodes.values() if n.kind == "R" and n.running()]
+        bootstrap = ",".join(f"127.0.0.1:{n.port}" for n in ours)
+        ids = {str(n.id) for n in ours}
+        for p in range(a.groups):
+            where = ["--bootstrap-controller", bootstrap, "--topic", "g", "--partition", str(p)]
+            deadline = time.time() + 30
+            while True:
+                r = subprocess.run([a.ringraft, "log", "append", *where, f"record-{p}"],
+                                   capture_output=True, text=True, timeout=90)
+                d = subprocess.run([a.ringraft, "quorum", "describe", "--status", *where],
+                                   capture_output=True, text=True, timeout=60)
+                leader = status_fields(d.stdout).get("LeaderId")
+                if r.returncode == 0 and d.returncode == 0 and leader in ids:
+                    break
+                if time.time() > deadline:
+                    self.fail(f"group g-{p}: append {r.returncode} {r.stderr.strip()[:200]}, "
+                              f"describe {d.returncode} {d.stdout.strip()[:200]}{d.stderr.strip()[:200]}")
+                    return
+                time.sleep(1)
+        print(f"groups: {a.groups} groups on the ringraft voters each led by one of them and "
+              f"took a record", flush=True)
 
     def run_transfer(self):
         """`ringraft quorum transfer-leader`, --kills times, alternately to a Kafka controller
@@ -592,6 +623,8 @@ class Suite:
         return leader_id
 
     def finish(self, nodes):
+        if self.args.groups:
+            self.check_groups(nodes)
         found = self.leader(nodes)
         committed = found[2] if found else None
         for n in nodes.values():
@@ -976,6 +1009,8 @@ def main():
     p.add_argument("--warmup", type=int, default=10, help="latency: seconds before sampling")
     p.add_argument("--layout", default="KKW")
     p.add_argument("--kills", type=int, default=3)
+    p.add_argument("--groups", type=int, default=0,
+                   help="static: this many Raft groups of ringraft's own on the ringraft voters")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--signals", default="KILL,TERM", help="static: what kills the leader")
     p.add_argument("--kafka-jars", required=True)

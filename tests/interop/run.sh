@@ -1055,6 +1055,11 @@ else
   check "mixed quorum KKW (2 Kafka $MIXED_NEWEST controllers + 1 ringraft witness): 3 leader kills" \
     mixed "$MIXED_NEWEST" static --layout KKW --kills 3 --seed 1
 fi
+# Issue 25: the two ringraft voters of a KRR quorum also host 64 Raft groups of their own. The
+# metadata quorum with Kafka behaves as before (leader kills, converged logs, no Kafka ERROR),
+# and every group is led by a ringraft voter and takes a record.
+check "mixed quorum KRR on Kafka $MIXED_NEWEST with 64 ringraft-only groups on the ringraft voters: 3 leader kills" \
+  mixed "$MIXED_NEWEST" static --layout KRR --kills 3 --seed 2 --groups 64
 # ringraft quorum transfer-leader: the ringraft leader hands over to a named Kafka controller and
 # to the other ringraft voter in turn (docs/operations.md, "Moving the leadership").
 check "mixed quorum KRR on Kafka $MIXED_NEWEST: transfer-leader to a Kafka controller and to a ringraft voter, 4 times; Fetch v18 both ways" \
