@@ -392,6 +392,38 @@ for v in $KAFKA_VERSIONS; do
   check "kafka-dump-log $v shows Unix-time CreateTimes on every batch ringraft writes" ringraft_create_times "$v"
 done
 
+# A Raft group of ringraft's own (issue 25) keeps its log in Kafka's layout too: a single-voter
+# group kv-0 takes three records, and Kafka's DumpLogSegments reads its segment (its topic's own
+# directory and partition.metadata beside it).
+group_log_dump() {
+  local v=$1 dir="$RUN/gl-$1" cfg="$RUN/gl-$1.properties" port pid
+  port=$(free_port)
+  { storage_config "$dir" "$port"; echo "ringraft.groups=kv:1@1"; } > "$cfg"
+  "$RINGRAFT" storage format -t "$("$RINGRAFT" storage random-uuid)" -c "$cfg" >/dev/null || return 1
+  "$RINGRAFT" start -c "$cfg" > "$RUN/gl-$v.log" 2>&1 &
+  pid=$!; echo "$pid" >> "$RUN/pids"
+  "$RINGRAFT" log append --bootstrap-controller "127.0.0.1:$port" --topic kv --partition 0 \
+    first second third || { kill -TERM "$pid"; tail -20 "$RUN/gl-$v.log"; return 1; }
+  kill -TERM "$pid"; wait "$pid" || { tail -20 "$RUN/gl-$v.log"; return 1; }
+  grep -q "^topic_id: " "$dir/kv-0/partition.metadata" || { echo "no partition.metadata"; return 1; }
+  local listing class=kafka.tools.DumpLogSegments
+  listing=$(unzip -l "$WORK/kafka-$v/kafka-tools-$v.jar" 2>/dev/null || true)
+  grep -q 'org/apache/kafka/tools/DumpLogSegments.class' <<<"$listing" \
+    && class=org.apache.kafka.tools.DumpLogSegments
+  java -cp "$WORK/kafka-$v/*" "$class" --deep-iteration --print-data-log \
+    --files "$(ls "$dir"/kv-0/*.log | head -1)" 2>&1 | grep -v '^SLF4J' > "$RUN/gl-$v.dump"
+  for value in first second third; do
+    grep -q "payload: $value\$" "$RUN/gl-$v.dump" \
+      || { echo "no record $value in:"; head -40 "$RUN/gl-$v.dump"; return 1; }
+  done
+  grep -q "LeaderChange" "$RUN/gl-$v.dump" || grep -q "isControl: true" "$RUN/gl-$v.dump" \
+    || { echo "no epoch-start control batch"; head -40 "$RUN/gl-$v.dump"; return 1; }
+  echo "DumpLogSegments read kv-0's three records and its epoch-start batch"
+}
+for v in $KAFKA_VERSIONS; do
+  check "kafka-dump-log $v reads a ringraft group's own log (kv-0)" group_log_dump "$v"
+done
+
 # ---- storage format for a dynamic quorum, against Kafka's own kafka-storage ------------------
 # Kafka 4.4 is what ringraft writes like (4.1 also wrote a top-level bootstrap.checkpoint and no
 # feature records in the snapshot): the newest 4.4+ version listed is the byte reference. Every
