@@ -140,6 +140,10 @@ pub const SHARDS_MAX: usize = 256;
 /// sessions (docs/groups.md).
 pub const GROUPS_PER_NODE_MAX: usize = 4096;
 
+/// `ringraft_group_home_info` is exported for group 0 and at most this many other groups (by
+/// topic and partition); every group's home is logged.
+pub const GROUP_HOME_SERIES_MAX: usize = 64;
+
 const _: () = assert!(REQUEST_HEADER_MIN_BYTES == 8);
 const _: () = assert!(QUEUED_MAX_REQUEST_BYTES_DEFAULT >= SOCKET_REQUEST_MAX_BYTES_DEFAULT as i64);
 const _: () = assert!(METADATA_LOG_SEGMENT_BYTES_DEFAULT >= METADATA_LOG_SEGMENT_MIN_BYTES_DEFAULT);

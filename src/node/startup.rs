@@ -357,9 +357,11 @@ fn spawn_shards(
     if tuning.spin_before_park_us > 0 && crate::config::tuning::online_cpus().len() <= 2 {
         warn!(target: LOG_TARGET, "spin_before_park_us > 0 on a machine with 2 or fewer CPUs hurts latency");
     }
-    log_group_home(tuning, GroupKey::metadata(), &base.metrics);
-    for hosted in base.groups.iter() {
-        log_group_home(tuning, &hosted.key, &base.metrics);
+    log_group_home(tuning, GroupKey::metadata(), &base.metrics, true);
+    let mut hosted: Vec<&GroupKey> = base.groups.iter().map(|h| &h.key).collect();
+    hosted.sort_by(|a, b| (a.topic(), a.partition()).cmp(&(b.topic(), b.partition())));
+    for (i, key) in hosted.into_iter().enumerate() {
+        log_group_home(tuning, key, &base.metrics, i < c::GROUP_HOME_SERIES_MAX);
     }
     let mut handles = Vec::with_capacity(n);
     for (index, plan) in tuning.shards.iter().enumerate() {
@@ -398,12 +400,21 @@ fn spawn_shards(
     Ok(handles)
 }
 
-/// Says where `group` is homed: in the log and as `ringraft_group_home_info`.
-fn log_group_home(tuning: &Tuning, group: &GroupKey, metrics: &super::metrics::SharedMetrics) {
+/// Says where `group` is homed: in the log, and as `ringraft_group_home_info` when `series`
+/// (one series per group, so only the first groups get one: cardinality stays bounded).
+fn log_group_home(
+    tuning: &Tuning,
+    group: &GroupKey,
+    metrics: &super::metrics::SharedMetrics,
+    series: bool,
+) {
     let home = tuning.home_shard(group);
     let cpu = tuning.shards[home].cpu;
     info!(target: LOG_TARGET, %group, shard = home, cpu,
         raft_shards = tuning.raft_shards().len(), "group homed");
+    if !series {
+        return;
+    }
     let labels = vec![
         ("group".to_string(), group.to_string()),
         ("shard".to_string(), home.to_string()),

@@ -221,6 +221,11 @@ pub(super) fn register_ringraft(r: &mut Registry, m: &Metrics) {
         "The kind of ring serving each data directory",
         m.data_dir_ring.clone(),
     );
+    register_groups(r, m);
+}
+
+/// The Raft groups' series (issue 25): bounded by the shards, plus one info series per group.
+fn register_groups(r: &mut Registry, m: &Metrics) {
     r.register(
         "ringraft_group_home_info",
         "The shard each hosted Raft group is homed on",
