@@ -1076,28 +1076,10 @@ fn caught_up_observers_are_answered_once_per_interval() {
         wait_until(Duration::from_secs(20), || {
             std::fs::metadata(&acks).ok().filter(|m| m.len() > 0)
         });
-        let voters = format!("127.0.0.1:{port}");
-        let args = [
-            "debug",
-            "observe",
-            "--voters",
-            &voters,
-            "--observers",
-            "1",
-            "--seconds",
-            "2",
-        ];
-        let out = run(&args, dir.path());
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
-        assert!(out.status.success(), "{text}");
+        let (answered, text) = observe(port, dir.path());
         node.signal(SIGTERM);
         assert_eq!(node.wait_exit(Duration::from_secs(10)), Some(0));
-        let count = text
-            .split(" answers")
-            .next()
-            .and_then(|s| s.rsplit(['(', ' ']).next())
-            .and_then(|n| n.parse().ok());
-        count.unwrap_or_else(|| panic!("no answer count in: {text}"))
+        answered.unwrap_or_else(|| panic!("no answer count in: {text}"))
     };
     let paced = answers(200);
     let unpaced = answers(0);
@@ -1149,6 +1131,23 @@ fn raft_on_every_core_homes_the_metadata_group_and_serves_it_from_the_others() {
     wait_until(Duration::from_secs(20), || {
         std::fs::metadata(&acks).ok().filter(|m| m.len() > 0)
     });
+    let (answered, observed) = observe(port, dir.path());
+    node.signal(SIGTERM);
+    assert_eq!(node.wait_exit(Duration::from_secs(10)), Some(0));
+    let log = node.log_text();
+    let homed = format!(
+        "group homed group=__cluster_metadata-0 shard={home} cpu={} raft_shards={}",
+        cpus[home],
+        cpus.len()
+    );
+    assert!(log.contains(&homed), "no '{homed}' in:\n{log}");
+    let answers = answered.unwrap_or_else(|| panic!("no answer count in: {observed}"));
+    assert!(answers > 0, "the observer was never answered: {observed}");
+}
+
+/// `ringraft debug observe` with one observer of the node on `port` for two seconds: the
+/// answers it counted (`None` when it failed or printed no count), and what it printed.
+fn observe(port: u16, cwd: &std::path::Path) -> (Option<u64>, String) {
     let voters = format!("127.0.0.1:{port}");
     let args = [
         "debug",
@@ -1160,23 +1159,13 @@ fn raft_on_every_core_homes_the_metadata_group_and_serves_it_from_the_others() {
         "--seconds",
         "2",
     ];
-    let out = run(&args, dir.path());
-    let observed = String::from_utf8_lossy(&out.stdout).to_string();
-    node.signal(SIGTERM);
-    assert_eq!(node.wait_exit(Duration::from_secs(10)), Some(0));
-    let log = node.log_text();
-    let homed = format!(
-        "group homed group=__cluster_metadata-0 shard={home} cpu={} raft_shards={}",
-        cpus[home],
-        cpus.len()
-    );
-    assert!(log.contains(&homed), "no '{homed}' in:\n{log}");
-    assert!(out.status.success(), "{observed}");
-    let answers: u64 = observed
+    let out = run(&args, cwd);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let count = text
         .split(" answers")
         .next()
         .and_then(|s| s.rsplit(['(', ' ']).next())
         .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no answer count in: {observed}"));
-    assert!(answers > 0, "the observer was never answered: {observed}");
+        .filter(|_| out.status.success());
+    (count, text)
 }

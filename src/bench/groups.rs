@@ -23,7 +23,6 @@ use std::process::{Child, Command, Stdio};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use clap::Args;
 use hdrhistogram::Histogram;
 use serde_json::json;
@@ -33,11 +32,10 @@ use super::report::{self, BenchCommon, Goal};
 use super::BenchError;
 use crate::net::peer::PeerConnection;
 use crate::protocol::group::GroupKey;
-use crate::protocol::produce::{self, ProducePartition, ProduceRequest, ProduceTopic};
-use crate::protocol::{ApiKey, ErrorCode, Reader, Writer};
+use crate::protocol::produce;
+use crate::protocol::{ApiKey, ErrorCode, Reader};
 use crate::raft::message::FetchRequest;
 use crate::raft::{ReplicaKey, Request, Response};
-use crate::records::builder::BatchBuilder;
 
 #[derive(Debug, Args)]
 pub struct GroupsBenchArgs {
@@ -717,25 +715,7 @@ impl GroupWriter {
 }
 
 fn produce_body(group: &GroupKey, record: &[u8], n: usize) -> Vec<u8> {
-    let mut builder = BatchBuilder::new(0, 0, crate::types::unix_millis(), false);
-    for _ in 0..n {
-        builder.append(None, Some(record));
-    }
-    let request = ProduceRequest {
-        transactional_id: None,
-        acks: -1,
-        timeout_ms: REQUEST_TIMEOUT.as_millis() as i32,
-        topics: vec![ProduceTopic {
-            name: group.topic().into(),
-            partitions: vec![ProducePartition {
-                index: group.partition(),
-                records: Some(Bytes::from(builder.finish())),
-            }],
-        }],
-    };
-    let mut w = Writer::new();
-    request.encode(&mut w, produce::CLIENT_VERSION);
-    w.into_vec()
+    crate::node::produce::request_body(group, std::iter::repeat_n(record, n), REQUEST_TIMEOUT)
 }
 
 /// Phase (b): idle groups on every node, their cost over the window.

@@ -21,12 +21,11 @@ use super::CliError;
 use crate::net::peer::{PeerConnection, PeerError};
 use crate::protocol::apis::ApiKey;
 use crate::protocol::group::GroupKey;
-use crate::protocol::produce::{self, ProducePartition, ProduceRequest, ProduceTopic};
-use crate::protocol::{ErrorCode, Reader, Writer, METADATA_TOPIC_NAME};
+use crate::protocol::produce;
+use crate::protocol::{ErrorCode, Reader, METADATA_TOPIC_NAME};
 use crate::raft::message::{FetchRequest, FetchResponse, Records};
 use crate::raft::{ReplicaKey, Request, Response};
 use crate::records::batch::Batch;
-use crate::records::builder::BatchBuilder;
 
 const CLIENT_ID: &str = "ringraft-log";
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -303,25 +302,8 @@ async fn append(
 }
 
 fn produce_body(group: &GroupKey, values: &[String]) -> Vec<u8> {
-    let mut builder = BatchBuilder::new(0, 0, crate::types::unix_millis(), false);
-    for v in values {
-        builder.append(None, Some(v.as_bytes()));
-    }
-    let request = ProduceRequest {
-        transactional_id: None,
-        acks: -1,
-        timeout_ms: PRODUCE_TIMEOUT.as_millis() as i32,
-        topics: vec![ProduceTopic {
-            name: group.topic().into(),
-            partitions: vec![ProducePartition {
-                index: group.partition(),
-                records: Some(Bytes::from(builder.finish())),
-            }],
-        }],
-    };
-    let mut w = Writer::new();
-    request.encode(&mut w, produce::CLIENT_VERSION);
-    w.into_vec()
+    let values = values.iter().map(|v| v.as_bytes());
+    crate::node::produce::request_body(group, values, PRODUCE_TIMEOUT)
 }
 
 /// Sends one batch to the leader, following NOT_LEADER_OR_FOLLOWER answers (nothing was

@@ -273,6 +273,36 @@ pub async fn serve(
     crate::net::frame_out::SharedFrame::whole(frame).into_local()
 }
 
+/// The body of a Produce (acks=-1, at `CLIENT_VERSION`) carrying one batch of `values` for
+/// `group`, stamped now: what `ringraft log append` and `ringraft bench groups` send.
+pub fn request_body<'a>(
+    group: &GroupKey,
+    values: impl IntoIterator<Item = &'a [u8]>,
+    timeout: std::time::Duration,
+) -> Vec<u8> {
+    use crate::protocol::produce::{ProducePartition, ProduceTopic, CLIENT_VERSION};
+    let mut builder =
+        crate::records::builder::BatchBuilder::new(0, 0, crate::types::unix_millis(), false);
+    for v in values {
+        builder.append(None, Some(v));
+    }
+    let request = ProduceRequest {
+        transactional_id: None,
+        acks: -1,
+        timeout_ms: i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX),
+        topics: vec![ProduceTopic {
+            name: group.topic().into(),
+            partitions: vec![ProducePartition {
+                index: group.partition(),
+                records: Some(Bytes::from(builder.finish())),
+            }],
+        }],
+    };
+    let mut w = crate::protocol::Writer::new();
+    request.encode(&mut w, CLIENT_VERSION);
+    w.into_vec()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

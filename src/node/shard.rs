@@ -251,13 +251,7 @@ async fn start_raft(
         };
         glommio::spawn_local(task.in_current_span()).detach();
     }
-    // A stop of the shard becomes a graceful stop of the executor.
-    let (handle, watch) = (ctx.raft.clone(), stop.clone());
-    glommio::spawn_local(async move {
-        watch.wait().await;
-        handle.stop();
-    })
-    .detach();
+    stop_with_shard(ctx.raft.clone(), stop);
     let flag = ctx.stop_flag.clone();
     let run = async move {
         let result = raft_shard::run(executor, inputs).await;
@@ -271,6 +265,16 @@ async fn start_raft(
     // The listeners were bound before the shards started, and the log is open.
     notify::notify("READY=1");
     Ok(task)
+}
+
+/// A stop of the shard becomes a graceful stop of the executor behind `handle`.
+fn stop_with_shard(handle: super::handle::RaftHandle, stop: &StopSignal) {
+    let watch = stop.clone();
+    glommio::spawn_local(async move {
+        watch.wait().await;
+        handle.stop();
+    })
+    .detach();
 }
 
 /// Starts the groups homed on this shard (`node::groups`), each over its own log.
@@ -338,12 +342,7 @@ async fn start_group(
             .borrow_mut()
             .set_adopting(ctx.snapshot_policy.adopt),
     }
-    let (handle, watch) = (hosted.raft.clone(), stop.clone());
-    glommio::spawn_local(async move {
-        watch.wait().await;
-        handle.stop();
-    })
-    .detach();
+    stop_with_shard(hosted.raft.clone(), stop);
     let flag = ctx.stop_flag.clone();
     let span = info_span!("group", group = %key);
     let run = async move {
