@@ -363,3 +363,21 @@ fn bad_group_declarations_are_refused() {
         "{line}"
     );
 }
+
+/// A group's log (issue 25) counts as a log of the directory: with `meta.properties` gone,
+/// `storage format` refuses rather than hand `kv-0`'s votes and records to a new cluster.
+#[test]
+fn a_groups_log_without_meta_properties_is_never_reformatted() {
+    let dir = TempDir::new("group-log-no-meta");
+    let config = write_config(dir.path(), free_port(), "ringraft.groups=kv:1@1\n");
+    let group = dir.path().join("data").join("kv-0");
+    std::fs::create_dir_all(&group).unwrap();
+    std::fs::write(group.join("quorum-state"), b"{}").unwrap();
+    let before = tree(dir.path());
+    let line = refused(&format_args(config.to_str().unwrap()), dir.path());
+    assert!(
+        line.contains("data/kv-0 holds a metadata log (kv-0/quorum-state)"),
+        "{line}"
+    );
+    assert_eq!(tree(dir.path()), before, "nothing written");
+}

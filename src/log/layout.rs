@@ -52,14 +52,48 @@ pub fn parse_snapshot_name(name: &str) -> Option<(i64, i32)> {
     Some((offset.parse().ok()?, epoch.parse().ok()?))
 }
 
-/// The files in `<dir>/__cluster_metadata-0` that only a node that ran writes: segments,
+/// The files in `<dir>/__cluster_metadata-0`, and in the groups' `<dir>/<topic>-<partition>`
+/// (named `<topic>-<partition>/<file>`), that only a node that ran writes: segments,
 /// `quorum-state` and snapshots other than the bootstrap one (`storage format` writes that one
-/// before `meta.properties`, so a format that crashed leaves it behind). Empty when there is no
-/// partition directory. A directory that holds any of these holds a log, whatever its
-/// `meta.properties` says.
+/// before `meta.properties`, so a format that crashed leaves it behind). Empty when there are
+/// none. A directory that holds any of these holds a log, whatever its `meta.properties` says.
 pub fn log_files(dir: &Path) -> io::Result<Vec<String>> {
-    let partition = partition_dir(dir);
-    let entries = match std::fs::read_dir(&partition) {
+    let mut found = partition_log_files(&partition_dir(dir))?;
+    // The directories of Raft groups of ringraft's own (docs/groups.md): a log there is a log
+    // of this directory too, and formatting over it would hand it to a new cluster.
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(found),
+        Err(e) => return Err(e),
+    };
+    let mut groups = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name != PARTITION_DIR && is_group_dir_name(&name) && entry.path().is_dir() {
+            for file in partition_log_files(&entry.path())? {
+                groups.push(format!("{name}/{file}"));
+            }
+        }
+    }
+    groups.sort();
+    found.extend(groups);
+    Ok(found)
+}
+
+/// Whether `name` is a group's directory name, `<topic>-<partition>`.
+fn is_group_dir_name(name: &str) -> bool {
+    name.rsplit_once('-').is_some_and(|(topic, partition)| {
+        partition.bytes().all(|b| b.is_ascii_digit())
+            && partition
+                .parse::<i32>()
+                .is_ok_and(|p| crate::protocol::group::GroupKey::new(topic, p).is_ok())
+    })
+}
+
+/// The files of one partition directory that only a node that ran writes.
+fn partition_log_files(partition: &Path) -> io::Result<Vec<String>> {
+    let entries = match std::fs::read_dir(partition) {
         Ok(entries) => entries,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
@@ -108,6 +142,35 @@ pub fn create_group_dir(dir: &Path, topic_id: uuid::Uuid) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_groups_log_is_a_log_of_the_directory() {
+        let dir = std::env::temp_dir().join(format!("layout-groups-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("kv-3")).unwrap();
+        std::fs::create_dir_all(dir.join("notes-x")).unwrap();
+        std::fs::create_dir_all(dir.join(PARTITION_DIR)).unwrap();
+        assert!(
+            log_files(&dir).unwrap().is_empty(),
+            "empty directories hold no log"
+        );
+        std::fs::write(dir.join("kv-3").join(QUORUM_STATE_FILE), b"{}").unwrap();
+        std::fs::write(dir.join("notes-x").join(QUORUM_STATE_FILE), b"{}").unwrap();
+        std::fs::write(
+            dir.join(PARTITION_DIR).join(segment_file(Path::new(""), 0)),
+            b"",
+        )
+        .unwrap();
+        assert_eq!(
+            log_files(&dir).unwrap(),
+            ["00000000000000000000.log", "kv-3/quorum-state"]
+        );
+        assert!(!is_group_dir_name("notes"));
+        assert!(!is_group_dir_name("kv-"));
+        assert!(!is_group_dir_name("__consumer_offsets-0"));
+        assert!(is_group_dir_name("my.topic_x-12"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn names_round_trip() {

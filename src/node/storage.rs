@@ -230,15 +230,19 @@ pub fn unformatted_log(dir: &Path, files: &[String], node_id: i32) -> String {
     if files.len() > SHOWN {
         listed.push_str(&format!(" and {} more", files.len() - SHOWN));
     }
+    // The metadata partition's files come first; a group's are named `<topic>-<partition>/…`.
+    let holder = match files.first().and_then(|f| f.split_once('/')) {
+        Some((group, _)) => group,
+        None => layout::PARTITION_DIR,
+    };
     format!(
-        "{}/meta.properties is missing but {}/{} holds a metadata log ({listed}): restore \
+        "{}/meta.properties is missing but {}/{holder} holds a metadata log ({listed}): restore \
          meta.properties with this cluster's id (version=1, node.id={node_id}, and the \
          cluster.id that `ringraft storage info` shows on another controller, or that this \
          node logged at its last start as `storage ready cluster_id=`); do not format this \
          directory: that would stamp a new cluster id onto its log",
         dir.display(),
         dir.display(),
-        layout::PARTITION_DIR
     )
 }
 
