@@ -10,7 +10,7 @@
 //! node 1, and so on, so that a settled cluster spreads the leaders.
 
 use crate::constants as c;
-use crate::protocol::group::GroupKey;
+use crate::protocol::group::{GroupKey, GroupKeyError};
 
 /// One declared topic: its partitions are groups with the same voters.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,58 +32,115 @@ impl GroupDecl {
     }
 }
 
+/// Why a `ringraft.groups` value is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GroupDeclError {
+    /// One `<topic>:<partitions>@<voters>` entry is wrong.
+    Entry {
+        entry: String,
+        why: EntryError,
+    },
+    TopicTwice(String),
+    TooMany,
+}
+
+/// What is wrong with one entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryError {
+    Shape,
+    Group0(String),
+    Name(GroupKeyError),
+    PartitionsNotANumber(String),
+    PartitionsOutOfRange,
+    VoterNotAnId(String),
+    VoterNegative(i32),
+    VoterTwice(i32),
+}
+
+impl std::fmt::Display for GroupDeclError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GroupDeclError::Entry { entry, why } => write!(f, "{entry:?}: {why}"),
+            GroupDeclError::TopicTwice(topic) => write!(f, "topic {topic} is declared twice"),
+            GroupDeclError::TooMany => write!(
+                f,
+                "more than {} groups in all; ringraft hosts at most that many per node",
+                c::GROUPS_PER_NODE_MAX
+            ),
+        }
+    }
+}
+
+impl std::fmt::Display for EntryError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EntryError::Shape => {
+                f.write_str("expected <topic>:<partitions>@<voter id>,<voter id>,…")
+            }
+            EntryError::Group0(topic) => write!(
+                f,
+                "{topic} is group 0, whose voters are controller.quorum.voters"
+            ),
+            EntryError::Name(e) => write!(f, "{e}"),
+            EntryError::PartitionsNotANumber(p) => write!(f, "partitions {p:?} is not a number"),
+            EntryError::PartitionsOutOfRange => {
+                write!(f, "partitions must be 1 to {}", c::GROUPS_PER_NODE_MAX)
+            }
+            EntryError::VoterNotAnId(id) => write!(f, "voter {id:?} is not a node id"),
+            EntryError::VoterNegative(id) => write!(f, "voter {id} is negative"),
+            EntryError::VoterTwice(id) => write!(f, "voter {id} appears twice"),
+        }
+    }
+}
+
+impl std::error::Error for GroupDeclError {}
+
 /// Parses the key's value; `Err` says what is wrong with which entry.
-pub fn parse(value: &str) -> Result<Vec<GroupDecl>, String> {
+pub fn parse(value: &str) -> Result<Vec<GroupDecl>, GroupDeclError> {
     let mut decls: Vec<GroupDecl> = Vec::new();
     let mut total = 0usize;
     for entry in value.split(';').map(str::trim).filter(|e| !e.is_empty()) {
-        let decl = parse_entry(entry).map_err(|why| format!("{entry:?}: {why}"))?;
+        let decl = parse_entry(entry).map_err(|why| GroupDeclError::Entry {
+            entry: entry.to_string(),
+            why,
+        })?;
         if decls.iter().any(|d| d.topic == decl.topic) {
-            return Err(format!("topic {} is declared twice", decl.topic));
+            return Err(GroupDeclError::TopicTwice(decl.topic));
         }
         total += decl.partitions as usize;
         if total > c::GROUPS_PER_NODE_MAX {
-            return Err(format!(
-                "more than {} groups in all; ringraft hosts at most that many per node",
-                c::GROUPS_PER_NODE_MAX
-            ));
+            return Err(GroupDeclError::TooMany);
         }
         decls.push(decl);
     }
     Ok(decls)
 }
 
-fn parse_entry(entry: &str) -> Result<GroupDecl, String> {
-    let shape = "expected <topic>:<partitions>@<voter id>,<voter id>,…";
-    let (topic, rest) = entry.split_once(':').ok_or(shape)?;
-    let (partitions, voters) = rest.split_once('@').ok_or(shape)?;
+fn parse_entry(entry: &str) -> Result<GroupDecl, EntryError> {
+    let (topic, rest) = entry.split_once(':').ok_or(EntryError::Shape)?;
+    let (partitions, voters) = rest.split_once('@').ok_or(EntryError::Shape)?;
     let topic = topic.trim();
     if topic == crate::protocol::METADATA_TOPIC_NAME {
-        return Err(format!(
-            "{topic} is group 0, whose voters are controller.quorum.voters"
-        ));
+        return Err(EntryError::Group0(topic.to_string()));
     }
-    GroupKey::new(topic, 0).map_err(|e| e.to_string())?;
+    GroupKey::new(topic, 0).map_err(EntryError::Name)?;
     let partitions: i32 = partitions
         .trim()
         .parse()
-        .map_err(|_| format!("partitions {:?} is not a number", partitions.trim()))?;
+        .map_err(|_| EntryError::PartitionsNotANumber(partitions.trim().to_string()))?;
     if !(1..=c::GROUPS_PER_NODE_MAX as i32).contains(&partitions) {
-        return Err(format!(
-            "partitions must be 1 to {}",
-            c::GROUPS_PER_NODE_MAX
-        ));
+        return Err(EntryError::PartitionsOutOfRange);
     }
     let mut ids = Vec::new();
     for id in voters.split(',').map(str::trim) {
         let id: i32 = id
             .parse()
-            .map_err(|_| format!("voter {id:?} is not a node id"))?;
+            .map_err(|_| EntryError::VoterNotAnId(id.to_string()))?;
         if id < 0 {
-            return Err(format!("voter {id} is negative"));
+            return Err(EntryError::VoterNegative(id));
         }
         if ids.contains(&id) {
-            return Err(format!("voter {id} appears twice"));
+            return Err(EntryError::VoterTwice(id));
         }
         ids.push(id);
     }
@@ -141,7 +198,7 @@ mod tests {
             ("o:1@1;o:2@1", "declared twice"),
             ("a:4000@1;b:97@1", "more than 4096 groups"),
         ] {
-            let err = parse(value).unwrap_err();
+            let err = parse(value).unwrap_err().to_string();
             assert!(err.contains(says), "{value}: {err}");
         }
     }
