@@ -35,7 +35,7 @@ use crate::protocol::group::GroupKey;
 use crate::protocol::produce;
 use crate::protocol::{ApiKey, ErrorCode, Reader};
 use crate::raft::message::FetchRequest;
-use crate::raft::{ReplicaKey, Request, Response};
+use crate::raft::{Request, Response};
 
 #[derive(Debug, Args)]
 pub struct GroupsBenchArgs {
@@ -478,16 +478,7 @@ async fn probe(
             .await
             .ok();
     }
-    let request = Request::Fetch(FetchRequest {
-        cluster_id: None,
-        replica: ReplicaKey::new(-1, None),
-        max_wait_ms: 0,
-        fetch_offset: 0,
-        last_fetched_epoch: 0,
-        current_leader_epoch: -1,
-        max_bytes: 1,
-        high_watermark: None,
-    });
+    let request = Request::Fetch(FetchRequest::probe());
     let c = conn.as_mut()?;
     match crate::node::peers::exchange_for(group, c, &request, REQUEST_TIMEOUT).await {
         Ok(Response::Fetch(f)) if f.leader_id > 0 => Some((f.leader_id, f.high_watermark)),

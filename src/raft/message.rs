@@ -177,6 +177,23 @@ pub struct FetchRequest {
     pub high_watermark: Option<i64>,
 }
 
+impl FetchRequest {
+    /// A one-byte Fetch at offset 0 from no replica (id −1), answered at once: what a tool
+    /// sends to learn the leader, its epoch and the high watermark a node knows.
+    pub fn probe() -> FetchRequest {
+        FetchRequest {
+            cluster_id: None,
+            replica: ReplicaKey::new(-1, None),
+            max_wait_ms: 0,
+            fetch_offset: 0,
+            last_fetched_epoch: 0,
+            current_leader_epoch: -1,
+            max_bytes: 1,
+            high_watermark: None,
+        }
+    }
+}
+
 /// Records in a Fetch response. Outbound, the core names what to read and the runtime reads
 /// it from the log when it sends (after the effects before it in the same `Ready`); inbound,
 /// the bytes as received.

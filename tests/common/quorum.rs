@@ -17,7 +17,7 @@ use ringraft::protocol::group::GroupKey;
 use ringraft::protocol::header::{decode_response_header, RequestHeader};
 use ringraft::protocol::request::encode_request_frame;
 use ringraft::raft::message::FetchRequest;
-use ringraft::raft::{ReplicaKey, Request, Response};
+use ringraft::raft::{Request, Response};
 
 use super::{free_port, run, Node, TempDir};
 
@@ -247,16 +247,7 @@ pub fn probe_at(addr: SocketAddr, timeout: Duration) -> Option<Probe> {
 
 /// `probe_at` of `group`'s partition.
 pub fn probe_group_at(group: &GroupKey, addr: SocketAddr, timeout: Duration) -> Option<Probe> {
-    let request = Request::Fetch(FetchRequest {
-        cluster_id: None,
-        replica: ReplicaKey::new(-1, None),
-        max_wait_ms: 0,
-        fetch_offset: 0,
-        last_fetched_epoch: 0,
-        current_leader_epoch: -1,
-        max_bytes: 1,
-        high_watermark: None,
-    });
+    let request = Request::Fetch(FetchRequest::probe());
     match exchange_group_at(group, addr, &request, timeout)? {
         Response::Fetch(f) => Some(Probe {
             leader: f.leader_id,
