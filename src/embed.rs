@@ -9,8 +9,10 @@
 //!   linearizability, writes snapshots in a stream, and changes the voter set.
 //! - Raft groups besides `__cluster_metadata-0` are declared in the config
 //!   (`ringraft.groups`, docs/groups.md); [`NodeBuilder::group_state_machine`] gives one its
-//!   state machine and [`RunningNode::group`] its handle. Each group is a log of its own: an
-//!   append to one commits without waiting for any other.
+//!   state machine and [`RunningNode::group`] its handle. [`RunningNode::create_group`] and
+//!   [`RunningNode::remove_group`] add and delete groups while the node runs, on each of
+//!   their voters. Each group is a log of its own: an append to one commits without waiting
+//!   for any other.
 //!
 //! The durability contract, in short: an append that resolved `Ok` is on a majority's disks
 //! and survives any minority of failures; one that failed with `NotLeader` was not written;
@@ -29,6 +31,7 @@ use crate::node::storage::Format;
 use crate::protocol::group::GroupKey;
 
 pub use crate::config::{ServerConfig, Tuning};
+pub use crate::node::group_control::GroupControlError;
 pub use crate::node::handle::{
     AppendCheck, ClientError, RaftHandle, SnapshotWriter, SNAPSHOT_PARTS_IN_FLIGHT,
 };
@@ -188,7 +191,7 @@ impl NodeBuilder {
 /// A started node.
 pub struct RunningNode {
     handle: RaftHandle,
-    groups: Arc<crate::node::groups::GroupTable>,
+    groups: Arc<crate::node::group_control::GroupControl>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<Result<(), NodeError>>>,
 }
@@ -199,13 +202,39 @@ impl RunningNode {
         self.handle.clone()
     }
 
-    /// The handle to the group `topic`-`partition`, if this node hosts it (it is declared in
-    /// `ringraft.groups` with this node among its voters); `__cluster_metadata-0` is `handle`.
+    /// The handle to the group `topic`-`partition`, if this node hosts it (declared in
+    /// `ringraft.groups` with this node among its voters, or created by `create_group`);
+    /// `__cluster_metadata-0` is `handle`.
     pub fn group(&self, topic: &str, partition: i32) -> Option<RaftHandle> {
         if GroupKey::new(topic, partition).is_ok_and(|k| k.is_metadata()) {
             return Some(self.handle());
         }
-        self.groups.get(topic, partition).map(|h| h.raft.clone())
+        self.groups.handle(topic, partition)
+    }
+
+    /// Creates the group `topic`-`partition` on this node while it runs, as dragonboat's
+    /// `StartReplica`: call it on each of `voters` (ids from `controller.quorum.voters`, this
+    /// node among them; the first, rotated by the partition, is its preferred leader). Its
+    /// directory is made on first use; a group created before resumes from its log, so after
+    /// a restart create it again with the same voters. `machine`, if any, hears its log.
+    /// Resolves once the group's log is open and its executor runs; await it from any thread
+    /// ([`block_on`] outside an async runtime), but not from the node's own
+    /// shards (a state machine callback).
+    pub async fn create_group(
+        &self,
+        topic: &str,
+        partition: i32,
+        voters: &[i32],
+        machine: Option<Box<dyn StateMachine>>,
+    ) -> Result<RaftHandle, GroupControlError> {
+        self.groups.create(topic, partition, voters, machine).await
+    }
+
+    /// Stops the group `topic`-`partition` (a leader resigns first) and deletes its directory.
+    /// Remove a group on every one of its voters: one that forgot its log must not vote in it
+    /// again. Groups declared in `ringraft.groups` are removed from the configuration instead.
+    pub async fn remove_group(&self, topic: &str, partition: i32) -> Result<(), GroupControlError> {
+        self.groups.remove(topic, partition).await
     }
 
     /// Asks the node to stop: a leader resigns first, so the others elect without waiting

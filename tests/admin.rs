@@ -101,7 +101,11 @@ fn readyz_fails_with_its_reason_when_the_quorum_loses_its_leader() {
         .collect();
     let mut nodes: Vec<Option<RunningNode>> = (1..=3)
         .map(|id| {
-            let admin = format!("ringraft.admin.listener=127.0.0.1:{}\n", admin[id - 1]);
+            // One group besides group 0, so that the dashboard's groups row has its series.
+            let admin = format!(
+                "ringraft.admin.listener=127.0.0.1:{}\nringraft.groups=dash:1@1,2,3\n",
+                admin[id - 1]
+            );
             let (port, dir) = (raft[id - 1], dirs[id - 1].path());
             let config = common::embedded_config(id as i32, port, &voters, dir, &admin);
             let node = Node::builder(config)

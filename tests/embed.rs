@@ -338,3 +338,137 @@ fn embedded_groups_apply_only_their_own_log() {
         "{err}"
     );
 }
+
+/// Groups created and removed while the nodes run (`RunningNode::create_group` and
+/// `remove_group`, on each voter): a created group elects and commits to its own machine,
+/// survives a restart of its nodes when created again (its log resumes), and a removed one
+/// stops answering and leaves no directory. Every bad request is refused with its reason and
+/// changes nothing.
+#[test]
+fn groups_are_created_and_removed_at_run_time() {
+    use ringraft::GroupControlError as E;
+    let _turn = common::one_quorum_at_a_time();
+    let (ports, voters) = common::three_voters();
+    let declared = "ringraft.groups=decl:1@1,2,3\n";
+    let dirs: Vec<common::TempDir> = (1..=3)
+        .map(|id| common::TempDir::new(&format!("embed-live-{id}")))
+        .collect();
+    let boot = |id: i32| {
+        let (port, dir) = (ports[id as usize - 1], dirs[id as usize - 1].path());
+        let config = common::embedded_config(id, port, &voters, dir, declared);
+        Node::builder(config)
+            .format_if_empty(CLUSTER_ID)
+            .start()
+            .expect("the node starts")
+    };
+    let mut nodes: Vec<RunningNode> = (1..=3).map(boot).collect();
+    let create = |nodes: &[RunningNode], seen: &[Arc<Mutex<Seen>>]| -> Vec<RaftHandle> {
+        nodes
+            .iter()
+            .zip(seen)
+            .map(|(n, s)| {
+                let machine: Box<dyn StateMachine> = Box::new(Recorder(s.clone()));
+                block_on(n.create_group("live", 3, &[1, 2, 3], Some(machine))).expect("created")
+            })
+            .collect()
+    };
+    let seen: Vec<Arc<Mutex<Seen>>> = (0..3).map(|_| Arc::default()).collect();
+    let live = create(&nodes, &seen);
+    assert!(nodes[0].group("live", 3).is_some());
+    let append = |live: &[RaftHandle], values: &[&[u8]]| {
+        wait_for("a commit in live-3", || {
+            let leader = block_on(live[0].describe_quorum()).ok()?.leader_id?;
+            block_on(live[leader as usize - 1].append(values, 1_700_000_000_000)).ok()
+        })
+    };
+    append(&live, &[b"one", b"two"]);
+    for s in &seen {
+        wait_for("live-3 applied on every node", || {
+            (s.lock().unwrap().values.len() == 2).then_some(())
+        });
+    }
+    let group_dir = |id: usize| dirs[id].path().join("live-3");
+    assert!(group_dir(0).join("partition.metadata").exists());
+
+    // Refusals, each naming its reason; none changes what is hosted.
+    let refusal = |r: Result<RaftHandle, E>| r.err().expect("refused");
+    let n1 = &nodes[0];
+    assert!(matches!(
+        refusal(block_on(n1.create_group("live", 3, &[1, 2, 3], None))),
+        E::AlreadyHosted(_)
+    ));
+    assert!(matches!(
+        refusal(block_on(n1.create_group("x", 0, &[1, 9], None))),
+        E::UnknownVoter(9)
+    ));
+    assert!(matches!(
+        refusal(block_on(n1.create_group("x", 0, &[2, 3], None))),
+        E::NotAVoter(1)
+    ));
+    assert!(matches!(
+        refusal(block_on(n1.create_group("x", 0, &[1, 1], None))),
+        E::DuplicateVoter(1)
+    ));
+    assert!(matches!(
+        refusal(block_on(n1.create_group("x", 0, &[], None))),
+        E::NotAVoter(1)
+    ));
+    assert!(matches!(
+        refusal(block_on(n1.create_group(
+            "__cluster_metadata",
+            0,
+            &[1],
+            None
+        ))),
+        E::Metadata
+    ));
+    assert!(matches!(
+        refusal(block_on(n1.create_group("bad/name", 0, &[1], None))),
+        E::Name(_)
+    ));
+    assert!(matches!(
+        block_on(n1.remove_group("nope", 0)),
+        Err(E::NotHosted(_))
+    ));
+    let declared_removal = block_on(n1.remove_group("decl", 0)).unwrap_err();
+    assert!(declared_removal.to_string().contains("ringraft.groups"));
+    assert!(n1.group("x", 0).is_none() && n1.group("decl", 0).is_some());
+    assert!(!dirs[0].path().join("x-0").exists());
+
+    // Restarted nodes do not host it until it is created again; then it resumes from its log.
+    for node in nodes.drain(..) {
+        node.stop_and_join().expect("a clean stop");
+    }
+    nodes = (1..=3).map(boot).collect();
+    assert!(nodes[0].group("live", 3).is_none());
+    let seen: Vec<Arc<Mutex<Seen>>> = (0..3).map(|_| Arc::default()).collect();
+    let live = create(&nodes, &seen);
+    append(&live, &[b"three"]);
+    for s in &seen {
+        wait_for("live-3 replayed and applied after the restart", || {
+            let values = s.lock().unwrap().values.clone();
+            (values == [b"one".to_vec(), b"two".to_vec(), b"three".to_vec()]).then_some(())
+        });
+    }
+
+    // Removed on every voter: its handles stop, its directories go.
+    for node in &nodes {
+        block_on(node.remove_group("live", 3)).expect("removed");
+    }
+    for (i, node) in nodes.iter().enumerate() {
+        assert!(node.group("live", 3).is_none());
+        assert!(!group_dir(i).exists(), "node {}: live-3 deleted", i + 1);
+    }
+    assert!(matches!(
+        block_on(live[0].append(&[b"late"], 1_700_000_000_000)),
+        Err(ClientError::Stopped)
+    ));
+    // Group 0 and the declared group run on.
+    let decl = nodes[0].group("decl", 0).unwrap();
+    wait_for("decl-0 still answers", || {
+        block_on(decl.describe_quorum()).ok()?.leader_id
+    });
+    for node in nodes {
+        node.stop_and_join().expect("a clean stop");
+    }
+}

@@ -25,10 +25,15 @@ fn led(c: &Cluster, group: &GroupKey, at_least: i64) -> Option<(i32, Probe)> {
 }
 
 fn metrics(port: u16) -> String {
+    scrape(port, "/metrics")
+}
+
+fn scrape(port: u16, target: &str) -> String {
     let Ok(mut http) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
         return String::new();
     };
-    let _ = std::io::Write::write_all(&mut http, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    let request = format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n");
+    let _ = std::io::Write::write_all(&mut http, request.as_bytes());
     let mut answer = String::new();
     let _ = std::io::Read::read_to_string(&mut http, &mut answer);
     answer
@@ -52,6 +57,8 @@ fn declared_groups_elect_replicate_and_recover_on_their_own() {
         text.push_str("ringraft.groups=orders:2@1,2,3;solo:1@1\n");
         if id == 1 {
             text.push_str(&format!("ringraft.admin.listener=127.0.0.1:{admin}\n"));
+            // Per-group gauges for the single busiest group only; a scrape may name more.
+            text.push_str("ringraft.metrics.group.series=1\n");
         }
         std::fs::write(&path, text).unwrap();
     }
@@ -181,6 +188,20 @@ fn declared_groups_elect_replicate_and_recover_on_their_own() {
         .unwrap_or_else(|| panic!("no HighWatermark in:\n{text}"));
     assert!(hw > offsets[2], "{text}");
     assert!(text.contains("CurrentVoters:"), "{text}");
+    // ringraft's own line: where the leader runs the group.
+    let leader = text
+        .lines()
+        .find_map(|l| l.strip_prefix("LeaderId:"))
+        .map(str::trim)
+        .unwrap_or_else(|| panic!("no LeaderId in:\n{text}"));
+    let home = text
+        .lines()
+        .find_map(|l| l.strip_prefix("LeaderHome:"))
+        .unwrap_or_else(|| panic!("no LeaderHome in:\n{text}"));
+    assert!(
+        home.trim().starts_with("shard ") && home.ends_with(&format!("on node {leader}")),
+        "{text}"
+    );
 
     // Each group's directory is in Kafka's layout: its own partition.metadata, quorum-state and
     // a log `debug read-log` reads.
@@ -237,6 +258,7 @@ fn declared_groups_elect_replicate_and_recover_on_their_own() {
         (hosted == 3 && leading == 2).then_some(())
     });
     assert!(counted.is_some(), "{}", metrics(admin));
+    group_series(admin);
     let log = c.nodes[0].as_ref().unwrap().log_text();
     for group in ["orders-0", "orders-1", "solo-0"] {
         assert!(
@@ -244,4 +266,36 @@ fn declared_groups_elect_replicate_and_recover_on_their_own() {
             "no home logged for {group}"
         );
     }
+}
+
+/// Node 1's per-group series, bounded: its groups' latencies per shard, and per-group gauges
+/// for the one busiest group (`ringraft.metrics.group.series=1`) plus those a scrape names.
+fn group_series(admin: u16) {
+    let text = metrics(admin);
+    let flushes = sum(&text, "ringraft_groups_flush_seconds_count{");
+    assert!(flushes > 0, "no group flush measured:\n{text}");
+    let gauged = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("ringraft_group_high_watermark{group=\""))
+            .filter_map(|l| Some(l.split_once('"')?.0.to_string()))
+            .collect()
+    };
+    assert_eq!(gauged(&text).len(), 1, "one group's gauges:\n{text}");
+    let asked = scrape(admin, "/metrics?group=solo-0&group=orders-1");
+    let mut shown = gauged(&asked);
+    shown.sort();
+    assert!(
+        shown.len() >= 2 && shown.contains(&"solo-0".into()) && shown.contains(&"orders-1".into()),
+        "the named groups' gauges: {shown:?}"
+    );
+    // solo-0 is led by node 1 alone, at an epoch past 0.
+    let solo_leader = asked
+        .lines()
+        .find(|l| l.starts_with("ringraft_group_leader{group=\"solo-0\""))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<i64>().ok());
+    assert_eq!(solo_leader, Some(1), "{asked}");
+    // A group the node does not host is not made up.
+    assert!(gauged(&scrape(admin, "/metrics?group=nope-0"))
+        .iter()
+        .all(|g| g != "nope-0"));
 }

@@ -92,6 +92,8 @@ fn describe_quorum_response() -> impl Strategy<Value = DescribeQuorumResponse> {
                 high_watermark: hwm,
                 current_voters: voters,
                 observers,
+                // ringraft's own tag: not in Kafka's schema, so never in an oracle case.
+                home: None,
             },
         );
     let topic = (string(), few(partition)).prop_map(|(topic_name, partitions)| TopicData {

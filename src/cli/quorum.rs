@@ -988,10 +988,19 @@ pub fn format_status_for(
         ("CurrentVoters:", view.replicas_json(&p.current_voters)),
         ("CurrentObservers:", view.replicas_json(&p.observers)),
     ];
-    Ok(lines
+    let mut text: String = lines
         .iter()
         .map(|(label, value)| format!("{label:<24}{value}\n"))
-        .collect())
+        .collect();
+    // ringraft's own line, for the groups besides group 0 (whose answers are Kafka's).
+    if let Some(home) = p.home {
+        let line = format!(
+            "shard {} (cpu {}) on node {}",
+            home.shard, home.cpu, p.leader_id
+        );
+        text.push_str(&format!("{:<24}{line}\n", "LeaderHome:"));
+    }
+    Ok(text)
 }
 
 /// `describe --replication`: a header and one row per replica (leader, other voters,
@@ -1154,6 +1163,7 @@ mod tests {
                     replica(3, 0, 100, -1, -1),
                 ],
                 observers: vec![replica(4, U4, 90, 1_700_000_009_900, 1_700_000_001_000)],
+                home: None,
             },
             vec![
                 Node {

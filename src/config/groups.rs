@@ -28,8 +28,14 @@ impl GroupDecl {
 
     /// The preferred leader of partition `partition`: its voters rotated by the partition.
     pub fn preferred_leader(&self, partition: i32) -> i32 {
-        self.voters[partition.unsigned_abs() as usize % self.voters.len()]
+        preferred_leader(&self.voters, partition)
     }
+}
+
+/// The preferred leader of partition `partition` of a group with `voters` (not empty): the
+/// voters rotated by the partition, as Kafka rotates replicas.
+pub fn preferred_leader(voters: &[i32], partition: i32) -> i32 {
+    voters[partition.unsigned_abs() as usize % voters.len()]
 }
 
 /// Why a `ringraft.groups` value is refused.

@@ -130,6 +130,9 @@ pub struct ServerConfig {
     /// `ringraft.groups`: the Raft groups this node may host besides `__cluster_metadata-0`
     /// (`config::groups`); it hosts those it is a voter of.
     pub groups: Vec<super::groups::GroupDecl>,
+    /// `ringraft.metrics.group.series`: how many of the busiest groups `/metrics` shows per-group
+    /// gauges for (`node::metrics::groups`; a scrape may name more with `?group=T-P`).
+    pub metrics_group_series: usize,
     /// Keys that were set but that ringraft does not know: logged as warnings at start.
     pub unknown_keys: Vec<String>,
 }
@@ -175,6 +178,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "ringraft.log.append.enable",
     "ringraft.snapshot.adopt",
     "ringraft.groups",
+    "ringraft.metrics.group.series",
 ];
 
 /// The known key an unknown `key` was probably meant to be: the closest by edit distance,
@@ -479,6 +483,7 @@ impl ServerConfig {
                     )
                 },
             )?,
+            metrics_group_series: metrics_group_series(&l)?,
             tls: None,
             unknown_keys: props
                 .keys()
@@ -893,6 +898,18 @@ fn observer_interval(l: &Lookup) -> Result<i64, ConfigError> {
     Ok(ms)
 }
 
+/// `ringraft.metrics.group.series`: 0 (no per-group gauges unless a scrape names them) up to
+/// the most groups a node hosts.
+fn metrics_group_series(l: &Lookup) -> Result<usize, ConfigError> {
+    const KEY: &str = "ringraft.metrics.group.series";
+    let n = l.int(KEY, c::METRICS_GROUP_SERIES_DEFAULT, 0)?;
+    if n as usize > c::GROUPS_PER_NODE_MAX {
+        let why = format!("must be at most {}", c::GROUPS_PER_NODE_MAX);
+        return Err(invalid(KEY, l.str(KEY).unwrap_or(""), why));
+    }
+    Ok(n as usize)
+}
+
 /// `ringraft.admin.listener`: where `/metrics`, `/livez` and `/readyz` are served, if at all.
 fn admin_listener(l: &Lookup) -> Result<Option<HostPort>, ConfigError> {
     let Some(v) = l.str("ringraft.admin.listener").filter(|v| !v.is_empty()) else {
@@ -956,6 +973,19 @@ mod tests {
             [PathBuf::from("./data")],
             "no /tmp/kafka-logs"
         );
+    }
+
+    #[test]
+    fn metrics_group_series_is_bounded() {
+        let base = embedded_default_properties();
+        assert_eq!(load(&base).unwrap().metrics_group_series, 16);
+        let zero = format!("{base}ringraft.metrics.group.series=0\n");
+        assert_eq!(load(&zero).unwrap().metrics_group_series, 0);
+        for bad in ["-1", "4097", "many"] {
+            let text = format!("{base}ringraft.metrics.group.series={bad}\n");
+            let e = load(&text).unwrap_err();
+            assert_eq!(e.key, "ringraft.metrics.group.series", "{bad}");
+        }
     }
 
     #[test]

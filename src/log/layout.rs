@@ -139,9 +139,50 @@ pub fn create_group_dir(dir: &Path, topic_id: uuid::Uuid) -> io::Result<()> {
     write_partition_metadata(dir, &crate::ids::uuid_to_kafka_string(&topic_id))
 }
 
+/// Deletes a group's directory (a group removed at run time): first renamed out of the way to
+/// `<topic>-<partition>.<stamp>-delete` (as Kafka renames a deleted partition's), with the
+/// rename made durable, so that a crash never leaves a half-deleted log under the group's
+/// name; then deleted. Returns the path that could not be deleted, if the second step fails.
+pub fn remove_group_dir(dir: &Path) -> Result<(), (PathBuf, io::Error)> {
+    if !dir.exists() {
+        return Ok(());
+    }
+    let name = dir.file_name().map(|n| n.to_string_lossy().into_owned());
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let doomed = dir.with_file_name(format!("{}.{stamp:x}-delete", name.unwrap_or_default()));
+    std::fs::rename(dir, &doomed).map_err(|e| (dir.to_path_buf(), e))?;
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        let synced = std::fs::File::open(parent).and_then(|p| p.sync_all());
+        synced.map_err(|e| (parent.to_path_buf(), e))?;
+    }
+    std::fs::remove_dir_all(&doomed).map_err(|e| (doomed, e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_removed_group_dir_is_gone_and_its_name_free() {
+        let base = std::env::temp_dir().join(format!("layout-remove-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let dir = base.join("kv-3");
+        create_group_dir(&dir, uuid::Uuid::from_u64_pair(1, 2)).unwrap();
+        std::fs::write(dir.join(QUORUM_STATE_FILE), b"{}").unwrap();
+        remove_group_dir(&dir).unwrap();
+        assert!(!dir.exists());
+        let left: Vec<_> = std::fs::read_dir(&base).unwrap().collect();
+        assert!(left.is_empty(), "nothing left behind: {left:?}");
+        assert!(
+            remove_group_dir(&dir).is_ok(),
+            "a missing directory is removed already"
+        );
+        // The doomed name never reads as a group's directory.
+        assert!(!is_group_dir_name("kv-3.17f3a-delete"));
+        let _ = std::fs::remove_dir_all(&base);
+    }
 
     #[test]
     fn a_groups_log_is_a_log_of_the_directory() {

@@ -55,6 +55,7 @@ fn describe_quorum(
         high_watermark: -1,
         current_voters: vec![],
         observers: vec![],
+        home: None,
     };
     let mut nodes = vec![];
     match raft.describe_quorum() {

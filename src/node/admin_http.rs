@@ -3,6 +3,9 @@
 //! is, as a few short tasks: a request is read whole (bounded), answered from the core's state
 //! without waiting on anything, and the connection closed.
 //!
+//! `/metrics?group=<topic>-<partition>` (repeatable) adds those groups' gauges to the busiest
+//! ones' (`metrics::groups`).
+//!
 //! Each check answers on its own path too (`/readyz/leader`); `?verbose` lists every check as
 //! `[+]name ok` or `[-]name failed: reason`; a failure answers 503.
 //!
@@ -43,6 +46,10 @@ pub struct AdminState {
     pub metrics: SharedMetrics,
     /// The feature levels ApiVersions answers with (KIP-1180's series on `/metrics`).
     pub features: crate::net::dispatch::ServerState,
+    /// The groups hosted besides group 0, and how many of the busiest get per-group gauges
+    /// (`ringraft.metrics.group.series`).
+    pub groups: super::groups::SharedGroups,
+    pub group_series: usize,
 }
 
 /// Serves `listener` until `stop`.
@@ -198,6 +205,18 @@ pub fn answer(target: &str, state: &AdminState) -> Answer {
                 ready: c.failure.is_none(),
             })
             .collect();
+        let asked: Vec<&str> = query
+            .split('&')
+            .filter_map(|q| q.strip_prefix("group="))
+            .collect();
+        let readings = state
+            .groups
+            .snapshot()
+            .iter()
+            .map(|g| (g.key.to_string(), g.home, g.gauges.read()))
+            .collect();
+        let shown = super::metrics::shown(readings, state.group_series, &asked);
+        state.metrics.set_group_readings(&shown);
         let raft = state.raft.borrow();
         return Answer {
             status: 200,

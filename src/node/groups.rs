@@ -17,6 +17,7 @@ use uuid::Uuid;
 
 use super::handle::RaftHandle;
 use super::machine::StateMachine;
+use super::metrics::GroupGauges;
 use super::raft_shard::RaftSetup;
 use super::{NodeError, RaftInputs};
 use crate::config::{ServerConfig, Tuning};
@@ -27,13 +28,20 @@ use crate::raft::Endpoint;
 
 /// A hosted group: its key, the door to its executor, its home shard and its preferred
 /// leader (`config::groups`).
+#[derive(Clone)]
 pub struct Hosted {
     pub key: GroupKey,
     pub raft: RaftHandle,
     pub home: usize,
+    /// The CPU the tuning file pins the home shard to.
+    pub home_cpu: usize,
     pub preferred: i32,
     /// Its voters' controller endpoints (shared by the groups of one declaration).
     pub voters: Arc<Vec<(i32, Endpoint)>>,
+    /// What `/metrics` shows of it, stored by its executor (`metrics::GroupGauges`).
+    pub gauges: Arc<GroupGauges>,
+    /// Declared in `ringraft.groups` (not created at run time: `node::group_control`).
+    pub declared: bool,
 }
 
 impl Hosted {
@@ -47,7 +55,7 @@ impl Hosted {
 }
 
 /// The groups this node hosts besides group 0, by topic id and partition.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct GroupTable {
     groups: HashMap<(Uuid, i32), Hosted>,
 }
@@ -89,7 +97,59 @@ impl GroupTable {
     pub fn homed_on(&self, shard: usize) -> impl Iterator<Item = &Hosted> {
         self.groups.values().filter(move |h| h.home == shard)
     }
+
+    /// Adds `hosted`, replacing any entry of the same group.
+    pub fn insert(&mut self, hosted: Hosted) {
+        let at = (hosted.key.topic_id(), hosted.key.partition());
+        self.groups.insert(at, hosted);
+    }
+
+    pub fn remove(&mut self, key: &GroupKey) -> Option<Hosted> {
+        self.groups.remove(&(key.topic_id(), key.partition()))
+    }
 }
+
+/// The table every shard routes by, shared between them. It changes only when a group is
+/// created or removed at run time (`node::group_control`): a change copies the table and
+/// swaps it in, and a reader takes the current copy (`snapshot`) for as long as it needs it,
+/// so a request being routed never sees a half-made change and never holds the lock.
+#[derive(Default)]
+pub struct Groups {
+    table: std::sync::RwLock<Arc<GroupTable>>,
+}
+
+impl Groups {
+    pub fn new(table: GroupTable) -> Groups {
+        Groups {
+            table: std::sync::RwLock::new(Arc::new(table)),
+        }
+    }
+
+    /// The table as it is now.
+    pub fn snapshot(&self) -> Arc<GroupTable> {
+        // A writer cannot panic while holding the lock (`update` runs only `change`, which is
+        // the table's own infallible code), so a poisoned lock still holds a whole table.
+        match self.table.read() {
+            Ok(t) => t.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Applies `change` to a copy of the table and swaps the copy in.
+    pub fn update<R>(&self, change: impl FnOnce(&mut GroupTable) -> R) -> R {
+        let mut guard = match self.table.write() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let mut copy = GroupTable::clone(&guard);
+        let out = change(&mut copy);
+        *guard = Arc::new(copy);
+        out
+    }
+}
+
+/// The groups, shared by every shard and the embedding API.
+pub type SharedGroups = Arc<Groups>;
 
 /// What a group's home shard takes at start: its setup, its executor's inputs and the
 /// application's state machine for it, if any.
@@ -121,48 +181,14 @@ pub fn plan(
         if !decl.voters.contains(&config.node_id) {
             continue;
         }
-        let voters: Vec<_> = group0
-            .static_voters
-            .voters()
-            .iter()
-            .filter(|v| decl.voters.contains(&v.key.id))
-            .cloned()
-            .collect();
-        let endpoints: Arc<Vec<(i32, Endpoint)>> = Arc::new(
-            voters
-                .iter()
-                .filter_map(|v| Some((v.key.id, v.endpoints.first()?.clone())))
-                .collect(),
-        );
-        let mut setup = group0.clone();
-        setup.config.bootstrap = voters.iter().flat_map(|v| v.endpoints.clone()).collect();
-        setup.config.static_voters = true;
-        setup.config.auto_join = false;
-        setup.static_voters = VoterSet::new(voters).map_err(NodeError::Voters)?;
         for key in decl.groups() {
-            // Each group's election jitter is its own.
-            let mut setup = setup.clone();
-            let (high, low) = key.topic_id().as_u64_pair();
-            setup.config.seed ^= high ^ low.rotate_left(17) ^ key.partition() as u64;
-            let (raft, inputs) = RaftHandle::channel();
-            let home = tuning.home_shard(&key);
             let machine = machines.remove(&key);
-            let start = GroupStart {
-                setup,
-                inputs,
-                machine,
-            };
-            starts.insert(key.clone(), start);
-            let at = (key.topic_id(), key.partition());
             let preferred = decl.preferred_leader(key.partition());
-            let hosted = Hosted {
-                key,
-                raft,
-                home,
-                preferred,
-                voters: endpoints.clone(),
-            };
-            table.groups.insert(at, hosted);
+            let (mut hosted, start) =
+                prepare(group0, tuning, key, &decl.voters, preferred, machine)?;
+            hosted.declared = true;
+            starts.insert(hosted.key.clone(), start);
+            table.insert(hosted);
         }
     }
     if let Some(key) = machines.keys().next() {
@@ -175,6 +201,59 @@ pub fn plan(
     Ok((table, Arc::new(Mutex::new(starts))))
 }
 
+/// One group's entry in the table and what its home shard takes to start it: group 0's setup
+/// with the group's `voters` (ids of `controller.quorum.voters`), its own election jitter, and
+/// its leader looked for among its voters only.
+pub fn prepare(
+    group0: &RaftSetup,
+    tuning: &Tuning,
+    key: GroupKey,
+    voters: &[i32],
+    preferred: i32,
+    machine: Option<Box<dyn StateMachine>>,
+) -> Result<(Hosted, GroupStart), NodeError> {
+    let voters: Vec<_> = group0
+        .static_voters
+        .voters()
+        .iter()
+        .filter(|v| voters.contains(&v.key.id))
+        .cloned()
+        .collect();
+    let endpoints: Arc<Vec<(i32, Endpoint)>> = Arc::new(
+        voters
+            .iter()
+            .filter_map(|v| Some((v.key.id, v.endpoints.first()?.clone())))
+            .collect(),
+    );
+    let mut setup = group0.clone();
+    setup.config.bootstrap = voters.iter().flat_map(|v| v.endpoints.clone()).collect();
+    setup.config.static_voters = true;
+    setup.config.auto_join = false;
+    setup.timer_grid_ms = crate::constants::GROUP_TIMER_GRID_MS;
+    setup.static_voters = VoterSet::new(voters).map_err(NodeError::Voters)?;
+    // Each group's election jitter is its own.
+    let (high, low) = key.topic_id().as_u64_pair();
+    setup.config.seed ^= high ^ low.rotate_left(17) ^ key.partition() as u64;
+    let (raft, inputs) = RaftHandle::channel();
+    let home = tuning.home_shard(&key);
+    let hosted = Hosted {
+        key,
+        raft,
+        home,
+        home_cpu: tuning.shards[home].cpu,
+        preferred,
+        voters: endpoints,
+        gauges: Arc::default(),
+        declared: false,
+    };
+    let start = GroupStart {
+        setup,
+        inputs,
+        machine,
+    };
+    Ok((hosted, start))
+}
+
 /// How often a shard walks its groups (leadership counts, preferred leaders).
 pub const GROUPS_PASS: Duration = Duration::from_secs(10);
 
@@ -184,19 +263,21 @@ pub const GROUPS_PASS: Duration = Duration::from_secs(10);
 /// (`RaftHandle::transfer_leadership`). One group at a time, so a shard with thousands of
 /// groups sends at most one transfer at once; nothing when settled but the pass itself.
 pub async fn groups_pass(
-    table: Arc<GroupTable>,
+    groups: SharedGroups,
     shard: usize,
     local_id: i32,
     metrics: super::metrics::SharedMetrics,
 ) {
     let labels = super::metrics::shard_labels(shard);
     loop {
-        glommio::timer::sleep(GROUPS_PASS).await;
         let (mut hosted_here, mut leading) = (0, 0);
+        let table = groups.snapshot();
         for hosted in table.homed_on(shard) {
             hosted_here += 1;
+            hosted.gauges.pass();
+            // A group removed meanwhile (`group_control`) no longer answers.
             let Ok(status) = hosted.raft.describe_quorum().await else {
-                return;
+                continue;
             };
             let Some(replicas) = status.replicas.filter(|r| r.leader_id == local_id) else {
                 continue;
@@ -224,6 +305,7 @@ pub async fn groups_pass(
             .shard_groups_leading
             .get_or_create(&labels)
             .set(leading);
+        glommio::timer::sleep(GROUPS_PASS).await;
     }
 }
 
@@ -236,17 +318,16 @@ mod tests {
         let mut table = GroupTable::default();
         let key = GroupKey::new("orders", 1).unwrap();
         let (raft, _inputs) = RaftHandle::channel();
-        let at = (key.topic_id(), key.partition());
-        table.groups.insert(
-            at,
-            Hosted {
-                key: key.clone(),
-                raft,
-                home: 1,
-                preferred: 1,
-                voters: Arc::default(),
-            },
-        );
+        table.insert(Hosted {
+            key: key.clone(),
+            raft,
+            home: 1,
+            home_cpu: 1,
+            preferred: 1,
+            voters: Arc::default(),
+            gauges: Arc::default(),
+            declared: true,
+        });
         assert_eq!(table.get("orders", 1).map(|h| h.home), Some(1));
         assert!(table.get("orders", 0).is_none());
         assert!(table.get("orders2", 1).is_none());

@@ -13,6 +13,8 @@ pub mod admin_http;
 pub mod call;
 pub mod errors;
 pub mod executor;
+pub mod group_control;
+mod group_shard;
 pub mod groups;
 pub mod handle;
 pub mod listen;
@@ -103,9 +105,13 @@ struct ShardContext {
     generation: crate::fetch::Generation,
     /// The channels between shards, each end taken once by its shard.
     wires: Arc<Mutex<Wires>>,
-    /// The groups hosted besides group 0, and what their home shards take to start them.
-    groups: Arc<groups::GroupTable>,
+    /// The groups hosted besides group 0, what their home shards take to start them, and
+    /// each shard's receiver of groups created and removed at run time.
+    groups: groups::SharedGroups,
     group_starts: groups::GroupStarts,
+    group_commands: group_control::CommandReceivers,
+    /// `ringraft.metrics.group.series`.
+    metrics_group_series: usize,
 }
 
 impl ShardContext {
@@ -125,7 +131,11 @@ struct NodeParts {
     metrics: metrics::SharedMetrics,
     admin: Option<Arc<std::net::TcpListener>>,
     watchdog: Option<(Duration, Arc<std::sync::atomic::AtomicU64>)>,
-    groups: (Arc<groups::GroupTable>, groups::GroupStarts),
+    groups: (
+        groups::SharedGroups,
+        groups::GroupStarts,
+        group_control::CommandReceivers,
+    ),
 }
 type Rx<T> = futures_channel::mpsc::UnboundedReceiver<T>;
 type Tx<T> = futures_channel::mpsc::UnboundedSender<T>;

@@ -160,6 +160,21 @@ pub fn encode_answer_for(group: &GroupKey, to: &ReplyTo, answer: Answer) -> Loca
 }
 
 /// A response with only a top-level error.
+/// A group's DescribeQuorum answer says where this node runs it (ringraft's `LeaderHome` tag;
+/// `ringraft quorum describe` prints it). Only answers without an error: a follower's
+/// NOT_LEADER names no home, since the leader's is what the tool describes.
+fn say_home(r: &mut crate::protocol::describe_quorum::DescribeQuorumResponse, hosted: &Hosted) {
+    let home = crate::protocol::describe_quorum::Home {
+        shard: i32::try_from(hosted.home).unwrap_or(i32::MAX),
+        cpu: i32::try_from(hosted.home_cpu).unwrap_or(i32::MAX),
+    };
+    for p in r.topics.iter_mut().flat_map(|t| t.partitions.iter_mut()) {
+        if p.error_code == ErrorCode::NONE {
+            p.home = Some(home);
+        }
+    }
+}
+
 fn error_frame(to: &ReplyTo, error: ErrorCode) -> LocalFrame {
     LocalFrame::whole(encode_response_frame(
         to.correlation_id,
@@ -179,7 +194,7 @@ pub struct NodeService {
     /// `ringraft.log.append.enable`.
     pub log_append_enable: bool,
     /// The groups hosted besides group 0.
-    pub groups: std::sync::Arc<GroupTable>,
+    pub groups: super::groups::SharedGroups,
 }
 
 impl Service for NodeService {
@@ -187,10 +202,14 @@ impl Service for NodeService {
         let to = ReplyTo::of(&call);
         let (connection, version) = (call.connection, call.version);
         let served = |frame| Served { frame, class: None };
-        let request = match decode(call.body, version, &self.groups) {
+        let groups = self.groups.snapshot();
+        let request = match decode(call.body, version, &groups) {
             Routed::Call(Call::Raft(request)) => request,
             Routed::Group(hosted, call) => {
-                let answer = hosted.raft.request(call).await?;
+                let mut answer = hosted.raft.request(call).await?;
+                if let Answer::DescribeQuorum(r) = &mut answer {
+                    say_home(r, hosted);
+                }
                 return Some(served(encode_answer_for(&hosted.key, &to, answer)));
             }
             Routed::Call(admin) => return self.raft_shard(&to, admin).await.map(served),
@@ -200,7 +219,7 @@ impl Service for NodeService {
                     .topics
                     .first()
                     .and_then(|t| Some((t, t.partitions.first()?)));
-                let hosted = first.and_then(|(t, p)| self.groups.get(&t.name, p.index));
+                let hosted = first.and_then(|(t, p)| groups.get(&t.name, p.index));
                 let enabled = self.log_append_enable;
                 let frame = match hosted {
                     Some(h) => {

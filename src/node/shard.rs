@@ -13,8 +13,8 @@ use tracing::{error, info, info_span, warn, Instrument};
 
 use super::stop::{coordinate_stop, follow_stop, join_mesh};
 use super::{
-    admin_http, handle, load, metrics, notify, publish, raft_shard, route, ShardContext,
-    ShardError, Tx, LOG_TARGET,
+    admin_http, group_shard, handle, load, metrics, notify, publish, raft_shard, route,
+    ShardContext, ShardError, Tx, LOG_TARGET,
 };
 use crate::config::Role;
 use crate::constants as c;
@@ -86,7 +86,7 @@ async fn shard_body(mut ctx: ShardContext) -> Result<(), ShardError> {
         }
         None => None,
     };
-    let group_tasks = failing(&ctx, start_groups(&ctx, &stop).await)?;
+    let group_tasks = failing(&ctx, group_shard::start_groups(&ctx, &stop).await)?;
     let sampler = metrics::sample_shard(ctx.metrics.clone(), ctx.index, stop.clone());
     glommio::spawn_local(sampler.in_current_span()).detach();
     if let (true, Some(spec)) = (raft_task.is_some(), ctx.load.clone()) {
@@ -107,14 +107,7 @@ async fn shard_body(mut ctx: ShardContext) -> Result<(), ShardError> {
             .drain(Duration::from_millis(c::SHUTDOWN_DRAIN_MS))
             .await;
     }
-    for task in group_tasks {
-        let (group_result, log) = task.await;
-        result = result.and(group_result);
-        if let Err(e) = log.close().await {
-            error!(target: LOG_TARGET, error = %e, dir = %log.dir().display(), "closing a group's log failed");
-            result = result.and(Err(ShardError::CloseLog(e)));
-        }
-    }
+    result = result.and(group_shard::join_groups(group_tasks).await);
     if let Some(task) = raft_task {
         let (raft_result, log) = task.await;
         result = result.and(raft_result);
@@ -175,7 +168,7 @@ fn start_serving(
 }
 
 /// The raft task's result and the log it ran on, to close once it has stopped.
-type RaftTask = glommio::Task<(Result<(), ShardError>, Rc<crate::log::MetadataLog>)>;
+pub(super) type RaftTask = glommio::Task<(Result<(), ShardError>, Rc<crate::log::MetadataLog>)>;
 
 /// Builds the executor over the recovered log and starts it, with what hangs off it: the
 /// publisher to the serving shards, the state machine, metrics, the admin listener and
@@ -218,7 +211,7 @@ async fn start_raft(
             .borrow_mut()
             .set_adopting(ctx.snapshot_policy.adopt && ctx.load.is_none()),
     }
-    executor.set_metrics(ctx.metrics.clone());
+    executor.set_metrics(ctx.metrics.group_0_loop());
     executor.transport_mut().set_metrics(ctx.metrics.clone());
     executor.set_snapshot_policy(ctx.snapshot_policy);
     executor.set_append_linger_ms(ctx.append_linger_ms);
@@ -230,6 +223,8 @@ async fn start_raft(
                     stats: executor.stats(),
                     metrics: ctx.metrics.clone(),
                     features: ctx.state.clone(),
+                    groups: ctx.groups.clone(),
+                    group_series: ctx.metrics_group_series,
                 });
                 let serve = admin_http::serve(listener, state, stop.clone());
                 glommio::spawn_local(serve.in_current_span()).detach();
@@ -268,92 +263,13 @@ async fn start_raft(
 }
 
 /// A stop of the shard becomes a graceful stop of the executor behind `handle`.
-fn stop_with_shard(handle: super::handle::RaftHandle, stop: &StopSignal) {
+pub(super) fn stop_with_shard(handle: super::handle::RaftHandle, stop: &StopSignal) {
     let watch = stop.clone();
     glommio::spawn_local(async move {
         watch.wait().await;
         handle.stop();
     })
     .detach();
-}
-
-/// Starts the groups homed on this shard (`node::groups`), each over its own log.
-async fn start_groups(ctx: &ShardContext, stop: &StopSignal) -> Result<Vec<RaftTask>, ShardError> {
-    let mut tasks = Vec::new();
-    for hosted in ctx.groups.homed_on(ctx.index) {
-        let start = ctx
-            .group_starts
-            .lock()
-            .ok()
-            .and_then(|mut s| s.remove(&hosted.key));
-        let Some(start) = start else {
-            continue;
-        };
-        let task = start_group(ctx, hosted, start, stop).await?;
-        tasks.push(task);
-    }
-    if !tasks.is_empty() {
-        let (table, metrics) = (ctx.groups.clone(), ctx.metrics.clone());
-        let keep = super::groups::groups_pass(table, ctx.index, ctx.node_id, metrics);
-        let stop = stop.clone();
-        let task = async move { futures_lite::future::or(keep, stop.wait()).await };
-        glommio::spawn_local(task.in_current_span()).detach();
-    }
-    Ok(tasks)
-}
-
-/// One group: its directory made on first use, its log opened and recovered, its executor
-/// built and run until the shard stops.
-async fn start_group(
-    ctx: &ShardContext,
-    hosted: &super::groups::Hosted,
-    start: super::groups::GroupStart,
-    stop: &StopSignal,
-) -> Result<RaftTask, ShardError> {
-    let super::groups::GroupStart {
-        setup,
-        inputs,
-        machine,
-    } = start;
-    let key = &hosted.key;
-    let base = ctx.partition_dir.parent().unwrap_or(&ctx.partition_dir);
-    let dir = base.join(key.dir_name());
-    crate::log::layout::create_group_dir(&dir, key.topic_id()).map_err(|source| {
-        ShardError::GroupDir {
-            dir: dir.clone(),
-            source,
-        }
-    })?;
-    let (log, quorum) = open_log_at(ctx, &dir, key).await?;
-    let log = Rc::new(log);
-    // A state of its own: a group's kraft.version is not the node's (ApiVersions says group 0's).
-    let state = crate::net::dispatch::ServerState::default();
-    let mut executor =
-        raft_shard::build(setup, log.clone(), &quorum, hosted.raft.sender(), state).await?;
-    executor.set_group(key.clone());
-    executor.transport_mut().set_group(key.clone());
-    executor.set_snapshot_policy(ctx.snapshot_policy);
-    executor.set_append_linger_ms(ctx.append_linger_ms);
-    match machine {
-        Some(machine) => executor.set_state_machine(machine),
-        // No state machine: take the leader's snapshots so that retention bounds the log.
-        None => executor
-            .raft()
-            .borrow_mut()
-            .set_adopting(ctx.snapshot_policy.adopt),
-    }
-    stop_with_shard(hosted.raft.clone(), stop);
-    let flag = ctx.stop_flag.clone();
-    let span = info_span!("group", group = %key);
-    let run = async move {
-        let result = raft_shard::run(executor, inputs).await;
-        if result.is_err() {
-            // A fatal error of any group stops the node, as group 0's does.
-            flag.store(true, Ordering::SeqCst);
-        }
-        (result.map_err(ShardError::Raft), log)
-    };
-    Ok(glommio::spawn_local(run.instrument(span)))
 }
 
 /// The connections this shard serves, if it accepts or fetches: each request goes where
@@ -497,7 +413,7 @@ async fn open_log(
 }
 
 /// Opens and recovers `group`'s log in `dir`, with its stored election state.
-async fn open_log_at(
+pub(super) async fn open_log_at(
     ctx: &ShardContext,
     dir: &std::path::Path,
     group: &GroupKey,

@@ -62,7 +62,15 @@ pub(crate) fn start(
     } = listen::bind(&config)?;
     let setup = raft_setup(&config, &identity.meta)?;
     let (groups, group_starts) = super::groups::plan(&config, &tuning, &setup, group_machines)?;
-    let groups = Arc::new(groups);
+    let groups = Arc::new(super::groups::Groups::new(groups));
+    let metrics = Arc::new(metrics::Metrics::new());
+    let (control, group_commands) = super::group_control::GroupControl::new(
+        groups.clone(),
+        setup.clone(),
+        tuning.clone(),
+        config.node_id,
+        metrics.clone(),
+    );
     let mut listeners: Vec<_> = bound.iter().map(|(_, l)| l.clone()).collect();
     listeners.extend(admin.clone());
     let beat = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -73,10 +81,10 @@ pub(crate) fn start(
     let parts = NodeParts {
         load,
         machine,
-        metrics: Arc::new(metrics::Metrics::new()),
+        metrics,
         admin,
         watchdog: watchdog.map(|i| (i, beat)),
-        groups: (groups.clone(), group_starts),
+        groups: (groups, group_starts, group_commands),
     };
     let (raft, inputs) = RaftHandle::channel();
     let shards = spawn_shards(
@@ -112,7 +120,7 @@ pub(crate) fn start(
         })?;
     Ok(Started {
         raft,
-        groups,
+        groups: Arc::new(control),
         thread,
     })
 }
@@ -121,7 +129,7 @@ pub(crate) fn start(
 /// shards.
 pub(crate) struct Started {
     pub raft: RaftHandle,
-    pub groups: Arc<super::groups::GroupTable>,
+    pub groups: Arc<super::group_control::GroupControl>,
     pub thread: std::thread::JoinHandle<Result<(), NodeError>>,
 }
 
@@ -268,6 +276,7 @@ fn raft_setup(
         config: raft,
         static_voters,
         tls,
+        timer_grid_ms: 0,
     })
 }
 
@@ -303,7 +312,7 @@ fn spawn_shards(
         metrics,
         admin,
         watchdog,
-        groups: (groups, group_starts),
+        groups: (groups, group_starts, group_commands),
     } = parts;
     let n = tuning.shards.len();
     let (started_tx, started_rx) = mpsc::channel();
@@ -337,6 +346,7 @@ fn spawn_shards(
                 .map(Duration::from_millis),
         },
         log_append_enable: config.log_append_enable,
+        metrics_group_series: config.metrics_group_series,
         state: ServerState::default(),
         stop_flag: stop_flag.clone(),
         mesh: MeshBuilder::full(n, c::SHARD_CHANNEL_CAPACITY),
@@ -353,12 +363,14 @@ fn spawn_shards(
         wires: Arc::new(Mutex::new(Wires::new(tuning))),
         groups,
         group_starts,
+        group_commands,
     };
     if tuning.spin_before_park_us > 0 && crate::config::tuning::online_cpus().len() <= 2 {
         warn!(target: LOG_TARGET, "spin_before_park_us > 0 on a machine with 2 or fewer CPUs hurts latency");
     }
     log_group_home(tuning, GroupKey::metadata(), &base.metrics, true);
-    let mut hosted: Vec<&GroupKey> = base.groups.iter().map(|h| &h.key).collect();
+    let table = base.groups.snapshot();
+    let mut hosted: Vec<&GroupKey> = table.iter().map(|h| &h.key).collect();
     hosted.sort_by(|a, b| (a.topic(), a.partition()).cmp(&(b.topic(), b.partition())));
     for (i, key) in hosted.into_iter().enumerate() {
         log_group_home(tuning, key, &base.metrics, i < c::GROUP_HOME_SERIES_MAX);
@@ -402,7 +414,7 @@ fn spawn_shards(
 
 /// Says where `group` is homed: in the log, and as `ringraft_group_home_info` when `series`
 /// (one series per group, so only the first groups get one: cardinality stays bounded).
-fn log_group_home(
+pub(super) fn log_group_home(
     tuning: &Tuning,
     group: &GroupKey,
     metrics: &super::metrics::SharedMetrics,

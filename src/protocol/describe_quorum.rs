@@ -22,6 +22,19 @@ pub use super::kraft::Listener;
 /// The versions these codecs read and write. Every one is flexible.
 pub const VERSIONS: RangeInclusive<i16> = 0..=2;
 
+/// ringraft's own tagged field in a response `PartitionData`: where the answering node runs
+/// the group (`LeaderHome`). Sent only for groups other than `__cluster_metadata-0`, so that
+/// group 0's answers stay byte for byte Kafka's; any reader that does not know the tag skips
+/// it (KIP-482). Far above the tags Kafka's schemas use (0, 1, …).
+pub const HOME_TAG: u32 = 10_000;
+
+/// Where a node runs a group: its raft shard, and the CPU the tuning file pins that shard to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Home {
+    pub shard: i32,
+    pub cpu: i32,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct DescribeQuorumRequest {
     /// The admin client sends `__cluster_metadata`, partition 0.
@@ -154,6 +167,8 @@ pub struct PartitionData {
     pub high_watermark: i64,
     pub current_voters: Vec<ReplicaState>,
     pub observers: Vec<ReplicaState>,
+    /// ringraft's `HOME_TAG`: where the answering node runs the group, if it said.
+    pub home: Option<Home>,
 }
 
 impl Default for PartitionData {
@@ -167,6 +182,7 @@ impl Default for PartitionData {
             high_watermark: 0,
             current_voters: Vec::new(),
             observers: Vec::new(),
+            home: None,
         }
     }
 }
@@ -287,7 +303,16 @@ impl PartitionData {
         out.observers = r.array_of("Observers", true, ReplicaState::MIN_BYTES, |r| {
             ReplicaState::decode(r, version)
         })?;
-        r.skip_tagged_fields()?;
+        r.tagged_fields(|tag, body| match tag {
+            HOME_TAG => {
+                out.home = Some(Home {
+                    shard: body.i32("LeaderHome.Shard")?,
+                    cpu: body.i32("LeaderHome.Cpu")?,
+                });
+                Ok(true)
+            }
+            _ => Ok(false),
+        })?;
         Ok(out)
     }
 
@@ -302,7 +327,16 @@ impl PartitionData {
         w.i64(self.high_watermark);
         w.array_of(&self.current_voters, true, |w, s| s.encode(w, version));
         w.array_of(&self.observers, true, |w, s| s.encode(w, version));
-        w.no_tagged_fields();
+        match self.home {
+            Some(home) => {
+                w.unsigned_varint(1);
+                w.tagged_field(HOME_TAG, |w| {
+                    w.i32(home.shard);
+                    w.i32(home.cpu);
+                });
+            }
+            None => w.no_tagged_fields(),
+        }
     }
 }
 
@@ -398,6 +432,7 @@ mod tests {
                     high_watermark: 40,
                     current_voters: vec![replica(1), replica(2)],
                     observers: vec![replica(4)],
+                    home: None,
                 }],
             }],
             nodes: vec![Node {
@@ -480,6 +515,25 @@ mod tests {
         assert_eq!(&v2[v2.len() - 5..], [0x23, 0x85, 0, 0, 0]);
         let back = DescribeQuorumResponse::decode(&mut Reader::new(&v2), 2, &v2).unwrap();
         assert_eq!(back, resp);
+    }
+
+    #[test]
+    fn ringraft_home_tag_round_trips_and_adds_nothing_when_absent() {
+        let plain = response();
+        let mut homed = plain.clone();
+        homed.topics[0].partitions[0].home = Some(Home { shard: 1, cpu: 3 });
+        for version in VERSIONS {
+            let without = encoded(|w| plain.encode(w, version));
+            let with = encoded(|w| homed.encode(w, version));
+            // One tag: its number (10000 takes two varint bytes), its size, two int32s.
+            assert_eq!(with.len(), without.len() + 2 + 1 + 8, "v{version}");
+            let back = DescribeQuorumResponse::decode(&mut Reader::new(&with), version, &with);
+            let home = back.unwrap().topics[0].partitions[0].home;
+            assert_eq!(home, Some(Home { shard: 1, cpu: 3 }), "v{version}");
+            let back =
+                DescribeQuorumResponse::decode(&mut Reader::new(&without), version, &without);
+            assert_eq!(back.unwrap().topics[0].partitions[0].home, None);
+        }
     }
 
     #[test]

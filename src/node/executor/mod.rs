@@ -42,7 +42,7 @@ use super::call::{Answer, Call};
 use super::handle::{AppendCheck, ClientError, ExecutorInput};
 use super::machine::{CommittedBatch, QuorumStatus, StateMachine};
 use crate::net::dispatch::ServerState;
-use crate::node::metrics::{RaftStats, SharedMetrics};
+use crate::node::metrics::{GroupGauges, LoopMetrics, RaftStats};
 use crate::protocol::ErrorCode;
 use crate::raft::message::{Records, SnapshotBytes};
 use crate::raft::{
@@ -121,7 +121,13 @@ pub trait Transport {
 /// The time, and timers.
 pub trait Clock {
     fn now(&self) -> Time;
+    /// Resolves at `mono_ms`, or a little after on a clock that gathers timers on a grid
+    /// (`raft_shard::GlommioClock::with_grid`): the Raft core's timeouts.
     fn sleep_until(&self, mono_ms: u64) -> impl Future<Output = ()>;
+    /// Resolves at `mono_ms`, on no grid: what an application waits on (an append's linger).
+    fn sleep_until_exact(&self, mono_ms: u64) -> impl Future<Output = ()> {
+        self.sleep_until(mono_ms)
+    }
 }
 
 /// Whoever serves fetches beside the executor (the node's fetch shards, the simulator's
@@ -201,7 +207,9 @@ pub struct Executor<S: Storage + 'static, T: Transport, C: Clock> {
     publish: Option<Box<dyn Publish>>,
     /// What the Kafka gauges are computed from (`node::metrics`).
     stats: Rc<RaftStats>,
-    metrics: Option<SharedMetrics>,
+    metrics: Option<LoopMetrics>,
+    /// A group's gauges for `/metrics`, stored once per turn (`metrics::groups`).
+    gauges: Option<std::sync::Arc<GroupGauges>>,
     /// When each waiting append arrived, by its last offset (commit latency).
     commit_started: BTreeMap<i64, (u64, std::time::Instant)>,
     /// Appends waiting out `controller.quorum.append.linger.ms` (`linger`).
@@ -256,6 +264,7 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
             publish: None,
             stats: Rc::new(RaftStats::default()),
             metrics: None,
+            gauges: None,
             commit_started: BTreeMap::new(),
             linger: linger::Linger::default(),
             flush_began: None,
@@ -294,8 +303,13 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
     }
 
     /// Histograms to feed (flush, write, commit and propagation latency).
-    pub fn set_metrics(&mut self, metrics: SharedMetrics) {
+    pub fn set_metrics(&mut self, metrics: LoopMetrics) {
         self.metrics = Some(metrics);
+    }
+
+    /// Gauges to keep up to date (a group other than group 0: `metrics::groups`).
+    pub fn set_gauges(&mut self, gauges: std::sync::Arc<GroupGauges>) {
+        self.gauges = Some(gauges);
     }
 
     /// The application's state machine, from the start: the latest snapshot is loaded into
@@ -384,7 +398,10 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
             }
             let cap = if self.stopping.is_some() { 20 } else { 1000 };
             let deadline = self.raft.borrow().deadline_ms().min(now + cap);
-            let deadline = self.linger.deadline().map_or(deadline, |d| d.min(deadline));
+            // While an append lingers, the loop wakes exactly (a commit waits on it), at the
+            // linger's deadline or the core's, whichever is first; a tick of the clock's grid
+            // could fall after both.
+            let linger = self.linger.deadline().map(|d| d.min(deadline));
             let waited_from = std::time::Instant::now();
             let busy = waited_from - busy_from;
             let (flush, snapshot, clock) = (&mut self.flush, &mut self.snapshot, &self.clock);
@@ -407,7 +424,10 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
                             }
                         },
                         async {
-                            clock.sleep_until(deadline).await;
+                            match linger {
+                                Some(at) => clock.sleep_until_exact(at).await,
+                                None => clock.sleep_until(deadline).await,
+                            }
                             Event::Tick
                         },
                     ),

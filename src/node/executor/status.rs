@@ -9,6 +9,9 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
     /// step of an election until a leader is known).
     pub(super) fn note_turn(&mut self) {
         self.stats.last_turn.set(Some(std::time::Instant::now()));
+        if let Some(gauges) = &self.gauges {
+            gauges.store(&self.raft.borrow());
+        }
         let state = self.raft.borrow().state_name();
         let now = self.clock.now().mono_ms;
         match (state, self.stats.election_began.get()) {

@@ -14,11 +14,13 @@
 //! `Metrics` is shared by every shard (atomics); `RaftStats` lives on the raft shard and is fed
 //! by the executor; the Kafka gauges are set from the core when `/metrics` is read.
 
+mod groups;
 mod process;
 mod register;
 mod shard;
 mod window;
 
+pub use groups::{shown, GroupGauges, GroupReading, LoopMetrics};
 pub use shard::sample_shard;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -107,6 +109,10 @@ pub struct Metrics {
     /// number of groups).
     pub shard_groups: Family<Labels, Gauge>,
     pub shard_groups_leading: Family<Labels, Gauge>,
+    /// Per raft shard, the latency histograms of its groups together (`metrics::groups`).
+    group_histograms: groups::GroupHistograms,
+    /// Per group, for the busiest groups and those a scrape names.
+    group_gauges: groups::GroupGaugeFamilies,
     /// Per shard: times its probe timer (every `STALL_PROBE_MS`) fired more than `STALL_MS`
     /// late, so a task held the shard that long.
     pub stalls: Family<Labels, Counter>,
@@ -171,6 +177,8 @@ impl Metrics {
             group_home: Family::default(),
             shard_groups: Family::default(),
             shard_groups_leading: Family::default(),
+            group_histograms: groups::GroupHistograms::default(),
+            group_gauges: groups::GroupGaugeFamilies::default(),
             stalls: Family::default(),
             ready: Family::default(),
             build_info: Family::default(),

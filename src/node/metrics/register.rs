@@ -241,4 +241,5 @@ fn register_groups(r: &mut Registry, m: &Metrics) {
         "Of the groups homed on the shard, those this node leads",
         m.shard_groups_leading.clone(),
     );
+    super::groups::register(r, &m.group_histograms, &m.group_gauges);
 }

@@ -1,0 +1,256 @@
+//! Groups created and removed while the node runs (the embedding API's
+//! `RunningNode::create_group` and `remove_group`; docs/groups.md), as dragonboat's
+//! `StartReplica` and `RemoveData`: the application calls them on each member node.
+//!
+//! A create checks the group and its voters here, adds the group to the shared table (so
+//! requests for it are routed, and wait in its channel), and asks the home shard to start it
+//! (`GroupCommand::Start`): the shard makes its directory on first use, recovers its log and
+//! runs its executor, as for a declared group. A remove asks the home shard to stop the
+//! group's executor (a leader resigns first), close its log and delete its directory; the
+//! group leaves the table once that is done.
+//!
+//! The voter set of a group created here is static, like a declared group's: its voters must
+//! be in `controller.quorum.voters`. Nothing about the group is kept outside its directory:
+//! after a restart the application creates it again (with the same voters) and it resumes
+//! from its log, as dragonboat's replicas do.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+
+use futures_channel::{mpsc, oneshot};
+
+use super::groups::{prepare, GroupStart, Hosted, SharedGroups};
+use super::handle::RaftHandle;
+use super::machine::StateMachine;
+use super::raft_shard::RaftSetup;
+use super::ShardError;
+use crate::config::Tuning;
+use crate::constants as c;
+use crate::protocol::group::{GroupKey, GroupKeyError};
+
+/// Why a group cannot be created or removed. Nothing changed when one is returned, except
+/// `Remove` (the group stopped; its directory is partly deleted, see the message).
+#[derive(Debug, thiserror::Error)]
+pub enum GroupControlError {
+    #[error("{0}")]
+    Name(#[from] GroupKeyError),
+    #[error("__cluster_metadata-0 is group 0: it is neither created nor removed")]
+    Metadata,
+    #[error(
+        "groups need a static quorum: their voters' addresses come from \
+         controller.quorum.voters, which this node does not set"
+    )]
+    NoStaticQuorum,
+    #[error("voter {0} is not in controller.quorum.voters")]
+    UnknownVoter(i32),
+    #[error("voter {0} is listed twice")]
+    DuplicateVoter(i32),
+    #[error("this node ({0}) is not among the group's voters: create a group on its voters only")]
+    NotAVoter(i32),
+    #[error("{0} is already hosted here")]
+    AlreadyHosted(GroupKey),
+    #[error(
+        "this node already hosts {max} groups, the most it may (constants::GROUPS_PER_NODE_MAX)"
+    )]
+    TooMany { max: usize },
+    #[error("{0} is not hosted here")]
+    NotHosted(GroupKey),
+    #[error("{0} is declared in ringraft.groups: remove it from the configuration instead")]
+    Declared(GroupKey),
+    #[error("{group} did not start: {source}")]
+    Start {
+        group: GroupKey,
+        source: Box<ShardError>,
+    },
+    #[error(
+        "{group} stopped, but deleting {} failed: {source}; delete it by hand before creating \
+         the group again",
+        dir.display()
+    )]
+    Remove {
+        group: GroupKey,
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the node is stopping")]
+    Stopped,
+}
+
+/// What a raft shard is asked to do with one of its groups.
+pub enum GroupCommand {
+    Start {
+        hosted: Hosted,
+        start: Box<GroupStart>,
+        reply: oneshot::Sender<Result<(), GroupControlError>>,
+    },
+    Remove {
+        hosted: Hosted,
+        reply: oneshot::Sender<Result<(), GroupControlError>>,
+    },
+}
+
+/// Each shard's receiver of `GroupCommand`s, taken by the shard as it starts.
+pub type CommandReceivers =
+    std::sync::Arc<std::sync::Mutex<Vec<Option<mpsc::UnboundedReceiver<GroupCommand>>>>>;
+
+/// The embedding API's door to the groups: what a create needs to make a group as the start
+/// made the declared ones, and a sender to each shard.
+pub struct GroupControl {
+    groups: SharedGroups,
+    group0: RaftSetup,
+    tuning: Tuning,
+    node_id: i32,
+    metrics: super::metrics::SharedMetrics,
+    commands: Vec<mpsc::UnboundedSender<GroupCommand>>,
+}
+
+impl GroupControl {
+    /// The control, and the receivers its shards take (one per shard of `tuning`).
+    pub fn new(
+        groups: SharedGroups,
+        group0: RaftSetup,
+        tuning: Tuning,
+        node_id: i32,
+        metrics: super::metrics::SharedMetrics,
+    ) -> (GroupControl, CommandReceivers) {
+        let (commands, receivers): (Vec<_>, Vec<_>) = (0..tuning.shards.len())
+            .map(|_| {
+                let (tx, rx) = mpsc::unbounded();
+                (tx, Some(rx))
+            })
+            .unzip();
+        let control = GroupControl {
+            groups,
+            group0,
+            tuning,
+            node_id,
+            metrics,
+            commands,
+        };
+        let receivers = std::sync::Arc::new(std::sync::Mutex::new(receivers));
+        (control, receivers)
+    }
+
+    /// Creates group `topic`-`partition` with `voters` (ids from `controller.quorum.voters`,
+    /// this node among them; the first is its preferred leader, rotated by the partition as
+    /// `ringraft.groups` does) and starts it on its home shard, with `machine` hearing its
+    /// log. Returns its handle once its log is open and its executor runs. A group created
+    /// before (its directory exists) resumes from its log.
+    pub async fn create(
+        &self,
+        topic: &str,
+        partition: i32,
+        voters: &[i32],
+        machine: Option<Box<dyn StateMachine>>,
+    ) -> Result<RaftHandle, GroupControlError> {
+        let key = GroupKey::new(topic, partition)?;
+        if key.is_metadata() {
+            return Err(GroupControlError::Metadata);
+        }
+        self.check_voters(voters)?;
+        let preferred = crate::config::groups::preferred_leader(voters, partition);
+        let (hosted, start) = prepare(
+            &self.group0,
+            &self.tuning,
+            key.clone(),
+            voters,
+            preferred,
+            machine,
+        )
+        .map_err(|_| GroupControlError::NoStaticQuorum)?;
+        let handle = hosted.raft.clone();
+        self.groups.update(|table| {
+            if table.get(key.topic(), key.partition()).is_some() {
+                return Err(GroupControlError::AlreadyHosted(key.clone()));
+            }
+            if table.len() >= c::GROUPS_PER_NODE_MAX {
+                let max = c::GROUPS_PER_NODE_MAX;
+                return Err(GroupControlError::TooMany { max });
+            }
+            table.insert(hosted.clone());
+            Ok(())
+        })?;
+        let series = self.groups.snapshot().len() <= c::GROUP_HOME_SERIES_MAX;
+        super::startup::log_group_home(&self.tuning, &key, &self.metrics, series);
+        let (reply, answer) = oneshot::channel();
+        let command = GroupCommand::Start {
+            hosted,
+            start: Box::new(start),
+            reply,
+        };
+        let result = self.ask(&key, command, answer).await;
+        if result.is_err() {
+            self.groups.update(|table| table.remove(&key));
+        }
+        result.map(|()| handle)
+    }
+
+    /// Stops group `topic`-`partition` (a leader resigns first), closes its log and deletes
+    /// its directory. Remove a group on every one of its voters: a voter that forgot its log
+    /// and votes must not come back in the same group.
+    pub async fn remove(&self, topic: &str, partition: i32) -> Result<(), GroupControlError> {
+        let key = GroupKey::new(topic, partition)?;
+        if key.is_metadata() {
+            return Err(GroupControlError::Metadata);
+        }
+        let table = self.groups.snapshot();
+        let hosted = table
+            .get(key.topic(), key.partition())
+            .ok_or_else(|| GroupControlError::NotHosted(key.clone()))?;
+        if hosted.declared {
+            return Err(GroupControlError::Declared(key));
+        }
+        let (reply, answer) = oneshot::channel();
+        let command = GroupCommand::Remove {
+            hosted: hosted.clone(),
+            reply,
+        };
+        let result = self.ask(&key, command, answer).await;
+        // Stopped, whether or not its directory is gone: it is no longer hosted.
+        if !matches!(result, Err(GroupControlError::Stopped)) {
+            self.groups.update(|table| table.remove(&key));
+        }
+        result
+    }
+
+    /// The handle of a hosted group.
+    pub fn handle(&self, topic: &str, partition: i32) -> Option<RaftHandle> {
+        let table = self.groups.snapshot();
+        table.get(topic, partition).map(|h| h.raft.clone())
+    }
+
+    /// Sends `command` to `key`'s home shard and waits for its answer.
+    async fn ask(
+        &self,
+        key: &GroupKey,
+        command: GroupCommand,
+        answer: oneshot::Receiver<Result<(), GroupControlError>>,
+    ) -> Result<(), GroupControlError> {
+        let home = self.tuning.home_shard(key);
+        let sender = self.commands.get(home).ok_or(GroupControlError::Stopped)?;
+        sender
+            .unbounded_send(command)
+            .map_err(|_| GroupControlError::Stopped)?;
+        answer.await.unwrap_or(Err(GroupControlError::Stopped))
+    }
+
+    fn check_voters(&self, voters: &[i32]) -> Result<(), GroupControlError> {
+        let known = self.group0.static_voters.voters();
+        if known.is_empty() {
+            return Err(GroupControlError::NoStaticQuorum);
+        }
+        let mut seen = HashSet::new();
+        for id in voters {
+            if !seen.insert(*id) {
+                return Err(GroupControlError::DuplicateVoter(*id));
+            }
+            if !known.iter().any(|v| v.key.id == *id) {
+                return Err(GroupControlError::UnknownVoter(*id));
+            }
+        }
+        if !seen.contains(&self.node_id) {
+            return Err(GroupControlError::NotAVoter(self.node_id));
+        }
+        Ok(())
+    }
+}
