@@ -235,16 +235,21 @@ var model = porcupine.Model{
 // ---- the clients --------------------------------------------------------------------------
 
 var (
-	nodes  []*node
-	leader atomic.Int64 // the node id writes go to first
+	nodes []*node
+	// Per key, the node its requests go to first: with -groups the keys' groups may each be
+	// led by another node, and one guess for all keys would bounce every client between them.
+	leaders map[string]*atomic.Int64
 )
+
+// leaderOf is where requests for key go first.
+func leaderOf(key string) *atomic.Int64 { return leaders[key] }
 
 var errUnknown = errors.New("outcome unknown")
 var errNotDone = errors.New("not done")
 
 // attempt sends one request to n. Returns the status and body, errNotDone when it certainly
 // did nothing (refused, 421), errUnknown when it may have done something.
-func attempt(client *http.Client, n *node, method, path string, body []byte) (int, string, error) {
+func attempt(client *http.Client, leader *atomic.Int64, n *node, method, path string, body []byte) (int, string, error) {
 	req, _ := http.NewRequest(method, n.url(path), bytes.NewReader(body))
 	resp, err := client.Do(req)
 	if err != nil {
@@ -295,12 +300,13 @@ func run(id int, client *http.Client, rng *rand.Rand, in kvInput) *kvOutput {
 	call := now()
 	giveUp := time.Now().Add(5 * time.Second)
 	for time.Now().Before(giveUp) {
+		leader := leaderOf(in.key)
 		target := nodes[leader.Load()-1]
 		if !write && *mutation {
 			// The broken read path is reachable on every node.
 			target = nodes[rng.Intn(len(nodes))]
 		}
-		status, data, err := attempt(client, target, method, path, body)
+		status, data, err := attempt(client, leader, target, method, path, body)
 		if errors.Is(err, errNotDone) {
 			if status != 421 {
 				leader.Store(int64(rng.Intn(len(nodes)) + 1))
@@ -498,7 +504,12 @@ func main() {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	leader.Store(int64(currentLeader().id))
+	leaders = map[string]*atomic.Int64{}
+	for k := 0; k < *keys; k++ {
+		first := new(atomic.Int64)
+		first.Store(int64(currentLeader().id))
+		leaders[fmt.Sprintf("k%d", k)] = first
+	}
 	fmt.Printf("lincheck: seed %d, %d clients on %d keys for %v, a fault every %v, logs in %s\n",
 		*seed, *clients, *keys, *duration, *faultEvery, dir)
 
