@@ -31,7 +31,7 @@ use crate::node::storage::Format;
 use crate::protocol::group::GroupKey;
 
 pub use crate::config::{ServerConfig, Tuning};
-pub use crate::node::group_control::GroupControlError;
+pub use crate::node::group_control::{GroupControlError, GroupVoters};
 pub use crate::node::handle::{
     AppendCheck, ClientError, RaftHandle, SnapshotWriter, SNAPSHOT_PARTS_IN_FLIGHT,
 };
@@ -227,7 +227,23 @@ impl RunningNode {
         voters: &[i32],
         machine: Option<Box<dyn StateMachine>>,
     ) -> Result<RaftHandle, GroupControlError> {
-        self.groups.create(topic, partition, voters, machine).await
+        let voters = GroupVoters::Static(voters.to_vec());
+        self.groups.create(topic, partition, &voters, machine).await
+    }
+
+    /// `create_group` with the voters chosen by `voters`: a static set, or a dynamic one
+    /// (KIP-853) that one node starts alone (`GroupVoters::Standalone`) and the others join
+    /// as observers (`GroupVoters::Observer`) until the leader's `RaftHandle::add_voter`
+    /// adds them, or they add themselves (auto-join). A dynamic group's voters live in its
+    /// log: after a restart create it again the same way and they are what the log says.
+    pub async fn create_group_with(
+        &self,
+        topic: &str,
+        partition: i32,
+        voters: GroupVoters,
+        machine: Option<Box<dyn StateMachine>>,
+    ) -> Result<RaftHandle, GroupControlError> {
+        self.groups.create(topic, partition, &voters, machine).await
     }
 
     /// Stops the group `topic`-`partition` (a leader resigns first) and deletes its directory.

@@ -61,9 +61,9 @@ pub mod sys;
 pub mod types;
 
 pub use embed::{
-    AppendCheck, BatchBuilder, ClientError, CommittedBatch, GroupControlError, Node, NodeBuilder,
-    NodeError, OffsetAndEpoch, QuorumStatus, RaftHandle, Record, RunningNode, ServerConfig,
-    SnapshotWriter, StateMachine, Tuning,
+    AppendCheck, BatchBuilder, ClientError, CommittedBatch, GroupControlError, GroupVoters, Node,
+    NodeBuilder, NodeError, OffsetAndEpoch, QuorumStatus, RaftHandle, Record, RunningNode,
+    ServerConfig, SnapshotWriter, StateMachine, Tuning,
 };
 
 // The README's Rust snippets compile as doctests.

@@ -472,3 +472,135 @@ fn groups_are_created_and_removed_at_run_time() {
         node.stop_and_join().expect("a clean stop");
     }
 }
+
+/// A group with a dynamic voter set (KIP-853, issue 25 item 1): node 1 starts it alone
+/// (`GroupVoters::Standalone`), node 2 observes until the leader adds it, node 3 adds itself
+/// (auto-join); then node 3 stops hosting it and is removed. The voters live in the group's
+/// log: after a restart the group, created again the same way, has the voters it had, and
+/// commits.
+#[test]
+fn dynamic_groups_grow_and_shrink_by_kip_853() {
+    use ringraft::raft::Endpoint;
+    use ringraft::GroupVoters;
+    let _turn = common::one_quorum_at_a_time();
+    let (ports, voters) = common::three_voters();
+    let dirs: Vec<common::TempDir> = (1..=3)
+        .map(|id| common::TempDir::new(&format!("embed-dyn-{id}")))
+        .collect();
+    let boot = |id: i32| {
+        let (port, dir) = (ports[id as usize - 1], dirs[id as usize - 1].path());
+        let config = common::embedded_config(id, port, &voters, dir, "");
+        Node::builder(config)
+            .format_if_empty(CLUSTER_ID)
+            .start()
+            .expect("the node starts")
+    };
+    let ways = [
+        GroupVoters::Standalone,
+        GroupVoters::Observer { auto_join: false },
+        GroupVoters::Observer { auto_join: true },
+    ];
+    let create = |nodes: &[RunningNode], seen: &[Arc<Mutex<Seen>>]| -> Vec<RaftHandle> {
+        nodes
+            .iter()
+            .zip(seen)
+            .zip(&ways)
+            .map(|((n, s), way)| {
+                let machine: Box<dyn StateMachine> = Box::new(Recorder(s.clone()));
+                block_on(n.create_group_with("dyn", 0, way.clone(), Some(machine)))
+                    .expect("created")
+            })
+            .collect()
+    };
+    let voter_ids = |h: &RaftHandle| -> Option<Vec<i32>> {
+        let status = block_on(h.describe_quorum()).ok()?;
+        let mut ids: Vec<i32> = status.voters.iter().map(|k| k.id).collect();
+        ids.sort();
+        Some(ids)
+    };
+    let mut nodes: Vec<RunningNode> = (1..=3).map(boot).collect();
+    let seen: Vec<Arc<Mutex<Seen>>> = (0..3).map(|_| Arc::default()).collect();
+    let dyn0 = create(&nodes, &seen);
+    // Node 1 alone votes, so it leads at once; the others only follow.
+    wait_for("node 1 leads dyn-0 alone", || {
+        let status = block_on(dyn0[0].describe_quorum()).ok()?;
+        (status.leader_id == Some(1) && voter_ids(&dyn0[0])? == [1]).then_some(())
+    });
+    let dir = |i: usize| dirs[i].path().join("dyn-0");
+    assert!(dir(0)
+        .join("00000000000000000000-0000000000.checkpoint")
+        .exists());
+    assert!(!dir(1)
+        .join("00000000000000000000-0000000000.checkpoint")
+        .exists());
+    wait_for("a commit in dyn-0", || {
+        block_on(dyn0[0].append(&[b"one"], 1_700_000_000_000)).ok()
+    });
+
+    // Node 3 joins by itself; node 2 is added by the leader once it follows.
+    wait_for("node 3 auto-joins", || {
+        voter_ids(&dyn0[0])?.contains(&3).then_some(())
+    });
+    let node2 = block_on(dyn0[1].describe_quorum())
+        .expect("node 2 answers")
+        .local;
+    assert!(
+        node2.directory_id.is_some(),
+        "a dynamic voter has a directory id"
+    );
+    let listener = Endpoint {
+        name: "CONTROLLER".into(),
+        host: "127.0.0.1".into(),
+        port: ports[1],
+    };
+    wait_for("node 2 added by the leader", || {
+        block_on(dyn0[0].add_voter(node2, vec![listener.clone()])).ok()
+    });
+    assert_eq!(voter_ids(&dyn0[0]), Some(vec![1, 2, 3]));
+    // Group 0 keeps its static voters: the group's set is its own.
+    let group0 = block_on(nodes[0].handle().describe_quorum()).unwrap();
+    assert_eq!(group0.voters.len(), 3);
+    // Node 3 first stops hosting the group (with auto-join on it would add itself again),
+    // then the leader removes it; voters 1 and 2 are a majority of three meanwhile.
+    let node3 = block_on(dyn0[2].describe_quorum())
+        .expect("node 3 answers")
+        .local;
+    block_on(nodes[2].remove_group("dyn", 0)).expect("node 3 no longer hosts dyn-0");
+    assert!(!dir(2).exists());
+    block_on(dyn0[0].remove_voter(node3)).expect("node 3 removed");
+    assert_eq!(voter_ids(&dyn0[0]), Some(vec![1, 2]));
+    wait_for("a commit by voters 1 and 2", || {
+        block_on(dyn0[0].append(&[b"two"], 1_700_000_000_000)).ok()
+    });
+    for s in &seen[..2] {
+        wait_for("dyn-0 applied on nodes 1 and 2", || {
+            (s.lock().unwrap().values.len() == 2).then_some(())
+        });
+    }
+
+    // After a restart, the voters are what the log says, whichever node leads.
+    for node in nodes.drain(..) {
+        node.stop_and_join().expect("a clean stop");
+    }
+    nodes = (1..=3).map(boot).collect();
+    let seen: Vec<Arc<Mutex<Seen>>> = (0..2).map(|_| Arc::default()).collect();
+    let dyn0 = create(&nodes[..2], &seen);
+    assert!(nodes[2].group("dyn", 0).is_none());
+    wait_for("dyn-0 commits after the restart", || {
+        let leader = block_on(dyn0[0].describe_quorum()).ok()?.leader_id?;
+        assert!(leader == 1 || leader == 2, "node {leader} is no voter");
+        block_on(dyn0[leader as usize - 1].append(&[b"three"], 1_700_000_000_000)).ok()
+    });
+    for h in &dyn0[..2] {
+        wait_for("voters 1 and 2 on both", || {
+            (voter_ids(h)? == [1, 2]).then_some(())
+        });
+    }
+    wait_for("node 1 replayed dyn-0", || {
+        let values = seen[0].lock().unwrap().values.clone();
+        (values == [b"one".to_vec(), b"two".to_vec(), b"three".to_vec()]).then_some(())
+    });
+    for node in nodes {
+        node.stop_and_join().expect("a clean stop");
+    }
+}

@@ -270,11 +270,13 @@ fn membership_seeds() -> Vec<Vec<u8>> {
             voter_directory_id: dir,
             listeners: listeners.clone(),
             ack_when_committed: false,
+            group: None,
         }),
         RequestBody::RemoveRaftVoter(rrv::RemoveRaftVoterRequest {
             cluster_id: cluster_id.clone(),
             voter_id: 3,
             voter_directory_id: dir,
+            group: None,
         }),
         RequestBody::UpdateRaftVoter(urv::UpdateRaftVoterRequest {
             cluster_id,
@@ -286,6 +288,7 @@ fn membership_seeds() -> Vec<Vec<u8>> {
                 min_supported_version: 0,
                 max_supported_version: 1,
             },
+            group: None,
         }),
         RequestBody::UpdateFeatures(uf::UpdateFeaturesRequest {
             timeout_ms: 30_000,

@@ -560,6 +560,7 @@ fn add_raft_voter_request() -> impl Strategy<Value = arv::AddRaftVoterRequest> {
                 voter_directory_id: dir,
                 listeners,
                 ack_when_committed: ack,
+                group: None,
             },
         )
 }
@@ -580,6 +581,7 @@ fn remove_raft_voter_request() -> impl Strategy<Value = rrv::RemoveRaftVoterRequ
             cluster_id,
             voter_id,
             voter_directory_id: dir,
+            group: None,
         }
     })
 }
@@ -612,6 +614,7 @@ fn update_raft_voter_request() -> impl Strategy<Value = urv::UpdateRaftVoterRequ
                         min_supported_version: min,
                         max_supported_version: max,
                     },
+                    group: None,
                 }
             },
         )
@@ -1028,4 +1031,52 @@ fn controller_shaped_voter_change_answers_read_in_the_oracle() {
         assert_eq!(theirs.error_code, 41);
         assert!(theirs.results.is_empty());
     }
+}
+
+/// ringraft's group tag on a voter change (`kraft::GROUP_TAG`, sent only for groups other
+/// than `__cluster_metadata-0`) is an unknown tag to Kafka's schema: kafka-protocol reads
+/// every field as it reads the untagged request and keeps the tag aside, and ringraft reads
+/// the group back.
+#[test]
+fn a_voter_change_names_its_group_in_a_tag_kafka_skips() {
+    use ringraft::protocol::kraft::{RaftGroup, GROUP_TAG};
+    let group = Some(RaftGroup {
+        topic: "kv".into(),
+        partition: 3,
+    });
+    let add = arv::AddRaftVoterRequest {
+        cluster_id: Some("c".into()),
+        timeout_ms: 5,
+        voter_id: 4,
+        voter_directory_id: Uuid::from_u64_pair(1, 2),
+        listeners: vec![],
+        ack_when_committed: true,
+        group: None,
+    };
+    let tagged = arv::AddRaftVoterRequest {
+        group: group.clone(),
+        ..add.clone()
+    };
+    let bytes = ours_bytes(&tagged, 0);
+    let theirs: kp::AddRaftVoterRequest = kp_decode(&bytes, 0).unwrap();
+    let tags: Vec<i32> = theirs.unknown_tagged_fields.keys().copied().collect();
+    assert_eq!(tags, [GROUP_TAG as i32]);
+    let mut expected = kp_add_raft_voter_request(&add);
+    expected.unknown_tagged_fields = theirs.unknown_tagged_fields.clone();
+    assert_eq!(theirs, expected);
+    assert_eq!(ours_decode::<arv::AddRaftVoterRequest>(&bytes, 0).unwrap(), tagged);
+    // Untagged, it is Kafka's bytes exactly (the proptests above).
+    assert!(ours_bytes(&add, 0).len() < bytes.len());
+
+    let remove = rrv::RemoveRaftVoterRequest {
+        cluster_id: None,
+        voter_id: 4,
+        voter_directory_id: Uuid::from_u64_pair(1, 2),
+        group,
+    };
+    let bytes = ours_bytes(&remove, 0);
+    let theirs: kp::RemoveRaftVoterRequest = kp_decode(&bytes, 0).unwrap();
+    assert_eq!(theirs.voter_id, 4);
+    assert_eq!(theirs.unknown_tagged_fields.len(), 1);
+    assert_eq!(ours_decode::<rrv::RemoveRaftVoterRequest>(&bytes, 0).unwrap(), remove);
 }

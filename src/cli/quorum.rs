@@ -497,6 +497,7 @@ async fn add_controller(
         voter_directory_id: voter.directory_id,
         listeners: voter.listeners.clone(),
         ack_when_committed: true,
+        group: None,
     };
     voter_change(
         &dial,
@@ -525,6 +526,7 @@ async fn remove_controller(
         cluster_id: None,
         voter_id: id,
         voter_directory_id: directory_id,
+        group: None,
     };
     voter_change(
         &dial,

@@ -206,7 +206,7 @@ partition_index!(
 /// A wire request as the core sees it, with the partition it names; `None` when its
 /// topic/partition shape is wrong.
 pub fn request_from_wire(body: &RequestBody) -> Option<(Option<WirePartition>, Request)> {
-    let mut at = None;
+    let at;
     let request = match body {
         RequestBody::Vote(r) => {
             let (named, p) = one_partition(&r.topics, |t| name(&t.topic_name), |t| &t.partitions)?;
@@ -291,25 +291,34 @@ pub fn request_from_wire(body: &RequestBody) -> Option<(Option<WirePartition>, R
                 max_bytes: r.max_bytes,
             })
         }
-        RequestBody::AddRaftVoter(r) => Request::AddVoter(m::AddVoterRequest {
-            cluster_id: r.cluster_id.clone(),
-            timeout_ms: r.timeout_ms,
-            voter: ReplicaKey::from_wire(r.voter_id, r.voter_directory_id),
-            listeners: listener_endpoints(&r.listeners),
-            ack_when_committed: r.ack_when_committed,
-        }),
-        RequestBody::RemoveRaftVoter(r) => Request::RemoveVoter(m::RemoveVoterRequest {
-            cluster_id: r.cluster_id.clone(),
-            voter: ReplicaKey::from_wire(r.voter_id, r.voter_directory_id),
-        }),
-        RequestBody::UpdateRaftVoter(r) => Request::UpdateVoter(m::UpdateVoterRequest {
-            cluster_id: r.cluster_id.clone(),
-            current_leader_epoch: r.current_leader_epoch,
-            voter: ReplicaKey::from_wire(r.voter_id, r.voter_directory_id),
-            listeners: listener_endpoints(&r.listeners),
-            kraft_min: r.kraft_version_feature.min_supported_version,
-            kraft_max: r.kraft_version_feature.max_supported_version,
-        }),
+        RequestBody::AddRaftVoter(r) => {
+            at = r.group.as_ref().map(group_partition);
+            Request::AddVoter(m::AddVoterRequest {
+                cluster_id: r.cluster_id.clone(),
+                timeout_ms: r.timeout_ms,
+                voter: ReplicaKey::from_wire(r.voter_id, r.voter_directory_id),
+                listeners: listener_endpoints(&r.listeners),
+                ack_when_committed: r.ack_when_committed,
+            })
+        }
+        RequestBody::RemoveRaftVoter(r) => {
+            at = r.group.as_ref().map(group_partition);
+            Request::RemoveVoter(m::RemoveVoterRequest {
+                cluster_id: r.cluster_id.clone(),
+                voter: ReplicaKey::from_wire(r.voter_id, r.voter_directory_id),
+            })
+        }
+        RequestBody::UpdateRaftVoter(r) => {
+            at = r.group.as_ref().map(group_partition);
+            Request::UpdateVoter(m::UpdateVoterRequest {
+                cluster_id: r.cluster_id.clone(),
+                current_leader_epoch: r.current_leader_epoch,
+                voter: ReplicaKey::from_wire(r.voter_id, r.voter_directory_id),
+                listeners: listener_endpoints(&r.listeners),
+                kraft_min: r.kraft_version_feature.min_supported_version,
+                kraft_max: r.kraft_version_feature.max_supported_version,
+            })
+        }
         RequestBody::ApiVersions(_)
         | RequestBody::Produce(_)
         | RequestBody::TransferLeader(_)
@@ -321,8 +330,16 @@ pub fn request_from_wire(body: &RequestBody) -> Option<(Option<WirePartition>, R
     Some((at, request))
 }
 
+/// The partition a voter change's group tag names (`kraft::GROUP_TAG`).
+fn group_partition(g: &crate::protocol::kraft::RaftGroup) -> WirePartition {
+    WirePartition {
+        topic: name(&g.topic),
+        partition: g.partition,
+    }
+}
+
 /// A wire request as `group`'s core sees it: `None` when its shape is wrong or it names
-/// another partition. The voter-change RPCs name no partition and are taken as they are.
+/// another partition. A voter change without ringraft's group tag is group 0's, as in Kafka.
 pub fn request_for(group: &GroupKey, body: &RequestBody) -> Option<Request> {
     match request_from_wire(body)? {
         (Some(at), _) if !group.is(&at) => None,
@@ -601,6 +618,11 @@ fn fetch_snapshot_response(
 /// Encodes an outbound core request at `version` (negotiated; ≥ `min_version`).
 pub fn encode_request(group: &GroupKey, request: &Request, version: i16, w: &mut Writer) {
     let topic = || group.topic().to_string();
+    // A voter change names its group in ringraft's tag; group 0's is Kafka's, untagged.
+    let tag = (!group.is_metadata()).then(|| crate::protocol::kraft::RaftGroup {
+        topic: topic(),
+        partition: group.partition(),
+    });
     match request {
         Request::AddVoter(r) => arv::AddRaftVoterRequest {
             cluster_id: r.cluster_id.clone(),
@@ -609,12 +631,14 @@ pub fn encode_request(group: &GroupKey, request: &Request, version: i16, w: &mut
             voter_directory_id: r.voter.wire_directory_id(),
             listeners: wire_listeners(&r.listeners),
             ack_when_committed: r.ack_when_committed,
+            group: tag,
         }
         .encode(w, version),
         Request::RemoveVoter(r) => rrv::RemoveRaftVoterRequest {
             cluster_id: r.cluster_id.clone(),
             voter_id: r.voter.id,
             voter_directory_id: r.voter.wire_directory_id(),
+            group: tag,
         }
         .encode(w, version),
         Request::UpdateVoter(r) => urv::UpdateRaftVoterRequest {
@@ -627,6 +651,7 @@ pub fn encode_request(group: &GroupKey, request: &Request, version: i16, w: &mut
                 min_supported_version: r.kraft_min,
                 max_supported_version: r.kraft_max,
             },
+            group: tag,
         }
         .encode(w, version),
         // Answered from the connection's own ApiVersions exchange (the peer task).
@@ -972,7 +997,10 @@ mod tests {
             Request::Fetch(_) => {
                 RequestBody::Fetch(fetch::FetchRequest::decode(&mut r, version, &bytes).unwrap())
             }
-            _ => unreachable!("the tests send Vote and Fetch"),
+            Request::RemoveVoter(_) => RequestBody::RemoveRaftVoter(
+                rrv::RemoveRaftVoterRequest::decode(&mut r, version, &bytes).unwrap(),
+            ),
+            _ => unreachable!("the tests send Vote, Fetch and RemoveRaftVoter"),
         }
     }
 
@@ -1003,6 +1031,24 @@ mod tests {
             assert!(orders.is(&at), "{at}");
             assert!(!metadata.is(&at), "{at}");
         }
+    }
+
+    /// A voter change names no partition in Kafka's schema: group 0's goes untagged, as
+    /// Kafka's, and any other group's names itself in ringraft's tag, so that it never
+    /// reaches group 0's leader.
+    #[test]
+    fn a_voter_change_names_its_group_only_when_not_group_0() {
+        let remove = Request::RemoveVoter(m::RemoveVoterRequest {
+            cluster_id: None,
+            voter: ReplicaKey::new(3, Some(uuid::Uuid::from_u128(7))),
+        });
+        let (at, back) = request_from_wire(&wire(GroupKey::metadata(), &remove, 0)).unwrap();
+        assert_eq!((at, &back), (None, &remove));
+        let orders = GroupKey::new("orders", 3).unwrap();
+        let (at, back) = request_from_wire(&wire(&orders, &remove, 0)).unwrap();
+        assert_eq!(back, remove);
+        assert!(orders.is(&at.expect("the group is named")));
+        assert!(request_for(GroupKey::metadata(), &wire(&orders, &remove, 0)).is_none());
     }
 
     #[test]

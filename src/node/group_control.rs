@@ -9,17 +9,21 @@
 //! group's executor (a leader resigns first), close its log and delete its directory; the
 //! group leaves the table once that is done.
 //!
-//! The voter set of a group created here is static, like a declared group's: its voters must
-//! be in `controller.quorum.voters`. Nothing about the group is kept outside its directory:
-//! after a restart the application creates it again (with the same voters) and it resumes
-//! from its log, as dragonboat's replicas do.
+//! A group created here has a static voter set, like a declared group's (its voters from
+//! `controller.quorum.voters`), or a dynamic one (KIP-853, `GroupVoters`): one node creates
+//! it as its only voter, as `kafka-storage format --standalone` does for group 0, the others
+//! create it as observers, and voters are added and removed through the group's handle
+//! (`RaftHandle::add_voter`, `remove_voter`) or join by themselves (auto-join). Nothing about
+//! the group is kept outside its directory: after a restart the application creates it again
+//! (the same way) and it resumes from its log, as dragonboat's replicas do; a dynamic
+//! group's voters are then those its log holds.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
 
 use futures_channel::{mpsc, oneshot};
 
-use super::groups::{prepare, GroupStart, Hosted, SharedGroups};
+use super::groups::{prepare, GroupStart, Hosted, SharedGroups, Voting};
 use super::handle::RaftHandle;
 use super::machine::StateMachine;
 use super::raft_shard::RaftSetup;
@@ -72,8 +76,34 @@ pub enum GroupControlError {
         dir: PathBuf,
         source: std::io::Error,
     },
+    #[error(
+        "a dynamic group's first voter is written with this node's directory id, and \
+         meta.properties has none"
+    )]
+    NoDirectoryId,
+    #[error(
+        "a dynamic group's first voter is written with this node's controller listener, and \
+         this node advertises none"
+    )]
+    NoListener,
     #[error("the node is stopping")]
     Stopped,
+}
+
+/// Who votes in a group created at run time (`RunningNode::create_group_with`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GroupVoters {
+    /// A static voter set (kraft.version 0): ids of `controller.quorum.voters`, this node
+    /// among them, as `ringraft.groups` declares. The first, rotated by the partition, is the
+    /// group's preferred leader.
+    Static(Vec<i32>),
+    /// A dynamic voter set (KIP-853, kraft.version 1) that starts with this node alone, as
+    /// `kafka-storage format --standalone` starts group 0: create the group so on one node.
+    Standalone,
+    /// A dynamic group this node hosts as an observer: it follows the leader (found among the
+    /// nodes group 0 knows) until the leader adds it (`RaftHandle::add_voter`), or, with
+    /// `auto_join`, it adds itself once caught up (`controller.quorum.auto.join.enable`).
+    Observer { auto_join: bool },
 }
 
 /// What a raft shard is asked to do with one of its groups.
@@ -140,24 +170,35 @@ impl GroupControl {
         &self,
         topic: &str,
         partition: i32,
-        voters: &[i32],
+        voters: &GroupVoters,
         machine: Option<Box<dyn StateMachine>>,
     ) -> Result<RaftHandle, GroupControlError> {
         let key = GroupKey::new(topic, partition)?;
         if key.is_metadata() {
             return Err(GroupControlError::Metadata);
         }
-        self.check_voters(voters)?;
-        let preferred = crate::config::groups::preferred_leader(voters, partition);
-        let (hosted, start) = prepare(
-            &self.group0,
-            &self.tuning,
-            key.clone(),
-            voters,
-            preferred,
-            machine,
-        )
-        .map_err(|_| GroupControlError::NoStaticQuorum)?;
+        let first;
+        let voting = match voters {
+            GroupVoters::Static(voters) => {
+                self.check_voters(voters)?;
+                let preferred = crate::config::groups::preferred_leader(voters, partition);
+                Voting::Static { voters, preferred }
+            }
+            GroupVoters::Standalone => {
+                first = self.standalone_voters()?;
+                Voting::Dynamic {
+                    first: Some(&first),
+                    auto_join: false,
+                }
+            }
+            GroupVoters::Observer { auto_join } => Voting::Dynamic {
+                first: None,
+                auto_join: *auto_join,
+            },
+        };
+        let (hosted, start) = prepare(&self.group0, &self.tuning, key.clone(), voting, machine)
+            // The voters were checked above; what is left is group 0's own set.
+            .map_err(|_| GroupControlError::NoStaticQuorum)?;
         let handle = hosted.raft.clone();
         self.groups.update(|table| {
             if table.get(key.topic(), key.partition()).is_some() {
@@ -232,6 +273,24 @@ impl GroupControl {
             .unbounded_send(command)
             .map_err(|_| GroupControlError::Stopped)?;
         answer.await.unwrap_or(Err(GroupControlError::Stopped))
+    }
+
+    /// This node alone, with its directory id and controller listener, as a group's first
+    /// voter set.
+    fn standalone_voters(
+        &self,
+    ) -> Result<crate::records::control::VotersRecord, GroupControlError> {
+        let config = &self.group0.config;
+        if config.local.directory_id.is_none() {
+            return Err(GroupControlError::NoDirectoryId);
+        }
+        if config.local_endpoints.is_empty() {
+            return Err(GroupControlError::NoListener);
+        }
+        let me = crate::membership::Voter::new(config.local, config.local_endpoints.clone());
+        let set = crate::membership::VoterSet::new(vec![me])
+            .map_err(|_| GroupControlError::NoListener)?;
+        Ok(crate::membership::history::voters_record(&set))
     }
 
     fn check_voters(&self, voters: &[i32]) -> Result<(), GroupControlError> {

@@ -156,6 +156,42 @@ fn group_dir(ctx: &ShardContext, key: &GroupKey) -> std::path::PathBuf {
     base.join(key.dir_name())
 }
 
+/// A dynamic group's first voter set, as its bootstrap checkpoint (`--standalone`), while
+/// its log is still empty and it has none: so a create that a crash cut short after making
+/// the directory writes it on the next, and a group that already has a log keeps the voters
+/// its log holds.
+fn write_first_voters(
+    dir: &std::path::Path,
+    log: &crate::log::MetadataLog,
+    voters: crate::records::control::VotersRecord,
+) -> Result<(), ShardError> {
+    use crate::log::bootstrap;
+    let empty = log.start_offset() == 0 && log.end_offset() == 0;
+    let none = || -> Result<bool, ShardError> {
+        let existing = bootstrap::read(dir).map_err(|e| ShardError::GroupDir {
+            dir: dir.to_path_buf(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        Ok(existing.is_none())
+    };
+    if !empty || !none()? {
+        return Ok(());
+    }
+    let snapshot = bootstrap::BootstrapSnapshot {
+        kraft_version: 1,
+        voters: Some(voters),
+        records: Vec::new(),
+    };
+    bootstrap::write(dir, &snapshot, crate::node::unix_millis()).map_err(|source| {
+        ShardError::GroupDir {
+            dir: dir.to_path_buf(),
+            source,
+        }
+    })?;
+    info!(target: LOG_TARGET, dir = %dir.display(), "a dynamic group's first voter written (this node alone)");
+    Ok(())
+}
+
 /// One group: its directory made on first use, its log opened and recovered, its executor
 /// built and run until the shard stops.
 async fn start_group(
@@ -168,6 +204,7 @@ async fn start_group(
         setup,
         inputs,
         machine,
+        first_voters,
     } = start;
     let key = &hosted.key;
     let dir = group_dir(ctx, key);
@@ -178,6 +215,9 @@ async fn start_group(
         }
     })?;
     let (log, quorum) = open_log_at(ctx, &dir, key).await?;
+    if let Some(voters) = first_voters {
+        write_first_voters(&dir, &log, voters)?;
+    }
     let log = Rc::new(log);
     // A state of its own: a group's kraft.version is not the node's (ApiVersions says group 0's).
     let state = crate::net::dispatch::ServerState::default();

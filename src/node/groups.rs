@@ -5,7 +5,8 @@
 //! `<metadata.log.dir>/<topic>-<partition>` and with its own peer connections. Its Fetches are
 //! answered by its executor; the fetch and snapshot roles serve group 0 only. A request that
 //! lands on another shard reaches the group through its `RaftHandle`, a channel: the one hop.
-//! Every group of this step has a static voter set, taken from `controller.quorum.voters`.
+//! A declared group's voter set is static, taken from `controller.quorum.voters`; a group
+//! created at run time may have a dynamic one instead (KIP-853; `group_control::GroupVoters`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -35,7 +36,9 @@ pub struct Hosted {
     pub home: usize,
     /// The CPU the tuning file pins the home shard to.
     pub home_cpu: usize,
-    pub preferred: i32,
+    /// The voter that should lead it when up (`config::groups::preferred_leader`); none for
+    /// a dynamic group, whose voters change.
+    pub preferred: Option<i32>,
     /// Its voters' controller endpoints (shared by the groups of one declaration).
     pub voters: Arc<Vec<(i32, Endpoint)>>,
     /// What `/metrics` shows of it, stored by its executor (`metrics::GroupGauges`).
@@ -160,6 +163,9 @@ pub struct GroupStart {
     pub setup: RaftSetup,
     pub inputs: RaftInputs,
     pub machine: Option<Box<dyn StateMachine>>,
+    /// A dynamic group's first voter set, written as its bootstrap checkpoint while its log
+    /// is empty (`Voting::Dynamic`).
+    pub first_voters: Option<crate::records::control::VotersRecord>,
 }
 
 /// The application's state machines of hosted groups (the embedding API), by group.
@@ -183,9 +189,11 @@ pub fn plan(
         }
         for key in decl.groups() {
             let machine = machines.remove(&key);
-            let preferred = decl.preferred_leader(key.partition());
-            let (mut hosted, start) =
-                prepare(group0, tuning, key, &decl.voters, preferred, machine)?;
+            let voters = Voting::Static {
+                voters: &decl.voters,
+                preferred: decl.preferred_leader(key.partition()),
+            };
+            let (mut hosted, start) = prepare(group0, tuning, key, voters, machine)?;
             hosted.declared = true;
             starts.insert(hosted.key.clone(), start);
             table.insert(hosted);
@@ -201,24 +209,42 @@ pub fn plan(
     Ok((table, Arc::new(Mutex::new(starts))))
 }
 
+/// How a group's voters are set (`prepare`).
+#[derive(Debug, Clone, Copy)]
+pub enum Voting<'a> {
+    /// A static set: ids of `controller.quorum.voters`, and the one that should lead.
+    Static { voters: &'a [i32], preferred: i32 },
+    /// A dynamic set (KIP-853) kept in the group's log. `first` is the bootstrap checkpoint
+    /// that makes this node its only voter, written if the group's log is still empty
+    /// (`--standalone`); without it the node observes until a leader adds it, or, with
+    /// `auto_join`, it adds itself once caught up.
+    Dynamic {
+        first: Option<&'a crate::records::control::VotersRecord>,
+        auto_join: bool,
+    },
+}
+
 /// One group's entry in the table and what its home shard takes to start it: group 0's setup
-/// with the group's `voters` (ids of `controller.quorum.voters`), its own election jitter, and
-/// its leader looked for among its voters only.
+/// with the group's voters, its own election jitter, and its leader looked for among its
+/// voters only (a static group) or among every node group 0 knows (a dynamic one).
 pub fn prepare(
     group0: &RaftSetup,
     tuning: &Tuning,
     key: GroupKey,
-    voters: &[i32],
-    preferred: i32,
+    voting: Voting,
     machine: Option<Box<dyn StateMachine>>,
 ) -> Result<(Hosted, GroupStart), NodeError> {
-    let voters: Vec<_> = group0
-        .static_voters
-        .voters()
-        .iter()
-        .filter(|v| voters.contains(&v.key.id))
-        .cloned()
-        .collect();
+    let all = group0.static_voters.voters();
+    let (voters, preferred): (Vec<_>, _) = match voting {
+        Voting::Static { voters, preferred } => (
+            all.iter()
+                .filter(|v| voters.contains(&v.key.id))
+                .cloned()
+                .collect(),
+            Some(preferred),
+        ),
+        Voting::Dynamic { .. } => (all.to_vec(), None),
+    };
     let endpoints: Arc<Vec<(i32, Endpoint)>> = Arc::new(
         voters
             .iter()
@@ -226,11 +252,27 @@ pub fn prepare(
             .collect(),
     );
     let mut setup = group0.clone();
-    setup.config.bootstrap = voters.iter().flat_map(|v| v.endpoints.clone()).collect();
-    setup.config.static_voters = true;
-    setup.config.auto_join = false;
     setup.timer_grid_ms = crate::constants::GROUP_TIMER_GRID_MS;
-    setup.static_voters = VoterSet::new(voters).map_err(NodeError::Voters)?;
+    let mut first = None;
+    match voting {
+        Voting::Static { .. } => {
+            setup.config.bootstrap = voters.iter().flat_map(|v| v.endpoints.clone()).collect();
+            setup.config.static_voters = true;
+            setup.config.auto_join = false;
+            setup.static_voters = VoterSet::new(voters).map_err(NodeError::Voters)?;
+        }
+        Voting::Dynamic {
+            first: record,
+            auto_join,
+        } => {
+            // The leader is looked for where group 0 looks for its own (its bootstrap
+            // servers); the voters are what the group's log says.
+            setup.config.static_voters = false;
+            setup.config.auto_join = auto_join;
+            setup.static_voters = VoterSet::new(Vec::new()).map_err(NodeError::Voters)?;
+            first = record.cloned();
+        }
+    }
     // Each group's election jitter is its own.
     let (high, low) = key.topic_id().as_u64_pair();
     setup.config.seed ^= high ^ low.rotate_left(17) ^ key.partition() as u64;
@@ -250,6 +292,7 @@ pub fn prepare(
         setup,
         inputs,
         machine,
+        first_voters: first,
     };
     Ok((hosted, start))
 }
@@ -283,19 +326,19 @@ pub async fn groups_pass(
                 continue;
             };
             leading += 1;
-            if hosted.preferred == local_id {
+            let Some(preferred) = hosted.preferred.filter(|p| *p != local_id) else {
                 continue;
-            }
+            };
             let caught_up = replicas.voters.iter().any(|v| {
-                v.key.id == hosted.preferred
+                v.key.id == preferred
                     && replicas.high_watermark >= 0
                     && v.log_end_offset >= replicas.high_watermark
             });
             if caught_up {
-                match hosted.raft.transfer_leadership(hosted.preferred).await {
-                    Ok(_) => info!(group = %hosted.key, to = hosted.preferred,
+                match hosted.raft.transfer_leadership(preferred).await {
+                    Ok(_) => info!(group = %hosted.key, to = preferred,
                         "leadership handed to the preferred leader"),
-                    Err(e) => debug!(group = %hosted.key, to = hosted.preferred, error = %e,
+                    Err(e) => debug!(group = %hosted.key, to = preferred, error = %e,
                         "preferred leader not taken"),
                 }
             }
@@ -323,7 +366,7 @@ mod tests {
             raft,
             home: 1,
             home_cpu: 1,
-            preferred: 1,
+            preferred: Some(1),
             voters: Arc::default(),
             gauges: Arc::default(),
             declared: true,

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use super::codec::{DecodeResult, Reader, Writer};
 use super::errors::ErrorCode;
-use super::kraft::{unsupported_version, Listener};
+use super::kraft::{unsupported_version, Listener, RaftGroup};
 
 /// The versions these codecs read and write. Every one is flexible. Kafka 4.1 has only v0.
 pub const VERSIONS: RangeInclusive<i16> = 0..=1;
@@ -36,6 +36,9 @@ pub struct AddRaftVoterRequest {
     /// v1+, not ignorable: answer only once the new voter set is committed; `true` by default
     /// and for every v0 request. Auto-join sends `false` (docs/membership.md §8).
     pub ack_when_committed: bool,
+    /// ringraft's tag (`kraft::GROUP_TAG`): the group other than `__cluster_metadata-0` the
+    /// change is for; `None` for group 0, as Kafka sends it.
+    pub group: Option<RaftGroup>,
 }
 
 impl Default for AddRaftVoterRequest {
@@ -47,6 +50,7 @@ impl Default for AddRaftVoterRequest {
             voter_directory_id: Uuid::nil(),
             listeners: Vec::new(),
             ack_when_committed: true,
+            group: None,
         }
     }
 }
@@ -63,11 +67,12 @@ impl AddRaftVoterRequest {
             voter_directory_id: r.uuid("VoterDirectoryId")?,
             listeners: Listener::decode_all(r, "Listeners")?,
             ack_when_committed: true,
+            group: None,
         };
         if version >= 1 {
             out.ack_when_committed = r.bool("AckWhenCommitted")?;
         }
-        r.skip_tagged_fields()?;
+        out.group = RaftGroup::decode_tags(r)?;
         Ok(out)
     }
 
@@ -84,7 +89,7 @@ impl AddRaftVoterRequest {
         if version >= 1 {
             w.bool(self.ack_when_committed);
         }
-        w.no_tagged_fields();
+        RaftGroup::encode_tags(self.group.as_ref(), w);
     }
 
     /// The lowest version that carries every field set here: 1 when the answer may come
@@ -167,6 +172,7 @@ mod tests {
                 port: 9093,
             }],
             ack_when_committed,
+            group: None,
         }
     }
 
@@ -229,6 +235,7 @@ mod tests {
                 port: 9094,
             }],
             ack_when_committed: false,
+            group: None,
         };
         let kafka = hex(
             "174d6b55334f4556424e5463774e544a454e444d32516b0000ea6000000004000000000000000100000000\

@@ -191,3 +191,49 @@ mod tests {
         assert_eq!(NodeEndpoint::decode(&mut Reader::new(&bytes)).unwrap(), e);
     }
 }
+
+/// ringraft's own tagged field in AddRaftVoter, RemoveRaftVoter and UpdateRaftVoter requests:
+/// the Raft group the voter change is for (docs/wire.md §8.7). Those RPCs name no partition in
+/// Kafka's schemas, so they are `__cluster_metadata-0`'s; a group with a dynamic voter set
+/// (docs/groups.md) sends its own with this tag. Never written for group 0, so that its
+/// requests stay byte for byte Kafka's; a reader that does not know the tag skips it (KIP-482).
+pub const GROUP_TAG: u32 = 10_001;
+
+/// The group a voter change names (`GROUP_TAG`): a topic name and a partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RaftGroup {
+    pub topic: String,
+    pub partition: i32,
+}
+
+impl RaftGroup {
+    /// A request's tag section: empty, or the group's tag.
+    pub fn encode_tags(group: Option<&RaftGroup>, w: &mut Writer) {
+        match group {
+            Some(g) => {
+                w.unsigned_varint(1);
+                w.tagged_field(GROUP_TAG, |w| {
+                    w.string(&g.topic, true);
+                    w.i32(g.partition);
+                });
+            }
+            None => w.no_tagged_fields(),
+        }
+    }
+
+    /// A request's tag section: the group it names, if any; other tags are skipped.
+    pub fn decode_tags(r: &mut Reader<'_>) -> DecodeResult<Option<RaftGroup>> {
+        let mut group = None;
+        r.tagged_fields(|tag, body| match tag {
+            GROUP_TAG => {
+                group = Some(RaftGroup {
+                    topic: body.string("Group.Topic", true)?.to_owned(),
+                    partition: body.i32("Group.Partition")?,
+                });
+                Ok(true)
+            }
+            _ => Ok(false),
+        })?;
+        Ok(group)
+    }
+}

@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use super::codec::{DecodeResult, Reader, Writer};
 use super::errors::ErrorCode;
-use super::kraft::unsupported_version;
+use super::kraft::{unsupported_version, RaftGroup};
 
 /// The versions these codecs read and write.
 pub const VERSIONS: RangeInclusive<i16> = 0..=0;
@@ -25,6 +25,9 @@ pub struct RemoveRaftVoterRequest {
     pub voter_id: i32,
     /// The key removed is id and directory id together (docs/membership.md §5 step 5).
     pub voter_directory_id: Uuid,
+    /// ringraft's tag (`kraft::GROUP_TAG`): the group other than `__cluster_metadata-0` the
+    /// change is for; `None` for group 0, as Kafka sends it.
+    pub group: Option<RaftGroup>,
 }
 
 impl RemoveRaftVoterRequest {
@@ -32,12 +35,13 @@ impl RemoveRaftVoterRequest {
         if !VERSIONS.contains(&version) {
             return Err(unsupported_version());
         }
-        let out = RemoveRaftVoterRequest {
+        let mut out = RemoveRaftVoterRequest {
             cluster_id: r.nullable_string("ClusterId", true)?.map(str::to_owned),
             voter_id: r.i32("VoterId")?,
             voter_directory_id: r.uuid("VoterDirectoryId")?,
+            group: None,
         };
-        r.skip_tagged_fields()?;
+        out.group = RaftGroup::decode_tags(r)?;
         Ok(out)
     }
 
@@ -49,7 +53,7 @@ impl RemoveRaftVoterRequest {
         w.nullable_string(self.cluster_id.as_deref(), true);
         w.i32(self.voter_id);
         w.uuid(&self.voter_directory_id);
-        w.no_tagged_fields();
+        RaftGroup::encode_tags(self.group.as_ref(), w);
     }
 }
 
@@ -116,6 +120,7 @@ mod tests {
             cluster_id: Some("c".into()),
             voter_id: 3,
             voter_directory_id: Uuid::from_u64_pair(0, 9),
+            group: None,
         };
         let bytes = encoded(|w| req.encode(w, 0));
         let mut expected = vec![2, b'c', 0, 0, 0, 3];

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::codec::{DecodeResult, Reader, Writer};
 use super::errors::ErrorCode;
-use super::kraft::{unsupported_version, Listener};
+use super::kraft::{unsupported_version, Listener, RaftGroup};
 
 /// The versions these codecs read and write.
 pub const VERSIONS: RangeInclusive<i16> = 0..=0;
@@ -31,6 +31,9 @@ pub struct UpdateRaftVoterRequest {
     pub listeners: Vec<Listener>,
     /// The kraft.version range the sender supports (a struct, not tagged).
     pub kraft_version_feature: KRaftVersionFeature,
+    /// ringraft's tag (`kraft::GROUP_TAG`): the group other than `__cluster_metadata-0` the
+    /// change is for; `None` for group 0, as Kafka sends it.
+    pub group: Option<RaftGroup>,
 }
 
 /// Kafka's `KRaftVersionFeature`: a supported range of kraft.version levels.
@@ -45,15 +48,16 @@ impl UpdateRaftVoterRequest {
         if !VERSIONS.contains(&version) {
             return Err(unsupported_version());
         }
-        let out = UpdateRaftVoterRequest {
+        let mut out = UpdateRaftVoterRequest {
             cluster_id: r.nullable_string("ClusterId", true)?.map(str::to_owned),
             current_leader_epoch: r.i32("CurrentLeaderEpoch")?,
             voter_id: r.i32("VoterId")?,
             voter_directory_id: r.uuid("VoterDirectoryId")?,
             listeners: Listener::decode_all(r, "Listeners")?,
             kraft_version_feature: KRaftVersionFeature::decode(r)?,
+            group: None,
         };
-        r.skip_tagged_fields()?;
+        out.group = RaftGroup::decode_tags(r)?;
         Ok(out)
     }
 
@@ -68,7 +72,7 @@ impl UpdateRaftVoterRequest {
         w.uuid(&self.voter_directory_id);
         Listener::encode_all(&self.listeners, w);
         self.kraft_version_feature.encode(w);
-        w.no_tagged_fields();
+        RaftGroup::encode_tags(self.group.as_ref(), w);
     }
 }
 
@@ -213,6 +217,7 @@ mod tests {
                 min_supported_version: 0,
                 max_supported_version: 1,
             },
+            group: None,
         }
     }
 
