@@ -1064,7 +1064,10 @@ fn a_voter_change_names_its_group_in_a_tag_kafka_skips() {
     let mut expected = kp_add_raft_voter_request(&add);
     expected.unknown_tagged_fields = theirs.unknown_tagged_fields.clone();
     assert_eq!(theirs, expected);
-    assert_eq!(ours_decode::<arv::AddRaftVoterRequest>(&bytes, 0).unwrap(), tagged);
+    assert_eq!(
+        ours_decode::<arv::AddRaftVoterRequest>(&bytes, 0).unwrap(),
+        tagged
+    );
     // Untagged, it is Kafka's bytes exactly (the proptests above).
     assert!(ours_bytes(&add, 0).len() < bytes.len());
 
@@ -1078,5 +1081,8 @@ fn a_voter_change_names_its_group_in_a_tag_kafka_skips() {
     let theirs: kp::RemoveRaftVoterRequest = kp_decode(&bytes, 0).unwrap();
     assert_eq!(theirs.voter_id, 4);
     assert_eq!(theirs.unknown_tagged_fields.len(), 1);
-    assert_eq!(ours_decode::<rrv::RemoveRaftVoterRequest>(&bytes, 0).unwrap(), remove);
+    assert_eq!(
+        ours_decode::<rrv::RemoveRaftVoterRequest>(&bytes, 0).unwrap(),
+        remove
+    );
 }
