@@ -151,6 +151,13 @@ pub const GROUPS_PER_NODE_MAX: usize = 4096;
 /// and 2.7–10.7 ms (median 2.8); 50 ms, 6–8 % and 3.3–48 ms.
 pub const GROUP_TIMER_GRID_MS: u64 = 10;
 
+/// A group's connection to a peer that carried nothing this long is closed, and opened again
+/// on its next request (`node::peers`). A settled group keeps one busy connection (a
+/// follower's long-polling Fetch to its leader); Vote and BeginQuorumEpoch, sent once per
+/// election, and the bootstrap lookup each opened one that would otherwise stay open for
+/// good: about 10 sockets per group on each node of a 3-node cluster.
+pub const GROUP_PEER_IDLE_CLOSE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// `ringraft.metrics.group.series`: `/metrics` shows per-group gauges for this many of the
 /// busiest groups (`node::metrics::groups`) unless told otherwise. 16 groups × 4 gauges keep a
 /// scrape small whatever the number of groups.

@@ -2,6 +2,11 @@
 //! destination, started at the address the core gives for it (and started again when that
 //! address changes), sending requests in order, one at a time, and handing every answer or
 //! failure back to the executor's input stream (docs/raft.md §9: a disconnect is a failure).
+//!
+//! A group's transport (not group 0's) closes a connection that carried nothing for
+//! `constants::GROUP_PEER_IDLE_CLOSE` and opens it again on the next request: a settled
+//! group uses one connection (a follower's to its leader), while Vote, BeginQuorumEpoch and
+//! the bootstrap lookup each opened one of their own that would otherwise stay open.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashSet};
@@ -39,6 +44,8 @@ pub struct PeerTransport {
     metrics: Option<SharedMetrics>,
     /// The group whose requests these are (`__cluster_metadata-0` unless told).
     group: GroupKey,
+    /// Close a connection idle this long (`set_idle_close`); `None`: keep it.
+    idle_close: Option<Duration>,
 }
 
 /// A connection task and the endpoint it was started for.
@@ -63,7 +70,14 @@ impl PeerTransport {
             cluster_id: None,
             metrics: None,
             group: GroupKey::metadata().clone(),
+            idle_close: None,
         }
+    }
+
+    /// Closes each connection once it carried nothing for `after` (it opens again on the
+    /// next request). Set before the first send.
+    pub fn set_idle_close(&mut self, after: Duration) {
+        self.idle_close = Some(after);
     }
 
     /// Names `group` in every request, and reads answers for it (set before the first send).
@@ -116,7 +130,7 @@ impl PeerTransport {
                 self.request_timeout,
                 (self.client_id.clone(), self.unreachable.clone()),
                 (self.tls.clone(), target),
-                (self.metrics.clone(), self.group.clone()),
+                (self.metrics.clone(), self.group.clone(), self.idle_close),
             );
             glommio::spawn_local(task.instrument(span)).detach();
             self.peers.insert(to, Peer { endpoint, tx });
@@ -160,7 +174,7 @@ async fn peer_task(
     timeout: Duration,
     (client_id, unreachable): (String, Rc<RefCell<HashSet<String>>>),
     (tls, target): (Option<Tls>, Option<Target>),
-    (metrics, group): (Option<SharedMetrics>, GroupKey),
+    (metrics, group, idle_close): (Option<SharedMetrics>, GroupKey, Option<Duration>),
 ) {
     let mut conn: Option<PeerConnection> = None;
     let mut reconnect_at = Instant::now();
@@ -174,7 +188,30 @@ async fn peer_task(
         crate::logsafe::Untrusted(&endpoint.host),
         endpoint.port
     );
-    while let Some((id, request)) = requests.next().await {
+    loop {
+        let next = match (idle_close, conn.is_some()) {
+            (Some(after), true) => {
+                let idle = async {
+                    glommio::timer::sleep(after).await;
+                    None
+                };
+                futures_lite::future::or(async { Some(requests.next().await) }, idle).await
+            }
+            _ => Some(requests.next().await),
+        };
+        let (id, request) = match next {
+            Some(Some(sent)) => sent,
+            // The executor is gone.
+            Some(None) => return,
+            None => {
+                debug!(
+                    "closing a connection idle for {:?}",
+                    idle_close.unwrap_or_default()
+                );
+                conn = None;
+                continue;
+            }
+        };
         if matches!(request, Request::ApiVersions) {
             // The leader's probe of a voter being added asks afresh (docs/membership.md §4).
             conn = None;
