@@ -381,3 +381,35 @@ fn a_groups_log_without_meta_properties_is_never_reformatted() {
     );
     assert_eq!(tree(dir.path()), before, "nothing written");
 }
+
+/// More groups than the open-files limit allows (issue 25): the node would run out of
+/// descriptors while its groups elect and fail them one by one with EMFILE. It is refused at
+/// start with the number to raise `ulimit -n` to, before anything is written.
+#[test]
+fn groups_beyond_the_open_files_limit_are_refused() {
+    let dir = TempDir::new("nofile-groups");
+    let config = write_config(dir.path(), free_port(), "ringraft.groups=kv:200@1\n");
+    let config = config.to_str().unwrap();
+    assert!(run(&format_args(config), dir.path()).status.success());
+    // `ulimit -n` in sh sets the hard limit too, so the node cannot raise it.
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n 600 && exec {} start -c {config}",
+            binary()
+        ))
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("ringraft: ringraft.groups gives this node 200 groups")
+            && stderr.contains("ulimit -n 1256"),
+        "{stderr}"
+    );
+    assert!(
+        !dir.path().join("data").join("kv-0").exists(),
+        "no group started"
+    );
+}

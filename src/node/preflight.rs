@@ -28,6 +28,47 @@ pub fn check(shards: usize, io_memory_bytes: usize) -> Result<(), PreflightError
     check_io_uring()
 }
 
+/// Descriptors a group with `voters` static voters holds at start (measured: about 13 for
+/// three voters): its log's files, and a connection to and from each other voter and each
+/// bootstrap server (the voters again, under their own ids), until the idle ones close
+/// (`constants::GROUP_PEER_IDLE_CLOSE`; then about 4).
+pub fn group_descriptors(voters: usize) -> u64 {
+    let voters = voters.max(1) as u64;
+    3 + 2 * (2 * voters - 1)
+}
+
+/// Descriptors a node needs besides its groups': group 0's log and connections, listeners,
+/// rings and the admin listener, with room to spare.
+const NODE_DESCRIPTORS: u64 = 256;
+
+/// Refuses a start whose groups (`voters` of each hosted group) need more descriptors than the
+/// open-files limit allows, once raised to the hard limit: such a node would run out of
+/// descriptors while its groups elect, and fail one group after another with EMFILE.
+pub fn check_open_files(groups: &[usize]) -> Result<(), PreflightError> {
+    if groups.is_empty() {
+        return Ok(());
+    }
+    let Ok(limit) = crate::sys::raise_nofile_soft() else {
+        return Ok(()); // cannot tell; an EMFILE names its path
+    };
+    check_open_files_within(groups, limit)
+}
+
+fn check_open_files_within(groups: &[usize], limit: u64) -> Result<(), PreflightError> {
+    let needed = NODE_DESCRIPTORS
+        + groups
+            .iter()
+            .map(|voters| group_descriptors(*voters))
+            .sum::<u64>();
+    if limit >= needed {
+        return Ok(());
+    }
+    Err(PreflightError(format!(
+        "ringraft.groups gives this node {} groups, which need about {needed} open files while          they elect (each group's log files, and a connection to and from each peer), but the          open-files limit (ulimit -n) is {limit}. Raise it (`ulimit -n {needed}`,          LimitNOFILE= in a systemd unit, or nofile in /etc/security/limits.conf), or host fewer          groups on this node.",
+        groups.len()
+    )))
+}
+
 fn check_memlock(shards: usize, io_memory_bytes: usize) -> Result<(), PreflightError> {
     // glommio also locks its rings on older kernels; leave room for them.
     let needed = (shards as u64) * (io_memory_bytes as u64 + 256 * 1024);
@@ -76,4 +117,26 @@ fn check_io_uring() -> Result<(), PreflightError> {
         _ => format!("io_uring_setup failed: {error}"),
     };
     Err(PreflightError(format!("io_uring is not usable: {advice}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_fit_the_open_files_limit_or_the_start_says_how_to_raise_it() {
+        // Three voters: about 13 descriptors each, as measured at start.
+        assert_eq!(group_descriptors(3), 13);
+        assert_eq!(group_descriptors(1), 5);
+        let thousand = vec![3; 1_000];
+        assert!(check_open_files_within(&thousand, 20_000).is_ok());
+        let two_thousand = vec![3; 2_000];
+        let e = check_open_files_within(&two_thousand, 20_000).unwrap_err();
+        assert!(
+            e.0.contains("2000 groups") && e.0.contains("ulimit -n 26256"),
+            "{e}"
+        );
+        assert!(check_open_files_within(&[3], 268).is_err());
+        assert!(check_open_files_within(&[3], 269).is_ok());
+    }
 }

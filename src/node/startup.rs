@@ -62,6 +62,8 @@ pub(crate) fn start(
     } = listen::bind(&config)?;
     let setup = raft_setup(&config, &identity.meta)?;
     let (groups, group_starts) = super::groups::plan(&config, &tuning, &setup, group_machines)?;
+    let voters: Vec<usize> = groups.iter().map(|g| g.voters.len()).collect();
+    preflight::check_open_files(&voters)?;
     let groups = Arc::new(super::groups::Groups::new(groups));
     let metrics = Arc::new(metrics::Metrics::new());
     let (control, group_commands) = super::group_control::GroupControl::new(
