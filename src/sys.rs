@@ -84,6 +84,11 @@ pub fn raise_nofile_soft() -> io::Result<u64> {
 /// 128 KiB, its own starting value.
 pub const MALLOC_MMAP_THRESHOLD_BYTES: i32 = 128 << 10;
 
+/// How many descriptors this process holds now (the entries of `/proc/self/fd`).
+pub fn open_descriptors() -> io::Result<u64> {
+    Ok(std::fs::read_dir("/proc/self/fd")?.count() as u64)
+}
+
 /// Pins glibc's mmap threshold at `MALLOC_MMAP_THRESHOLD_BYTES` unless the environment sets
 /// one (`MALLOC_MMAP_THRESHOLD_`). By default glibc raises the threshold to the size of each
 /// mmapped block freed (up to 32 MiB), so the next block that size comes from a thread's heap,

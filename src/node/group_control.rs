@@ -86,6 +86,12 @@ pub enum GroupControlError {
          this node advertises none"
     )]
     NoListener,
+    #[error(
+        "this node holds {open} open files of the {limit} its limit allows (ulimit -n), and a \
+         new group needs about {needed} more while it elects: raise the limit, or host fewer \
+         groups on this node"
+    )]
+    OpenFiles { open: u64, needed: u64, limit: u64 },
     #[error("the node is stopping")]
     Stopped,
 }
@@ -104,6 +110,35 @@ pub enum GroupVoters {
     /// nodes group 0 knows) until the leader adds it (`RaftHandle::add_voter`), or, with
     /// `auto_join`, it adds itself once caught up (`controller.quorum.auto.join.enable`).
     Observer { auto_join: bool },
+}
+
+/// Descriptors kept free for everything else the node opens (segments rolled, snapshots,
+/// connections of group 0 and clients).
+const OPEN_FILES_RESERVE: u64 = 64;
+
+/// Refuses a new group that would leave the node without descriptors while it elects (the
+/// start's check, `preflight::check_open_files`, for groups created later): counted against
+/// what the process holds now.
+fn check_open_files(peers: usize) -> Result<(), GroupControlError> {
+    let (Ok(open), Ok(limit)) = (
+        crate::sys::open_descriptors(),
+        crate::sys::raise_nofile_soft(),
+    ) else {
+        return Ok(()); // cannot tell; an EMFILE names its path
+    };
+    open_files_fit(open, peers, limit)
+}
+
+fn open_files_fit(open: u64, peers: usize, limit: u64) -> Result<(), GroupControlError> {
+    let needed = super::preflight::group_descriptors(peers);
+    if open + needed + OPEN_FILES_RESERVE > limit {
+        return Err(GroupControlError::OpenFiles {
+            open,
+            needed,
+            limit,
+        });
+    }
+    Ok(())
 }
 
 /// What a raft shard is asked to do with one of its groups.
@@ -196,6 +231,11 @@ impl GroupControl {
                 auto_join: *auto_join,
             },
         };
+        let peers = match voters {
+            GroupVoters::Static(voters) => voters.len(),
+            _ => self.group0.config.bootstrap.len(),
+        };
+        check_open_files(peers)?;
         let (hosted, start) = prepare(&self.group0, &self.tuning, key.clone(), voting, machine)
             // The voters were checked above; what is left is group 0's own set.
             .map_err(|_| GroupControlError::NoStaticQuorum)?;
@@ -311,5 +351,26 @@ impl GroupControl {
             return Err(GroupControlError::NotAVoter(self.node_id));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_group_is_created_only_with_descriptors_to_spare() {
+        // Three voters need about 13 while they elect, and 64 stay free for the rest.
+        assert!(open_files_fit(1_000, 3, 1_077).is_ok());
+        let e = open_files_fit(1_001, 3, 1_077).unwrap_err();
+        assert!(matches!(
+            e,
+            GroupControlError::OpenFiles {
+                open: 1_001,
+                needed: 13,
+                limit: 1_077
+            }
+        ));
+        assert!(e.to_string().contains("ulimit -n"), "{e}");
     }
 }
