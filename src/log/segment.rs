@@ -33,8 +33,14 @@ pub const WRITE_QUEUE_DEPTH: usize = 8;
 /// Larger flushes convert many pages per commit, so they skip the zeros (which would write every
 /// byte twice and halve the bandwidth).
 pub const SMALL_FLUSH_BYTES: usize = 64 << 10;
-/// Zeros written ahead of a small flush at a time.
+/// Zeros written ahead of a small flush at a time, at most.
 pub const ZERO_AHEAD_BYTES: usize = 256 << 10;
+/// The first step of zeros ahead in a segment opened for writing; each step doubles up to
+/// `ZERO_AHEAD_BYTES`. A log that takes a record now and then (an idle group's LeaderChange
+/// after an election) writes 16 KiB of zeros, not 256 KiB: a node electing 1,000 groups at once
+/// held 63 MB of zero buffers at its peak (heaptrack), and wrote 256 MB of zeros. A busy log
+/// reaches the full step after four small flushes.
+pub const ZERO_AHEAD_FIRST_BYTES: usize = 16 << 10;
 /// An index entry is added when this many bytes were appended since the last one (Kafka's
 /// `index.interval.bytes`).
 pub const INDEX_INTERVAL_BYTES: usize = 4096;
@@ -311,6 +317,8 @@ pub struct ActiveSegment {
     allocated_to: usize,
     /// Blocks below this were written at least once (data or zeros ahead of it).
     zeroed_to: usize,
+    /// The next step of zeros ahead (`ZERO_AHEAD_FIRST_BYTES`, doubling).
+    zero_step: usize,
     preallocate_bytes: usize,
     /// Time spent writing data pages and in fdatasync (the log's probe reads them).
     pub write_nanos: u64,
@@ -379,6 +387,7 @@ impl ActiveSegment {
             flushed_len: len,
             allocated_to: len,
             zeroed_to: len.div_ceil(PAGE_BYTES) * PAGE_BYTES,
+            zero_step: ZERO_AHEAD_FIRST_BYTES,
             preallocate_bytes,
             write_nanos: 0,
             sync_nanos: 0,
@@ -479,9 +488,10 @@ impl ActiveSegment {
     }
 
     /// Writes zeros over never-written blocks from `zeroed_to` up to at least `up_to` (in
-    /// `ZERO_AHEAD_BYTES` steps): the next small flushes land on written blocks. The fdatasync
-    /// of the flush that follows makes them durable with its data; until then a crash leaves
-    /// them as they were, reading as zeros either way.
+    /// steps growing from `ZERO_AHEAD_FIRST_BYTES` to `ZERO_AHEAD_BYTES`): the next small
+    /// flushes land on written blocks. The fdatasync of the flush that follows makes them
+    /// durable with its data; until then a crash leaves them as they were, reading as zeros
+    /// either way.
     async fn zero_ahead(&mut self, up_to: usize) -> io::Result<()> {
         if self.zeroed_to >= up_to {
             return Ok(());
@@ -489,7 +499,8 @@ impl ActiveSegment {
         // A step of at most what is preallocated, within what is allocated: zeros never carry a
         // small segment's file past its data plus one preallocation (a 64 KiB segment's file
         // reached 320 KiB with 256 KiB steps, over the bound retention sets on a directory).
-        let step = ZERO_AHEAD_BYTES.min(self.preallocate_bytes);
+        let step = self.zero_step.min(self.preallocate_bytes);
+        self.zero_step = (self.zero_step * 2).min(ZERO_AHEAD_BYTES);
         let room = (self.zeroed_to + step).min(self.allocated_to.max(self.zeroed_to));
         let end = room.max(up_to.div_ceil(PAGE_BYTES) * PAGE_BYTES);
         self.allocate_ahead(end).await?;
@@ -714,6 +725,32 @@ pub fn glommio_io(e: glommio::GlommioError<()>) -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zeros_ahead_start_small_and_double_to_the_full_step() {
+        let dir = std::env::temp_dir().join(format!("ringraft-zeros-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let executor = glommio::LocalExecutorBuilder::default().make().unwrap();
+        let steps = executor.run(async {
+            let mut segment = ActiveSegment::open(&dir, 0, 0, 1 << 20).await.unwrap();
+            let mut steps = Vec::new();
+            let mut zeroed = segment.zeroed_to;
+            while steps.len() < 6 {
+                segment.append(Bytes::from(vec![7u8; 8000]));
+                segment.flush().await.unwrap();
+                if segment.zeroed_to > zeroed + PAGE_BYTES {
+                    steps.push(segment.zeroed_to - zeroed);
+                }
+                zeroed = segment.zeroed_to;
+            }
+            steps
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(steps[0], ZERO_AHEAD_FIRST_BYTES);
+        let k = 1024;
+        assert_eq!(steps, [16 * k, 32 * k, 64 * k, 128 * k, 256 * k, 256 * k]);
+    }
 
     #[test]
     fn time_index_follows_kafkas_rule() {
