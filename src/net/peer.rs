@@ -113,8 +113,9 @@ pub enum PeerError {
 }
 
 /// How much one read from a peer takes at most. glommio's default (8 KiB) makes an 8 MiB
-/// Fetch answer a thousand reads through the ring; 64 KiB makes it 128.
-const READ_BUFFER_BYTES: usize = 64 * 1024;
+/// Fetch answer a thousand reads through the ring; 64 KiB makes it 128. Group 0's
+/// connections use it; groups' use `constants::GROUP_PEER_READ_BUFFER_BYTES`.
+pub const READ_BUFFER_BYTES: usize = 64 * 1024;
 
 /// One TCP connection to one peer, with the peer's ApiVersions answer.
 pub struct PeerConnection {
@@ -165,6 +166,18 @@ impl PeerConnection {
         tls: Option<(&Tls, &str)>,
         target: Option<&Target>,
     ) -> Result<PeerConnection, PeerError> {
+        let buffer = READ_BUFFER_BYTES;
+        Self::connect_buffered(addr, client_id, connect_timeout, (tls, target), buffer).await
+    }
+
+    /// `connect_with`, reading through a buffer of `read_buffer_bytes` (allocated whole now).
+    pub async fn connect_buffered(
+        addr: SocketAddr,
+        client_id: &str,
+        connect_timeout: Duration,
+        (tls, target): (Option<(&Tls, &str)>, Option<&Target>),
+        read_buffer_bytes: usize,
+    ) -> Result<PeerConnection, PeerError> {
         assert!(
             target.is_none_or(|t| t.node_id >= 0),
             "a target names a node id"
@@ -185,7 +198,7 @@ impl PeerConnection {
         stream
             .set_nodelay(true)
             .map_err(|e| connect_error(e.into()))?;
-        let stream = stream.buffered_with(Preallocated::new(READ_BUFFER_BYTES));
+        let stream = stream.buffered_with(Preallocated::new(read_buffer_bytes.max(1)));
         let stream = match tls {
             None => Stream::Plain(stream),
             Some((tls, host)) => {

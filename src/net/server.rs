@@ -490,7 +490,9 @@ async fn serve_connection<S: Service>(
                 api = call.key.name();
                 version = call.version;
                 call.connection = conn.id;
-                match connections.service.call(call).await {
+                // Boxed: a connection's task lives as long as the connection, and an unboxed
+                // call would size every idle connection's future for the largest answer path.
+                match Box::pin(connections.service.call(call)).await {
                     Some(served) => {
                         moved = served.class.filter(|c| *c != class);
                         served.frame

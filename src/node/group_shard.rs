@@ -228,9 +228,9 @@ async fn start_group(
     executor.set_metrics(ctx.metrics.shard_group_loop(ctx.index));
     executor.set_gauges(hosted.gauges.clone());
     executor.transport_mut().set_metrics(ctx.metrics.clone());
-    executor
-        .transport_mut()
-        .set_idle_close(crate::constants::GROUP_PEER_IDLE_CLOSE);
+    let transport = executor.transport_mut();
+    transport.set_idle_close(crate::constants::GROUP_PEER_IDLE_CLOSE);
+    transport.set_read_buffer(crate::constants::GROUP_PEER_READ_BUFFER_BYTES);
     executor.set_snapshot_policy(ctx.snapshot_policy);
     executor.set_append_linger_ms(ctx.append_linger_ms);
     match machine {

@@ -46,6 +46,8 @@ pub struct PeerTransport {
     group: GroupKey,
     /// Close a connection idle this long (`set_idle_close`); `None`: keep it.
     idle_close: Option<Duration>,
+    /// Each connection's read buffer (`set_read_buffer`).
+    read_buffer_bytes: usize,
 }
 
 /// A connection task and the endpoint it was started for.
@@ -71,7 +73,13 @@ impl PeerTransport {
             metrics: None,
             group: GroupKey::metadata().clone(),
             idle_close: None,
+            read_buffer_bytes: crate::net::peer::READ_BUFFER_BYTES,
         }
+    }
+
+    /// Reads each connection through a buffer of `bytes` (set before the first send).
+    pub fn set_read_buffer(&mut self, bytes: usize) {
+        self.read_buffer_bytes = bytes;
     }
 
     /// Closes each connection once it carried nothing for `after` (it opens again on the
@@ -130,7 +138,14 @@ impl PeerTransport {
                 self.request_timeout,
                 (self.client_id.clone(), self.unreachable.clone()),
                 (self.tls.clone(), target),
-                (self.metrics.clone(), self.group.clone(), self.idle_close),
+                (
+                    self.metrics.clone(),
+                    self.group.clone(),
+                    Upkeep {
+                        idle_close: self.idle_close,
+                        read_buffer_bytes: self.read_buffer_bytes,
+                    },
+                ),
             );
             glommio::spawn_local(task.instrument(span)).detach();
             self.peers.insert(to, Peer { endpoint, tx });
@@ -162,6 +177,14 @@ impl Transport for PeerTransport {
     }
 }
 
+/// How a connection task keeps its connection: closed after `idle_close` without a request
+/// (`None`: kept), read through a buffer of `read_buffer_bytes`.
+#[derive(Debug, Clone, Copy)]
+struct Upkeep {
+    idle_close: Option<Duration>,
+    read_buffer_bytes: usize,
+}
+
 /// How long connecting to a peer may fail before it is said, once, at warning level.
 const UNREACHABLE_WARN_AFTER: Duration = Duration::from_secs(10);
 
@@ -174,8 +197,12 @@ async fn peer_task(
     timeout: Duration,
     (client_id, unreachable): (String, Rc<RefCell<HashSet<String>>>),
     (tls, target): (Option<Tls>, Option<Target>),
-    (metrics, group, idle_close): (Option<SharedMetrics>, GroupKey, Option<Duration>),
+    (metrics, group, upkeep): (Option<SharedMetrics>, GroupKey, Upkeep),
 ) {
+    let Upkeep {
+        idle_close,
+        read_buffer_bytes,
+    } = upkeep;
     let mut conn: Option<PeerConnection> = None;
     let mut reconnect_at = Instant::now();
     let mut reconnect_backoff = Duration::from_millis(50);
@@ -223,13 +250,16 @@ async fn peer_task(
                 let connected = match crate::net::resolve::resolve(&endpoint).await {
                     Some(addr) => {
                         let tls = tls.as_ref().map(|t| (t, endpoint.host.as_str()));
-                        PeerConnection::connect_with(
+                        // Boxed, as the exchange below: a task lives as long as its group, and
+                        // its future is as large as its largest await (a TLS handshake, an
+                        // exchange); boxed, those take memory only while they run.
+                        Box::pin(PeerConnection::connect_buffered(
                             addr,
                             &client_id,
                             timeout,
-                            tls,
-                            target.as_ref(),
-                        )
+                            (tls, target.as_ref()),
+                            read_buffer_bytes,
+                        ))
                         .await
                         .map_err(|e| e.to_string())
                     }
@@ -263,7 +293,7 @@ async fn peer_task(
         }
         let result = match conn.as_mut() {
             None => Err(Failure::Disconnected),
-            Some(c) => match exchange_versioned(&group, c, &request, timeout).await {
+            Some(c) => match Box::pin(exchange_versioned(&group, c, &request, timeout)).await {
                 Ok((version, response)) => {
                     if let (Some(m), Some(v)) = (&metrics, version) {
                         m.sent(raft_rpc::api_key(&request).name(), v);
