@@ -17,6 +17,10 @@ use crate::records::control::{ControlRecord, LeaderChangeMessage};
 
 /// Kafka's hard-coded long-poll wait for raft fetches (docs/raft.md §4).
 pub const FETCH_MAX_WAIT_MS: i32 = 500;
+/// The longest a leader parks a Fetch, whatever its MaxWaitMs asks: Kafka's followers ask
+/// `FETCH_MAX_WAIT_MS`; a ringraft group's ask two fifths of the fetch timeout
+/// (`RaftConfig::fetch_max_wait_ms`); a request asking hours is cut to this.
+pub const FETCH_PARK_MAX_MS: i32 = 5_000;
 /// Kafka's maximum batch and fetch size for the metadata log (docs/raft.md §4).
 pub const FETCH_MAX_BYTES: i32 = 8 * 1024 * 1024;
 
@@ -31,6 +35,11 @@ pub struct RaftConfig {
     pub request_timeout_ms: u64,
     pub retry_backoff_ms: u64,
     pub fetch_max_bytes: i32,
+    /// The MaxWaitMs of this replica's Fetches: Kafka's 500 ms for group 0. A group's
+    /// followers ask two fifths of the fetch timeout (`node::groups::group_fetch_max_wait_ms`):
+    /// an idle group costs fewer long-poll round trips, and an answer still comes well within
+    /// the fetch timeout and before the leader's BeginQuorumEpoch period.
+    pub fetch_max_wait_ms: i32,
     /// The first of `controller.listener.names`: the listener voters are reached on.
     pub listener_name: Option<String>,
     /// This node's advertised controller listeners (what UpdateRaftVoter and the epoch-start
@@ -67,6 +76,7 @@ impl RaftConfig {
             request_timeout_ms: 2000,
             retry_backoff_ms: 20,
             fetch_max_bytes: FETCH_MAX_BYTES,
+            fetch_max_wait_ms: FETCH_MAX_WAIT_MS,
             listener_name: None,
             local_endpoints: Vec::new(),
             bootstrap: Vec::new(),

@@ -47,7 +47,7 @@ pub mod witness;
 
 pub use self::core::{
     AppendError, Input, LogOp, Mutations, QuorumDescription, Raft, RaftConfig, Ready,
-    ReplicaDescription, FETCH_MAX_BYTES, FETCH_MAX_WAIT_MS,
+    ReplicaDescription, FETCH_MAX_BYTES, FETCH_MAX_WAIT_MS, FETCH_PARK_MAX_MS,
 };
 pub use fence::FenceOutcome;
 pub use log_view::LogInfo;

@@ -4,7 +4,7 @@
 
 use bytes::Bytes;
 
-use super::core::{Download, LogOp, Parked, Raft, Role, FETCH_MAX_WAIT_MS};
+use super::core::{Download, LogOp, Parked, Raft, Role};
 use super::message::{
     FetchRequest, FetchResponse, FetchSnapshotRequest, FetchSnapshotResponse, Records, Request,
     Response, SnapshotBytes, Token,
@@ -336,7 +336,7 @@ impl Raft {
             None => Request::Fetch(FetchRequest {
                 cluster_id,
                 replica: self.config.local,
-                max_wait_ms: FETCH_MAX_WAIT_MS,
+                max_wait_ms: self.config.fetch_max_wait_ms,
                 fetch_offset: self.log.end_offset(),
                 last_fetched_epoch: self.log.last_fetched_epoch(),
                 current_leader_epoch: self.epoch,
@@ -625,5 +625,97 @@ impl Raft {
         });
         self.log_ops.push(LogOp::SnapshotAbandon { id });
         self.backoff(from);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::core::testing::{self, drain, fetch, leader_of_three};
+    use super::super::core::Input;
+    use super::super::message::{FetchRequest, Outbound};
+    use super::super::types::Time;
+    use super::super::{ElectionState, ReplicaKey, Request, FETCH_PARK_MAX_MS};
+    use super::*;
+
+    /// Whether the leader answered a Fetch (token 7) since the last call.
+    fn answered(raft: &mut Raft) -> bool {
+        let mut answered = false;
+        while let Some(ready) = raft.ready() {
+            answered |= ready
+                .early_messages
+                .iter()
+                .chain(&ready.messages)
+                .any(|m| matches!(m, Outbound::Response { token: 7, .. }));
+            raft.persisted(ready.id);
+        }
+        answered
+    }
+
+    /// A group's followers long-poll for 800 ms (`RaftConfig::fetch_max_wait_ms`): the leader
+    /// holds a Fetch as long as it asks, beyond Kafka's 500 ms, and never past its cap.
+    #[test]
+    fn a_leader_parks_a_fetch_as_long_as_it_asks_up_to_the_cap() {
+        let (mut raft, now) = leader_of_three();
+        fetch(&mut raft, now, 2);
+        fetch(&mut raft, now, 3);
+        let mut start = now;
+        for (asked, held) in [(800, 800), (i32::MAX, FETCH_PARK_MAX_MS)] {
+            let request = Request::Fetch(FetchRequest {
+                cluster_id: Some("c".into()),
+                replica: ReplicaKey::new(2, None),
+                max_wait_ms: asked,
+                fetch_offset: raft.log_end_offset(),
+                last_fetched_epoch: raft.epoch(),
+                current_leader_epoch: raft.epoch(),
+                max_bytes: 1 << 20,
+                high_watermark: raft.high_watermark(),
+            });
+            raft.step(Time::simulated(start), Input::Request { token: 7, request });
+            assert!(!answered(&mut raft), "parked at the log end");
+            let held = held as u64;
+            // Voter 3 keeps fetching, so the leader's check-quorum holds meanwhile.
+            for at in (start..start + held).step_by(500).skip(1) {
+                fetch(&mut raft, at, 3);
+                assert!(!answered(&mut raft), "still held at {} ms", at - start);
+            }
+            raft.step(Time::simulated(start + held - 1), Input::Tick);
+            assert!(!answered(&mut raft), "still held 1 ms before {held} ms");
+            raft.step(Time::simulated(start + held), Input::Tick);
+            assert!(answered(&mut raft), "answered after {held} ms");
+            start += held;
+        }
+    }
+
+    /// A follower asks the MaxWaitMs its config gives: Kafka's 500 ms unless told.
+    #[test]
+    fn a_follower_asks_the_configured_wait() {
+        for wait in [None, Some(800)] {
+            let mut config = testing::config(1);
+            if let Some(wait) = wait {
+                config.fetch_max_wait_ms = wait;
+            }
+            let stored = ElectionState {
+                epoch: 3,
+                leader_id: Some(2),
+                voted_key: None,
+            };
+            let mut raft = testing::start(config, &[1, 2, 3], Some(stored));
+            raft.step(Time::simulated(1), Input::Tick);
+            let mut asked = None;
+            while let Some(ready) = raft.ready() {
+                for m in ready.early_messages.iter().chain(&ready.messages) {
+                    if let Outbound::Request {
+                        request: Request::Fetch(f),
+                        ..
+                    } = m
+                    {
+                        asked = Some(f.max_wait_ms);
+                    }
+                }
+                raft.persisted(ready.id);
+            }
+            drain(&mut raft);
+            assert_eq!(asked, Some(wait.unwrap_or(500)));
+        }
     }
 }

@@ -15,7 +15,7 @@ use super::message::{
     SnapshotBytes,
 };
 use super::types::{Endpoint, OffsetAndEpoch, ReplicaKey};
-use super::FETCH_MAX_WAIT_MS;
+use super::FETCH_PARK_MAX_MS;
 use crate::protocol::errors::ErrorCode;
 
 /// What a replica knows about its epoch when it answers.
@@ -167,7 +167,7 @@ pub fn fetch(facts: &Facts, log: &LogView, r: &FetchRequest, now_ms: u64) -> Fet
                 .high_watermark
                 .is_some_and(|theirs| facts.high_watermark.is_some_and(|ours| ours > theirs));
             let decision = if r.fetch_offset >= log.end_offset() && r.max_wait_ms > 0 && !behind {
-                let wait = r.max_wait_ms.min(FETCH_MAX_WAIT_MS) as u64;
+                let wait = r.max_wait_ms.min(FETCH_PARK_MAX_MS) as u64;
                 FetchDecision::Park {
                     deadline_ms: now_ms + wait,
                 }
