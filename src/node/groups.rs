@@ -253,7 +253,11 @@ pub fn prepare(
     );
     let mut setup = group0.clone();
     setup.timer_grid_ms = crate::constants::GROUP_TIMER_GRID_MS;
-    setup.config.fetch_max_wait_ms = group_fetch_max_wait_ms(setup.config.fetch_timeout_ms);
+    let (fetch_timeout, request_timeout) = (
+        setup.config.fetch_timeout_ms,
+        setup.config.request_timeout_ms,
+    );
+    setup.config.fetch_max_wait_ms = group_fetch_max_wait_ms(fetch_timeout, request_timeout);
     let mut first = None;
     match voting {
         Voting::Static { .. } => {
@@ -357,9 +361,12 @@ pub async fn groups_pass(
 /// where group 0 asks Kafka's 500 ms). Every idle group's follower costs one long-poll round
 /// trip per wait. It stays below half the fetch timeout, the leader's BeginQuorumEpoch period
 /// (a voter that has not fetched for that long is sent one), with a fifth to spare for the
-/// round trip and a busy shard, and so well within the fetch timeout.
-pub fn group_fetch_max_wait_ms(fetch_timeout_ms: u64) -> i32 {
-    let wait = (fetch_timeout_ms * 2 / 5).max(1);
+/// round trip and a busy shard, and so well within the fetch timeout; and at most half the
+/// request timeout, so that a held Fetch is never given up on as unanswered.
+pub fn group_fetch_max_wait_ms(fetch_timeout_ms: u64, request_timeout_ms: u64) -> i32 {
+    let wait = (fetch_timeout_ms * 2 / 5)
+        .min(request_timeout_ms / 2)
+        .max(1);
     i32::try_from(wait).map_or(crate::raft::FETCH_PARK_MAX_MS, |w| {
         w.min(crate::raft::FETCH_PARK_MAX_MS)
     })
@@ -372,14 +379,18 @@ mod tests {
     #[test]
     fn a_groups_long_poll_stays_under_the_begin_quorum_epoch_period() {
         assert_eq!(
-            group_fetch_max_wait_ms(2_000),
+            group_fetch_max_wait_ms(2_000, 2_000),
             800,
-            "Kafka's default fetch timeout"
+            "Kafka's default fetch and request timeouts"
         );
+        assert_eq!(group_fetch_max_wait_ms(2_000, 1_000), 500);
         for timeout in [1u64, 10, 600, 2_000, 9_999, 1 << 40] {
-            let wait = group_fetch_max_wait_ms(timeout);
-            assert!((1..=crate::raft::FETCH_PARK_MAX_MS).contains(&wait));
-            assert!(wait as u64 <= (timeout / 2).max(1), "{timeout}: {wait}");
+            for request in [1u64, 30, 2_000, 30_000, 1 << 40] {
+                let wait = group_fetch_max_wait_ms(timeout, request);
+                assert!((1..=crate::raft::FETCH_PARK_MAX_MS).contains(&wait));
+                let bound = (timeout / 2).min(request / 2).max(1);
+                assert!(wait as u64 <= bound, "{timeout} {request}: {wait}");
+            }
         }
     }
 
