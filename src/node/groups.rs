@@ -253,11 +253,9 @@ pub fn prepare(
     );
     let mut setup = group0.clone();
     setup.timer_grid_ms = crate::constants::GROUP_TIMER_GRID_MS;
-    let (fetch_timeout, request_timeout) = (
-        setup.config.fetch_timeout_ms,
-        setup.config.request_timeout_ms,
-    );
-    setup.config.fetch_max_wait_ms = group_fetch_max_wait_ms(fetch_timeout, request_timeout);
+    let config = &mut setup.config;
+    config.fetch_max_wait_ms =
+        group_fetch_max_wait_ms(config.fetch_timeout_ms, config.request_timeout_ms);
     let mut first = None;
     match voting {
         Voting::Static { .. } => {
@@ -364,12 +362,10 @@ pub async fn groups_pass(
 /// round trip and a busy shard, and so well within the fetch timeout; and at most half the
 /// request timeout, so that a held Fetch is never given up on as unanswered.
 pub fn group_fetch_max_wait_ms(fetch_timeout_ms: u64, request_timeout_ms: u64) -> i32 {
-    let wait = (fetch_timeout_ms * 2 / 5)
-        .min(request_timeout_ms / 2)
-        .max(1);
-    i32::try_from(wait).map_or(crate::raft::FETCH_PARK_MAX_MS, |w| {
-        w.min(crate::raft::FETCH_PARK_MAX_MS)
-    })
+    let cap = crate::raft::FETCH_PARK_MAX_MS as u64;
+    let wait = (fetch_timeout_ms.saturating_mul(2) / 5).min(request_timeout_ms / 2);
+    // Within 1..=cap, and cap fits an i32.
+    wait.clamp(1, cap) as i32
 }
 
 #[cfg(test)]

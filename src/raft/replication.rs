@@ -630,7 +630,7 @@ impl Raft {
 
 #[cfg(test)]
 mod tests {
-    use super::super::core::testing::{self, drain, fetch, leader_of_three};
+    use super::super::core::testing::{self, fetch, leader_of_three};
     use super::super::core::Input;
     use super::super::message::{FetchRequest, Outbound};
     use super::super::types::Time;
@@ -714,7 +714,6 @@ mod tests {
                 }
                 raft.persisted(ready.id);
             }
-            drain(&mut raft);
             assert_eq!(asked, Some(wait.unwrap_or(500)));
         }
     }
