@@ -68,12 +68,25 @@ impl RequestMemory {
 }
 
 /// One connection's frame buffer, reused from frame to frame; what it holds beyond one read
-/// step is counted against its `RequestMemory` until it is dropped or shrunk.
+/// step is counted against its `RequestMemory` until it is dropped or shrunk. It also keeps
+/// how far the frame being read has come, so that `read_frame` can be dropped between two
+/// reads and called again without losing a byte.
 #[derive(Debug)]
 pub struct FrameBuffer {
     buf: Vec<u8>,
     reserved: usize,
     memory: RequestMemory,
+    /// The frame being read, when `read_frame` stopped (or was dropped) inside one.
+    partial: Option<Partial>,
+}
+
+/// How far a frame has been read: its size prefix so far, then its body so far.
+#[derive(Debug, Clone, Copy)]
+struct Partial {
+    prefix: [u8; 4],
+    prefix_got: usize,
+    /// `buf[..filled]` is the body so far (once the prefix is whole).
+    filled: usize,
 }
 
 impl FrameBuffer {
@@ -82,6 +95,7 @@ impl FrameBuffer {
             buf: Vec::new(),
             reserved: 0,
             memory,
+            partial: None,
         }
     }
 
@@ -99,7 +113,8 @@ impl FrameBuffer {
     /// Gives back a buffer that grew past `keep` bytes (a connection that once sent a large
     /// frame should not hold its memory).
     pub fn shrink_past(&mut self, keep: usize) {
-        if self.buf.capacity() > keep {
+        // Not while a frame is half read (a read ahead): its bytes are in the buffer.
+        if self.buf.capacity() > keep && self.partial.is_none() {
             self.buf = Vec::new();
             self.memory.release(std::mem::take(&mut self.reserved));
         }
@@ -167,40 +182,56 @@ impl std::error::Error for FrameError {}
 
 /// Reads one frame body into `frame` (cleared first). `Ok(false)` is a clean end of stream
 /// before any byte of a new frame.
+///
+/// Cancel-safe when the reader's own `read` is (glommio's streams keep a completed read in
+/// the stream, not in the future): dropped between two reads, the next call carries on with
+/// the same frame from where this one stopped. A connection can therefore wait for its next
+/// frame and for something else at once, and give up the wait without losing the frame.
 pub async fn read_frame<R: AsyncRead + Unpin>(
     reader: &mut R,
     max_bytes: usize,
     frame: &mut FrameBuffer,
 ) -> Result<bool, FrameError> {
-    let mut prefix = [0u8; 4];
-    let mut got = 0;
-    while got < 4 {
-        let n = reader
-            .read(&mut prefix[got..])
-            .await
-            .map_err(FrameError::Io)?;
+    if frame.partial.is_none() {
+        frame.buf.clear();
+    }
+    let at = frame.partial.get_or_insert(Partial {
+        prefix: [0; 4],
+        prefix_got: 0,
+        filled: 0,
+    });
+    while at.prefix_got < 4 {
+        let n = match reader.read(&mut at.prefix[at.prefix_got..]).await {
+            Ok(n) => n,
+            Err(e) => {
+                frame.partial = None;
+                return Err(FrameError::Io(e));
+            }
+        };
         if n == 0 {
+            let got = at.prefix_got;
+            frame.partial = None;
             return if got == 0 {
                 Ok(false)
             } else {
                 Err(FrameError::Truncated { got, size: 4 })
             };
         }
-        got += n;
+        at.prefix_got += n;
     }
-    let size = i32::from_be_bytes(prefix);
+    let size = i32::from_be_bytes(at.prefix);
     if size < 0 || size as usize > max_bytes {
+        frame.partial = None;
         return Err(FrameError::BadSize {
             size,
             max: max_bytes,
         });
     }
     let size = size as usize;
-    frame.buf.clear();
     // `buf[..filled]` is the frame so far; `buf[filled..]` is zeroed room for the next read,
     // zeroed once (zeroing the rest of the room again before every read made an 8 MiB answer
     // cost hundreds of MiB of memset).
-    let mut filled = 0;
+    let mut filled = at.filled;
     while filled < size {
         if filled == frame.buf.len() {
             if frame.buf.len() == frame.buf.capacity() {
@@ -218,15 +249,21 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
             Ok(n) => n,
             Err(e) => {
                 frame.buf.truncate(filled);
+                frame.partial = None;
                 return Err(FrameError::Io(e));
             }
         };
         if n == 0 {
             frame.buf.truncate(filled);
+            frame.partial = None;
             return Err(FrameError::Truncated { got: filled, size });
         }
         filled += n;
+        if let Some(at) = frame.partial.as_mut() {
+            at.filled = filled;
+        }
     }
+    frame.partial = None;
     debug_assert_eq!(frame.buf.len(), size);
     Ok(true)
 }
@@ -234,6 +271,7 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::future::Future;
     use std::pin::Pin;
     use std::task::{Context, Poll};
 
@@ -287,6 +325,95 @@ mod tests {
                 assert!(!read_frame(&mut reader, 1 << 30, &mut frame).await.unwrap());
             });
         }
+    }
+
+    /// A stream that is not ready on every other poll, as a socket between two packets.
+    struct Stutter {
+        inner: Trickle,
+        ready: bool,
+    }
+
+    impl AsyncRead for Stutter {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut [u8],
+        ) -> Poll<io::Result<usize>> {
+            self.ready = !self.ready;
+            if !self.ready {
+                return Poll::Pending;
+            }
+            Pin::new(&mut self.inner).poll_read(cx, buf)
+        }
+    }
+
+    #[test]
+    fn a_read_dropped_between_two_reads_carries_on_with_the_same_frame() {
+        let first: Vec<u8> = (0..3 * FRAME_READ_STEP_BYTES + 5)
+            .map(|i| (i * 7) as u8)
+            .collect();
+        let second = b"the next one".to_vec();
+        let mut stream = framed(&first);
+        stream.extend(framed(&second));
+        let mut reader = Stutter {
+            inner: Trickle {
+                bytes: stream,
+                at: 0,
+                step: 3,
+            },
+            ready: false,
+        };
+        let mut frame = FrameBuffer::new(RequestMemory::unbounded());
+        let waker = futures_lite::future::block_on(futures_lite::future::poll_fn(|cx| {
+            Poll::Ready(cx.waker().clone())
+        }));
+        let mut cx = Context::from_waker(&waker);
+        let mut frames = Vec::new();
+        let mut drops = 0;
+        while frames.len() < 2 {
+            // A fresh future every time: each one makes a read or two and is dropped.
+            let mut read = Box::pin(read_frame(&mut reader, 1 << 30, &mut frame));
+            match read.as_mut().poll(&mut cx) {
+                Poll::Ready(done) => {
+                    drop(read);
+                    assert!(done.unwrap());
+                    frames.push(frame.bytes().to_vec());
+                }
+                Poll::Pending => drops += 1,
+            }
+        }
+        assert!(drops > 1000, "the frame was read in {drops} dropped attempts");
+        assert!(frames[0] == first);
+        assert_eq!(frames[1], second);
+    }
+
+    #[test]
+    fn a_half_read_frame_survives_a_shrink() {
+        let body = vec![9u8; 5 * FRAME_READ_STEP_BYTES];
+        let mut reader = Stutter {
+            inner: Trickle {
+                bytes: framed(&body),
+                at: 0,
+                step: FRAME_READ_STEP_BYTES,
+            },
+            ready: false,
+        };
+        let mut frame = FrameBuffer::new(RequestMemory::unbounded());
+        let waker = futures_lite::future::block_on(futures_lite::future::poll_fn(|cx| {
+            Poll::Ready(cx.waker().clone())
+        }));
+        let mut cx = Context::from_waker(&waker);
+        loop {
+            let mut read = Box::pin(read_frame(&mut reader, 1 << 30, &mut frame));
+            let done = read.as_mut().poll(&mut cx);
+            drop(read);
+            if let Poll::Ready(done) = done {
+                assert!(done.unwrap());
+                break;
+            }
+            frame.shrink_past(1);
+        }
+        assert!(frame.bytes() == body);
     }
 
     #[test]
