@@ -382,7 +382,10 @@ mod tests {
                 Poll::Pending => drops += 1,
             }
         }
-        assert!(drops > 1000, "the frame was read in {drops} dropped attempts");
+        assert!(
+            drops > 1000,
+            "the frame was read in {drops} dropped attempts"
+        );
         assert!(frames[0] == first);
         assert_eq!(frames[1], second);
     }

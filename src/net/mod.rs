@@ -3,6 +3,7 @@
 //! TLS on both (`tls`).
 
 pub mod dispatch;
+pub mod fetch_session;
 pub mod frame;
 pub mod frame_out;
 pub mod peer;

@@ -259,25 +259,7 @@ pub fn request_from_wire(body: &RequestBody) -> Option<(Option<WirePartition>, R
             let (named, p) =
                 one_partition(&r.topics, |t| WireTopic::Id(t.topic_id), |t| &t.partitions)?;
             at = Some(named);
-            // v15+ carries the replica id in ReplicaState; older versions at the top.
-            let replica_id = if r.replica_state.replica_id >= 0 {
-                r.replica_state.replica_id
-            } else {
-                r.replica_id
-            };
-            Request::Fetch(m::FetchRequest {
-                cluster_id: r.cluster_id.clone(),
-                replica: ReplicaKey::from_wire(replica_id, p.replica_directory_id),
-                max_wait_ms: r.max_wait_ms,
-                fetch_offset: p.fetch_offset,
-                last_fetched_epoch: p.last_fetched_epoch,
-                current_leader_epoch: p.current_leader_epoch,
-                max_bytes: r.max_bytes,
-                // Long.MAX_VALUE (the schema's default) and negatives: not sent.
-                high_watermark: (0..fetch::HIGH_WATERMARK_UNKNOWN)
-                    .contains(&p.high_watermark)
-                    .then_some(p.high_watermark),
-            })
+            Request::Fetch(core_fetch_request(r, p))
         }
         RequestBody::FetchSnapshot(r) => {
             let (named, p) = one_partition(&r.topics, |t| name(&t.name), |t| &t.partitions)?;
@@ -331,6 +313,32 @@ pub fn request_from_wire(body: &RequestBody) -> Option<(Option<WirePartition>, R
 }
 
 /// The partition a voter change's group tag names (`kraft::GROUP_TAG`).
+/// One partition's Fetch in the core's form, with the request's top-level fields.
+pub(crate) fn core_fetch_request(
+    r: &fetch::FetchRequest,
+    p: &fetch::FetchPartition,
+) -> m::FetchRequest {
+    // v15+ carries the replica id in ReplicaState; older versions at the top.
+    let replica_id = if r.replica_state.replica_id >= 0 {
+        r.replica_state.replica_id
+    } else {
+        r.replica_id
+    };
+    m::FetchRequest {
+        cluster_id: r.cluster_id.clone(),
+        replica: ReplicaKey::from_wire(replica_id, p.replica_directory_id),
+        max_wait_ms: r.max_wait_ms,
+        fetch_offset: p.fetch_offset,
+        last_fetched_epoch: p.last_fetched_epoch,
+        current_leader_epoch: p.current_leader_epoch,
+        max_bytes: r.max_bytes,
+        // Long.MAX_VALUE (the schema's default) and negatives: not sent.
+        high_watermark: (0..fetch::HIGH_WATERMARK_UNKNOWN)
+            .contains(&p.high_watermark)
+            .then_some(p.high_watermark),
+    }
+}
+
 fn group_partition(g: &crate::protocol::kraft::RaftGroup) -> WirePartition {
     WirePartition {
         topic: name(&g.topic),
@@ -497,7 +505,10 @@ pub fn encode_response(
             }
             .encode(w, version)
         }
-        Response::Fetch(r) => fetch_response(group, r, data, version).encode(w, version),
+        Response::Fetch(r) => {
+            let at = (group.topic_id(), group.partition());
+            fetch_response(at, r, data, version).encode(w, version)
+        }
         Response::FetchSnapshot(r) => fetch_snapshot_response(group, r, data).encode(w, version),
     }
 }
@@ -522,8 +533,9 @@ fn epoch_response(group: &GroupKey, r: &EpochResponse) -> bqe::BeginQuorumEpochR
     }
 }
 
-fn fetch_response(
-    group: &GroupKey,
+/// A Fetch answer on the wire for partition `at` (topic id, index).
+pub(crate) fn fetch_response(
+    (topic_id, partition): (uuid::Uuid, i32),
     r: &FetchResponse,
     records: Option<usize>,
     version: i16,
@@ -547,9 +559,9 @@ fn fetch_response(
         error_code: r.error,
         responses: if r.error == ErrorCode::NONE {
             vec![fetch::FetchableTopicResponse {
-                topic_id: group.topic_id(),
+                topic_id,
                 partitions: vec![fetch::PartitionData {
-                    partition_index: group.partition(),
+                    partition_index: partition,
                     error_code: r.partition_error,
                     high_watermark: r.high_watermark,
                     last_stable_offset: -1,
@@ -724,7 +736,11 @@ fn end_quorum_epoch_request(
 }
 
 /// Fetch on the wire for the group's partition; the replica id moved into ReplicaState at v15.
-fn fetch_request(group: &GroupKey, r: &m::FetchRequest, version: i16) -> fetch::FetchRequest {
+pub(crate) fn fetch_request(
+    group: &GroupKey,
+    r: &m::FetchRequest,
+    version: i16,
+) -> fetch::FetchRequest {
     fetch::FetchRequest {
         cluster_id: r.cluster_id.clone(),
         replica_id: if version < 15 { r.replica.id } else { -1 },
@@ -865,9 +881,12 @@ fn core_fetch_response(group: &GroupKey, f: &fetch::FetchResponse) -> FetchRespo
         |t| WireTopic::Id(t.topic_id),
         |t| &t.partitions,
     );
-    let leader_id = p.map_or(-1, |p| p.current_leader.leader_id);
-    let nodes: Vec<NodeEndpoint> = f
-        .node_endpoints
+    core_fetch_partition(f.error_code, p, &fetch_nodes(f))
+}
+
+/// The leaders' endpoints a Fetch answer names.
+pub(crate) fn fetch_nodes(f: &fetch::FetchResponse) -> Vec<NodeEndpoint> {
+    f.node_endpoints
         .iter()
         .filter_map(|n| {
             Some(NodeEndpoint {
@@ -876,12 +895,21 @@ fn core_fetch_response(group: &GroupKey, f: &fetch::FetchResponse) -> FetchRespo
                 port: u16::try_from(n.port).ok()?,
             })
         })
-        .collect();
+        .collect()
+}
+
+/// One partition of a Fetch answer in the core's form (`None`: the answer lacks it).
+pub(crate) fn core_fetch_partition(
+    top_error: ErrorCode,
+    p: Option<&fetch::PartitionData>,
+    nodes: &[NodeEndpoint],
+) -> FetchResponse {
+    let leader_id = p.map_or(-1, |p| p.current_leader.leader_id);
     let some = |epoch: i32, offset: i64| {
         (epoch >= 0 && offset >= 0).then_some(OffsetAndEpoch::new(offset, epoch))
     };
     FetchResponse {
-        error: shape_error(f.error_code, p.is_some()),
+        error: shape_error(top_error, p.is_some()),
         partition_error: p.map_or(ErrorCode::NONE, |p| p.error_code),
         high_watermark: p.map_or(-1, |p| p.high_watermark),
         log_start_offset: p.map_or(-1, |p| p.log_start_offset),
@@ -894,7 +922,7 @@ fn core_fetch_response(group: &GroupKey, f: &fetch::FetchResponse) -> FetchRespo
             Some(bytes) if !bytes.is_empty() => Records::Bytes(bytes),
             _ => Records::None,
         },
-        leader_endpoints: leader_from_nodes(leader_id, &nodes),
+        leader_endpoints: leader_from_nodes(leader_id, nodes),
     }
 }
 
