@@ -27,6 +27,20 @@ pub struct RaftCall {
 pub trait Service: 'static {
     /// The answer to `call`; `None` closes the connection (the node stops).
     fn call(&self, call: RaftCall) -> impl std::future::Future<Output = Option<Served>>;
+
+    /// Whether `call` may wait for the connection's next request as well as for its answer
+    /// (a Fetch session's request, held until a group answers or the next one arrives): the
+    /// connection then reads its next frame while `call` runs, and says so by `cut_short`.
+    fn reads_ahead(&self, _call: &RaftCall) -> bool {
+        false
+    }
+
+    /// The next request on `connection` arrived while its call that `reads_ahead` runs:
+    /// answer that call now, with what it has.
+    fn cut_short(&self, _connection: u64) {}
+
+    /// `connection` closed: forget what was kept for it.
+    fn closed(&self, _connection: u64) {}
 }
 
 /// A service's answer to a call.

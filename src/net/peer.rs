@@ -371,6 +371,75 @@ impl PeerConnection {
             .await
     }
 
+    /// Sends a `key` request at `version` without waiting for its answer (a Fetch session
+    /// keeps several on the wire; answers come in order, `read_answer`). Returns its
+    /// correlation id. A failed write leaves the connection broken.
+    pub async fn send_only(
+        &mut self,
+        key: ApiKey,
+        version: i16,
+        flexible_from: i16,
+        body: &[u8],
+    ) -> Result<i32, PeerError> {
+        let peer = self.peer;
+        if self.broken {
+            return Err(PeerError::Closed {
+                peer,
+                reason: "an earlier request failed or was abandoned",
+            });
+        }
+        let (correlation_id, frame) = self.request_frame(key, version, flexible_from, body);
+        self.broken = true;
+        write_all(&mut self.stream, &frame)
+            .await
+            .map_err(|source| PeerError::Io { peer, source })?;
+        self.broken = false;
+        Ok(correlation_id)
+    }
+
+    /// Reads the next answer frame whole into `frame`, and returns it (its header not
+    /// stripped). Cancel-safe: dropped while reading, the next call carries on with the same
+    /// frame (`read_frame`). A failure leaves the connection broken.
+    pub async fn read_answer(&mut self, frame: &mut FrameBuffer) -> Result<Bytes, PeerError> {
+        let peer = self.peer;
+        match read_frame(&mut self.stream, PEER_RESPONSE_MAX_BYTES, frame).await {
+            Ok(true) => Ok(Bytes::from(frame.take())),
+            result => {
+                self.broken = true;
+                Err(frame_failure(peer, result))
+            }
+        }
+    }
+
+    /// A request frame for `body` and its correlation id (the next one).
+    fn request_frame(
+        &mut self,
+        key: ApiKey,
+        version: i16,
+        flexible_from: i16,
+        body: &[u8],
+    ) -> (i32, Vec<u8>) {
+        let correlation_id = self.next_correlation_id;
+        // Kafka's clients let the id wrap; keep it non-negative for readability in dumps.
+        self.next_correlation_id = correlation_id.wrapping_add(1) & i32::MAX;
+        let spec = ApiSpec {
+            key,
+            min_version: version,
+            max_version: version,
+            flexible_from,
+        };
+        let header = RequestHeader {
+            api_key: key.0,
+            api_version: version,
+            correlation_id,
+            client_id: Some(self.client_id.clone()),
+        };
+        (
+            correlation_id,
+            encode_request_frame(&header, &spec, |w| w.bytes(body)),
+        )
+    }
+
     /// One request/response round trip within `timeout`, without the version check.
     async fn exchange(
         &mut self,
@@ -390,22 +459,13 @@ impl PeerConnection {
         // Cleared only when the answer was read whole: an error, a timeout or a dropped
         // future all leave the stream at an unknown position.
         self.broken = true;
-        let correlation_id = self.next_correlation_id;
-        // Kafka's clients let the id wrap; keep it non-negative for readability in dumps.
-        self.next_correlation_id = correlation_id.wrapping_add(1) & i32::MAX;
+        let (correlation_id, frame) = self.request_frame(key, version, flexible_from, body);
         let spec = ApiSpec {
             key,
             min_version: version,
             max_version: version,
             flexible_from,
         };
-        let header = RequestHeader {
-            api_key: key.0,
-            api_version: version,
-            correlation_id,
-            client_id: Some(self.client_id.clone()),
-        };
-        let frame = encode_request_frame(&header, &spec, |w| w.bytes(body));
         let stream = &mut self.stream;
         let round_trip = async move {
             write_all(stream, &frame)
@@ -415,24 +475,7 @@ impl PeerConnection {
             let mut buf = FrameBuffer::new(RequestMemory::unbounded());
             match read_frame(stream, PEER_RESPONSE_MAX_BYTES, &mut buf).await {
                 Ok(true) => Ok(Bytes::from(buf.take())),
-                Ok(false) => Err(PeerError::Closed {
-                    peer,
-                    reason: "closed by the peer",
-                }),
-                Err(FrameError::Truncated { .. }) => Err(PeerError::Closed {
-                    peer,
-                    reason: "closed by the peer inside a response frame",
-                }),
-                Err(FrameError::BadSize { size, max }) => Err(PeerError::Decode {
-                    peer,
-                    what: match size.to_be_bytes() {
-                        // A TLS record header (alert or handshake, version 3.x) read as a size.
-                        [0x15 | 0x16, 0x03, ..] => AnswerError::Tls,
-                        [b'H', b'T', b'T', b'P'] => AnswerError::Http,
-                        _ => AnswerError::FrameSize { size, max },
-                    },
-                }),
-                Err(FrameError::Io(source)) => Err(PeerError::Io { peer, source }),
+                result => Err(frame_failure(peer, result)),
             }
         };
         let frame = with_timeout(timeout, round_trip)
@@ -452,6 +495,30 @@ impl PeerConnection {
         }
         self.broken = false;
         Ok(body)
+    }
+}
+
+/// Why reading an answer frame gave no frame.
+fn frame_failure(peer: SocketAddr, result: Result<bool, FrameError>) -> PeerError {
+    match result {
+        Ok(_) => PeerError::Closed {
+            peer,
+            reason: "closed by the peer",
+        },
+        Err(FrameError::Truncated { .. }) => PeerError::Closed {
+            peer,
+            reason: "closed by the peer inside a response frame",
+        },
+        Err(FrameError::BadSize { size, max }) => PeerError::Decode {
+            peer,
+            what: match size.to_be_bytes() {
+                // A TLS record header (alert or handshake, version 3.x) read as a size.
+                [0x15 | 0x16, 0x03, ..] => AnswerError::Tls,
+                [b'H', b'T', b'T', b'P'] => AnswerError::Http,
+                _ => AnswerError::FrameSize { size, max },
+            },
+        },
+        Err(FrameError::Io(source)) => PeerError::Io { peer, source },
     }
 }
 

@@ -234,6 +234,7 @@ impl<S: Service> Connections<S> {
                 frame: FrameBuffer::new(self.limits.memory.clone()),
                 peer,
                 id,
+                ahead: None,
             };
             self.spawn(conn, PeerClass::Voter);
             return;
@@ -262,6 +263,7 @@ impl<S: Service> Connections<S> {
                         frame: FrameBuffer::new(this.limits.memory.clone()),
                         peer,
                         id,
+                        ahead: None,
                     };
                     this.spawn(conn, PeerClass::Voter);
                 }
@@ -285,8 +287,10 @@ impl<S: Service> Connections<S> {
         // Under the shard's span even when this debug span is off (at info, the default).
         let span = tracing::debug_span!(parent: &self.span, "conn", peer = %conn.peer);
         let task = async move {
-            if let Some((conn, next)) = serve_connection(&this, conn, class).await {
-                this.spawn(conn, next);
+            let id = conn.id;
+            match serve_connection(&this, conn, class).await {
+                Some((conn, next)) => this.spawn(conn, next),
+                None => this.service.closed(id),
             }
         }
         .instrument(span)
@@ -422,6 +426,9 @@ struct Conn {
     peer: String,
     /// Unique in the process (`RaftCall::connection`).
     id: u64,
+    /// The next frame, when it was read while a call that waits for it was parked
+    /// (`Service::reads_ahead`).
+    ahead: Option<Result<bool, FrameError>>,
 }
 
 /// Connection ids, from 1 (0 means "not from a connection").
@@ -436,18 +443,23 @@ async fn serve_connection<S: Service>(
 ) -> Option<(Conn, PeerClass)> {
     let (limits, stop) = (&connections.limits, &connections.stop);
     loop {
-        let read = future::or(
-            async {
-                let reading =
-                    read_frame(&mut conn.stream, limits.request_max_bytes, &mut conn.frame);
-                Some(within(limits.idle_timeout, reading).await)
-            },
-            async {
-                stop.wait().await;
-                None
-            },
-        )
-        .await;
+        let read = match conn.ahead.take() {
+            Some(ahead) => Some(ahead),
+            None => {
+                future::or(
+                    async {
+                        let reading =
+                            read_frame(&mut conn.stream, limits.request_max_bytes, &mut conn.frame);
+                        Some(within(limits.idle_timeout, reading).await)
+                    },
+                    async {
+                        stop.wait().await;
+                        None
+                    },
+                )
+                .await
+            }
+        };
         match read {
             None | Some(Ok(false)) => return None,
             Some(Err(FrameError::Io(e))) if e.kind() == std::io::ErrorKind::TimedOut => {
@@ -490,9 +502,33 @@ async fn serve_connection<S: Service>(
                 api = call.key.name();
                 version = call.version;
                 call.connection = conn.id;
+                let reads_ahead = connections.service.reads_ahead(&call);
                 // Boxed: a connection's task lives as long as the connection, and an unboxed
                 // call would size every idle connection's future for the largest answer path.
-                match Box::pin(connections.service.call(call)).await {
+                let mut serving = Box::pin(connections.service.call(call));
+                let served = if reads_ahead {
+                    // The call waits for the next frame as well as for its answer: read it
+                    // meanwhile (`read_frame` keeps what it read if the answer comes first).
+                    let max = limits.request_max_bytes;
+                    let (stream, frame) = (&mut conn.stream, &mut conn.frame);
+                    let mut ahead = None;
+                    let raced = future::or(async { Some((&mut serving).await) }, async {
+                        ahead = Some(read_frame(stream, max, frame).await);
+                        None
+                    })
+                    .await;
+                    conn.ahead = ahead;
+                    match raced {
+                        Some(served) => served,
+                        None => {
+                            connections.service.cut_short(conn.id);
+                            serving.await
+                        }
+                    }
+                } else {
+                    serving.await
+                };
+                match served {
                     Some(served) => {
                         moved = served.class.filter(|c| *c != class);
                         served.frame

@@ -29,6 +29,8 @@ pub(super) async fn start_groups(
     stop: &StopSignal,
 ) -> Result<GroupTasks, ShardError> {
     let tasks = GroupTasks::default();
+    // One Fetch session per leader node for all of this shard's groups.
+    let sessions = super::fetch_sessions::FetchSessions::new(stop.clone());
     let table = ctx.groups.snapshot();
     for hosted in table.homed_on(ctx.index) {
         let start = ctx
@@ -39,7 +41,7 @@ pub(super) async fn start_groups(
         let Some(start) = start else {
             continue;
         };
-        let task = start_group(ctx, hosted, start, stop).await?;
+        let task = start_group(ctx, hosted, start, (stop, &sessions)).await?;
         tasks.borrow_mut().insert(hosted.key.clone(), task);
     }
     if ctx.roles.contains(&Role::Raft) {
@@ -54,7 +56,12 @@ pub(super) async fn start_groups(
             .ok()
             .and_then(|mut r| r.get_mut(ctx.index)?.take());
         if let Some(commands) = commands {
-            let serve = serve_commands(ctx.clone(), commands, tasks.clone(), stop.clone());
+            let serve = serve_commands(
+                ctx.clone(),
+                commands,
+                tasks.clone(),
+                (stop.clone(), sessions.clone()),
+            );
             glommio::spawn_local(serve.in_current_span()).detach();
         }
     }
@@ -86,7 +93,7 @@ async fn serve_commands(
     ctx: ShardContext,
     mut commands: futures_channel::mpsc::UnboundedReceiver<GroupCommand>,
     tasks: GroupTasks,
-    stop: StopSignal,
+    (stop, sessions): (StopSignal, Rc<super::fetch_sessions::FetchSessions>),
 ) {
     loop {
         let next = futures_lite::future::or(commands.next(), async {
@@ -102,7 +109,7 @@ async fn serve_commands(
                 start,
                 reply,
             } => {
-                let answer = match start_group(&ctx, &hosted, *start, &stop).await {
+                let answer = match start_group(&ctx, &hosted, *start, (&stop, &sessions)).await {
                     Ok(task) => {
                         info!(target: LOG_TARGET, group = %hosted.key, "group created");
                         tasks.borrow_mut().insert(hosted.key.clone(), task);
@@ -198,7 +205,7 @@ async fn start_group(
     ctx: &ShardContext,
     hosted: &Hosted,
     start: super::groups::GroupStart,
-    stop: &StopSignal,
+    (stop, sessions): (&StopSignal, &Rc<super::fetch_sessions::FetchSessions>),
 ) -> Result<RaftTask, ShardError> {
     let super::groups::GroupStart {
         setup,
@@ -231,6 +238,7 @@ async fn start_group(
     let transport = executor.transport_mut();
     transport.set_idle_close(crate::constants::GROUP_PEER_IDLE_CLOSE);
     transport.set_read_buffer(crate::constants::GROUP_PEER_READ_BUFFER_BYTES);
+    transport.set_sessions(sessions.clone());
     executor.set_snapshot_policy(ctx.snapshot_policy);
     executor.set_append_linger_ms(ctx.append_linger_ms);
     match machine {

@@ -463,9 +463,14 @@ impl RaftHandle {
     /// membership calls'); `None` when the raft shard has stopped.
     #[doc(hidden)]
     pub async fn request(&self, call: Call) -> Option<Answer> {
+        self.submit(call)?.await.ok()
+    }
+
+    /// `request`, without waiting: where its answer will come (`None`: the executor is gone).
+    pub(crate) fn submit(&self, call: Call) -> Option<oneshot::Receiver<Answer>> {
         let (reply, answer) = oneshot::channel();
         self.send(ExecutorInput::Request { call, reply }).ok()?;
-        answer.await.ok()
+        Some(answer)
     }
 }
 

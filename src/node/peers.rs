@@ -18,6 +18,7 @@ use futures_lite::StreamExt;
 use tracing::{debug, info, warn, Instrument};
 
 use super::executor::Transport;
+use super::fetch_sessions::{Carried, FetchSessions, SessionSetup};
 use super::handle::ExecutorInput;
 use super::metrics::SharedMetrics;
 use crate::net::peer::{PeerConnection, Target};
@@ -48,6 +49,8 @@ pub struct PeerTransport {
     idle_close: Option<Duration>,
     /// Each connection's read buffer (`set_read_buffer`).
     read_buffer_bytes: usize,
+    /// The shard's Fetch sessions, which carry this group's Fetches (`set_sessions`).
+    sessions: Option<Rc<FetchSessions>>,
 }
 
 /// A connection task and the endpoint it was started for.
@@ -74,6 +77,29 @@ impl PeerTransport {
             group: GroupKey::metadata().clone(),
             idle_close: None,
             read_buffer_bytes: crate::net::peer::READ_BUFFER_BYTES,
+            sessions: None,
+        }
+    }
+
+    /// Sends every long-polling Fetch to a node (not a bootstrap server) in the shard's session for it,
+    /// instead of on a connection of this group's own. Only for groups other than
+    /// `__cluster_metadata-0`, whose peers are all ringraft nodes.
+    pub fn set_sessions(&mut self, sessions: Rc<FetchSessions>) {
+        self.sessions = Some(sessions);
+    }
+
+    /// How the shard's session to `to` connects, when this transport starts it.
+    fn session_setup(&self, to: i32) -> SessionSetup {
+        SessionSetup {
+            client_id: self.client_id.clone(),
+            tls: self.tls.clone(),
+            target: self.cluster_id.clone().map(|cluster_id| Target {
+                cluster_id,
+                node_id: to,
+            }),
+            request_timeout: self.request_timeout,
+            read_buffer_bytes: self.read_buffer_bytes,
+            metrics: self.metrics.clone(),
         }
     }
 
@@ -162,6 +188,23 @@ impl Transport for PeerTransport {
         address: Option<Endpoint>,
         request: Request,
     ) {
+        let request = match (request, &self.sessions, &address) {
+            // Long polls only: a probe or a lookup (MaxWaitMs 0, or no replica id) wants its
+            // answer at once, and goes alone.
+            (Request::Fetch(fetch), Some(sessions), Some(endpoint))
+                if to >= 0 && fetch.max_wait_ms > 0 && fetch.replica.id >= 0 =>
+            {
+                let carried = Carried {
+                    id,
+                    group: self.group.clone(),
+                    fetch,
+                    reply: self.to_executor.clone(),
+                };
+                sessions.carry(to, endpoint.clone(), carried, || self.session_setup(to));
+                return;
+            }
+            (request, _, _) => request,
+        };
         let sent = address.is_some_and(|endpoint| {
             self.peer(to, endpoint)
                 .unbounded_send((id, request))

@@ -25,6 +25,7 @@ use super::groups::{GroupTable, Hosted};
 use super::handle::RaftHandle;
 use crate::fetch::shard::Serving;
 use crate::net::dispatch::{PeerClass, RaftCall, Served, Service};
+use crate::net::fetch_session;
 use crate::net::frame_out::{Chunk, Frame, LocalFrame};
 use crate::net::raft_rpc;
 use crate::protocol::group::GroupKey;
@@ -195,6 +196,8 @@ pub struct NodeService {
     pub log_append_enable: bool,
     /// The groups hosted besides group 0.
     pub groups: super::groups::SharedGroups,
+    /// Fetch sessions' held fetches, by connection.
+    pub sessions: super::held_fetches::HeldFetches,
 }
 
 impl Service for NodeService {
@@ -203,7 +206,14 @@ impl Service for NodeService {
         let (connection, version) = (call.connection, call.version);
         let served = |frame| Served { frame, class: None };
         let groups = self.groups.snapshot();
-        let request = match decode(call.body, version, &groups) {
+        let body = match call.body {
+            RequestBody::Fetch(r) if fetch_session::is_session(&r) => {
+                let frame = self.sessions.serve(&groups, connection, &to, &r).await;
+                return Some(served(frame));
+            }
+            body => body,
+        };
+        let request = match decode(body, version, &groups) {
             Routed::Call(Call::Raft(request)) => request,
             Routed::Group(hosted, call) => {
                 let mut answer = hosted.raft.request(call).await?;
@@ -261,6 +271,18 @@ impl Service for NodeService {
             request => self.raft_shard(&to, Call::Raft(request)).await?,
         };
         Some(Served { frame, class })
+    }
+
+    fn reads_ahead(&self, call: &RaftCall) -> bool {
+        matches!(&call.body, RequestBody::Fetch(r) if fetch_session::is_session(r))
+    }
+
+    fn cut_short(&self, connection: u64) {
+        self.sessions.cut_short(connection);
+    }
+
+    fn closed(&self, connection: u64) {
+        self.sessions.closed(connection);
     }
 }
 

@@ -1,0 +1,396 @@
+//! The follower's side of Fetch sessions (`net::fetch_session`): one connection per raft
+//! shard and leader node carries the Fetches of every group of the shard that follows a
+//! leader there, instead of one connection and one long poll per group.
+//!
+//! Each group's executor still decides its own Fetches (offsets, epochs, retries) and sends
+//! them through its `PeerTransport`, which hands a group's Fetch to this shard's session for
+//! the destination. The session sends the Fetches that are new in one request, keeps each
+//! one's answer address until its partition is answered, and answers each group's executor
+//! as a lone Fetch would have been answered. While the leader holds fetches, the session
+//! keeps one request outstanding for it to answer in (a poll when nothing new is to be sent).
+//!
+//! Answers come in request order. A partition's answer counts only in the answer to the
+//! request that carried its current fetch or a later one: an answer to an earlier request is
+//! for a fetch it replaced. A fetch not answered within the request timeout breaks the
+//! connection, as a lone request's timeout does: every fetch it held fails
+//! (`Failure::Disconnected`) and the next one connects again.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_channel::mpsc;
+use futures_lite::StreamExt;
+use tracing::{debug, Instrument};
+
+use super::handle::ExecutorInput;
+use super::metrics::SharedMetrics;
+use crate::net::fetch_session::{self, At};
+use crate::net::frame::{FrameBuffer, RequestMemory};
+use crate::net::peer::{strip_response_header, PeerConnection, Target};
+use crate::net::raft_rpc;
+use crate::net::stop::StopSignal;
+use crate::net::tls::Tls;
+use crate::protocol::group::GroupKey;
+use crate::protocol::{apis, ApiKey, ApiSpec, Reader, Writer};
+use crate::raft::message::FetchRequest;
+use crate::raft::{Endpoint, Failure, RequestId, Response};
+
+/// A group's Fetch for a session: what to send and where its answer goes.
+pub struct Carried {
+    pub id: RequestId,
+    pub group: GroupKey,
+    pub fetch: FetchRequest,
+    pub reply: mpsc::UnboundedSender<ExecutorInput>,
+}
+
+/// How a session connects: what the first group's transport that used it says.
+#[derive(Clone)]
+pub struct SessionSetup {
+    pub client_id: String,
+    pub tls: Option<Tls>,
+    pub target: Option<Target>,
+    pub request_timeout: Duration,
+    pub read_buffer_bytes: usize,
+    pub metrics: Option<SharedMetrics>,
+}
+
+/// A raft shard's sessions, by leader node and endpoint.
+pub struct FetchSessions {
+    sessions: RefCell<HashMap<(i32, Endpoint), mpsc::UnboundedSender<Carried>>>,
+    stop: StopSignal,
+}
+
+impl FetchSessions {
+    pub fn new(stop: StopSignal) -> Rc<Self> {
+        Rc::new(FetchSessions {
+            sessions: RefCell::default(),
+            stop,
+        })
+    }
+
+    /// Sends `carried` in the session to node `to` at `endpoint`, started on first use with
+    /// `setup`.
+    pub fn carry(
+        &self,
+        to: i32,
+        endpoint: Endpoint,
+        carried: Carried,
+        setup: impl FnOnce() -> SessionSetup,
+    ) {
+        let mut sessions = self.sessions.borrow_mut();
+        let tx = sessions.entry((to, endpoint.clone())).or_insert_with(|| {
+            let (tx, rx) = mpsc::unbounded();
+            let span = tracing::info_span!("session", leader = to,
+                host = %crate::logsafe::Untrusted(&endpoint.host), port = endpoint.port);
+            let task = session_task(endpoint, rx, setup(), self.stop.clone());
+            glommio::spawn_local(task.instrument(span)).detach();
+            tx
+        });
+        if let Err(e) = tx.unbounded_send(carried) {
+            // The session stopped (the shard stops): the group hears a disconnect.
+            let carried = e.into_inner();
+            let failure = ExecutorInput::Peer {
+                id: carried.id,
+                result: Err(Failure::Disconnected),
+            };
+            let _ = carried.reply.unbounded_send(failure);
+        }
+    }
+}
+
+/// A fetch the leader holds: where its answer goes, and which request carried it.
+struct Held {
+    id: RequestId,
+    reply: mpsc::UnboundedSender<ExecutorInput>,
+    /// The session request that carried it (`Session::sent`).
+    request: u64,
+    deadline: Instant,
+}
+
+/// One session's state between its connection's requests and answers.
+struct Session {
+    setup: SessionSetup,
+    conn: Option<PeerConnection>,
+    version: i16,
+    /// Fetches not sent yet.
+    queued: Vec<Carried>,
+    held: HashMap<At, Held>,
+    /// Requests on the wire, oldest first: correlation id and request number.
+    in_flight: VecDeque<(i32, u64)>,
+    /// Requests sent so far (the next one's number).
+    sent: u64,
+    /// A fetch of this node, for the top-level fields of a poll.
+    template: Option<FetchRequest>,
+    reconnect_at: Instant,
+    backoff: Duration,
+}
+
+/// What a session waits for.
+enum Event {
+    Carried(Option<Carried>),
+    Answer(Result<Bytes, crate::net::peer::PeerError>),
+    Deadline,
+    Stop,
+}
+
+async fn session_task(
+    endpoint: Endpoint,
+    mut input: mpsc::UnboundedReceiver<Carried>,
+    setup: SessionSetup,
+    stop: StopSignal,
+) {
+    let mut s = Session {
+        setup,
+        conn: None,
+        version: 0,
+        queued: Vec::new(),
+        held: HashMap::new(),
+        in_flight: VecDeque::new(),
+        sent: 0,
+        template: None,
+        reconnect_at: Instant::now(),
+        backoff: Duration::from_millis(50),
+    };
+    let mut frame = FrameBuffer::new(RequestMemory::unbounded());
+    loop {
+        if !s.queued.is_empty() && s.conn.is_none() {
+            Box::pin(s.connect(&endpoint)).await;
+        }
+        let due = !s.queued.is_empty() || (s.in_flight.is_empty() && !s.held.is_empty());
+        if due && s.conn.is_some() {
+            Box::pin(s.send()).await;
+        }
+        let deadline = s.held.values().map(|h| h.deadline).min();
+        let event = {
+            let carried = async { Event::Carried(input.next().await) };
+            let stopped = async {
+                stop.wait().await;
+                Event::Stop
+            };
+            let timer = async {
+                match deadline {
+                    Some(at) => {
+                        glommio::timer::sleep(at.saturating_duration_since(Instant::now())).await
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+                Event::Deadline
+            };
+            let waits = futures_lite::future::or(carried, futures_lite::future::or(stopped, timer));
+            match s.conn.as_mut().filter(|_| !s.in_flight.is_empty()) {
+                Some(conn) => {
+                    let answer = async { Event::Answer(conn.read_answer(&mut frame).await) };
+                    futures_lite::future::or(waits, answer).await
+                }
+                None => waits.await,
+            }
+        };
+        match event {
+            Event::Stop | Event::Carried(None) => {
+                s.fail_all();
+                return;
+            }
+            Event::Carried(Some(first)) => {
+                s.queue(first);
+                // Everything that came in the same turn goes in one request.
+                while let Ok(more) = input.try_recv() {
+                    s.queue(more);
+                }
+            }
+            Event::Answer(Ok(bytes)) => s.answered(&bytes),
+            Event::Answer(Err(e)) => {
+                debug!(error = %e, "the session's connection failed");
+                s.fail_all();
+            }
+            Event::Deadline => {
+                let now = Instant::now();
+                if s.held.values().any(|h| h.deadline <= now) {
+                    debug!("a fetch of the session had no answer within the request timeout");
+                    s.fail_all();
+                }
+            }
+        }
+    }
+}
+
+impl Session {
+    fn queue(&mut self, carried: Carried) {
+        self.template = Some(carried.fetch.clone());
+        self.queued.push(carried);
+    }
+
+    /// Connects (once the backoff allows); fetches queued meanwhile fail at once, as a lone
+    /// Fetch to an unreachable peer does.
+    async fn connect(&mut self, endpoint: &Endpoint) {
+        let connected = if Instant::now() < self.reconnect_at {
+            Err("backing off".to_string())
+        } else {
+            match crate::net::resolve::resolve(endpoint).await {
+                Some(addr) => {
+                    let setup = &self.setup;
+                    let tls = setup.tls.as_ref().map(|t| (t, endpoint.host.as_str()));
+                    PeerConnection::connect_buffered(
+                        addr,
+                        &setup.client_id,
+                        setup.request_timeout,
+                        (tls, setup.target.as_ref()),
+                        setup.read_buffer_bytes,
+                    )
+                    .await
+                    .map_err(|e| e.to_string())
+                }
+                None => Err("the name does not resolve".to_string()),
+            }
+        };
+        let version = connected.as_ref().ok().and_then(|conn| {
+            let ours = raft_rpc::our_versions(ApiKey::FETCH);
+            // Topic ids (v13) name a session's partitions.
+            conn.negotiate(ApiKey::FETCH, (ours.0.max(13), ours.1))
+        });
+        match (connected, version) {
+            (Ok(conn), Some(version)) => {
+                self.conn = Some(conn);
+                self.version = version;
+                self.backoff = Duration::from_millis(50);
+            }
+            (Ok(_), None) => self.fail_queued(Failure::UnsupportedVersion),
+            (Err(e), _) => {
+                debug!(error = %e, "the session cannot connect");
+                self.reconnect_at = Instant::now() + self.backoff;
+                self.backoff = (self.backoff * 2).min(Duration::from_millis(500));
+                self.fail_queued(Failure::Disconnected);
+            }
+        }
+    }
+
+    /// Sends the queued fetches (none: a poll) in one request.
+    async fn send(&mut self) {
+        let Some(template) = self.template.clone() else {
+            return;
+        };
+        let queued = std::mem::take(&mut self.queued);
+        let parts: Vec<(GroupKey, FetchRequest)> = queued
+            .iter()
+            .map(|c| (c.group.clone(), c.fetch.clone()))
+            .collect();
+        let number = self.sent;
+        self.sent += 1;
+        let epoch = i32::try_from(number % (i32::MAX as u64)).unwrap_or(0);
+        // The leader holds the request, and each fetch in it, as long as a group's own Fetch
+        // would be held (`groups::group_fetch_max_wait_ms`).
+        let wait = template.max_wait_ms;
+        let request = fetch_session::request(&template, wait, epoch, &parts, self.version);
+        let mut w = Writer::new();
+        request.encode(&mut w, self.version);
+        let deadline = Instant::now() + self.setup.request_timeout;
+        for c in queued {
+            let at = (c.group.topic_id(), c.group.partition());
+            let held = Held {
+                id: c.id,
+                reply: c.reply,
+                request: number,
+                deadline,
+            };
+            // A fetch held for the same partition is replaced: its group moved on.
+            self.held.insert(at, held);
+        }
+        let flexible_from = apis::served(ApiKey::FETCH).map_or(0, |s| s.flexible_from);
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        match conn
+            .send_only(ApiKey::FETCH, self.version, flexible_from, &w.into_vec())
+            .await
+        {
+            Ok(correlation_id) => {
+                self.in_flight.push_back((correlation_id, number));
+                if let Some(m) = &self.setup.metrics {
+                    m.sent(ApiKey::FETCH.name(), self.version);
+                }
+            }
+            Err(e) => {
+                debug!(error = %e, "the session's request failed");
+                self.fail_all();
+            }
+        }
+    }
+
+    /// An answer: each partition's part to its group, when it answers the fetch held.
+    fn answered(&mut self, frame: &Bytes) {
+        let Some((correlation_id, number)) = self.in_flight.pop_front() else {
+            return self.fail_all();
+        };
+        let spec = ApiSpec {
+            key: ApiKey::FETCH,
+            min_version: self.version,
+            max_version: self.version,
+            flexible_from: apis::served(ApiKey::FETCH).map_or(0, |s| s.flexible_from),
+        };
+        let decoded = strip_response_header(frame, spec.response_header_version(self.version))
+            .ok()
+            .filter(|(got, _)| *got == correlation_id)
+            .and_then(|(_, body)| {
+                let mut r = Reader::new(&body);
+                crate::protocol::fetch::FetchResponse::decode(&mut r, self.version, &body).ok()
+            });
+        let Some(response) = decoded else {
+            debug!("an undecodable session answer");
+            return self.fail_all();
+        };
+        let deliver = |held: Held, answer| {
+            let input = ExecutorInput::Peer {
+                id: held.id,
+                result: Ok(Response::Fetch(answer)),
+            };
+            let _ = held.reply.unbounded_send(input);
+        };
+        if let Some(error) = fetch_session::error_for_all(&response) {
+            let answered: Vec<At> = self
+                .held
+                .iter()
+                .filter(|(_, h)| h.request <= number)
+                .map(|(at, _)| *at)
+                .collect();
+            for at in answered {
+                if let Some(held) = self.held.remove(&at) {
+                    deliver(held, error.clone());
+                }
+            }
+            return;
+        }
+        for (at, answer) in fetch_session::answers(&response) {
+            // An answer to an earlier request is for a fetch since replaced.
+            if self.held.get(&at).is_some_and(|h| h.request <= number) {
+                let held = self.held.remove(&at).expect("checked");
+                deliver(held, answer);
+            }
+        }
+    }
+
+    fn fail_queued(&mut self, failure: Failure) {
+        for c in self.queued.drain(..) {
+            let input = ExecutorInput::Peer {
+                id: c.id,
+                result: Err(failure),
+            };
+            let _ = c.reply.unbounded_send(input);
+        }
+    }
+
+    /// The connection is gone: every fetch it held or would carry fails.
+    fn fail_all(&mut self) {
+        self.conn = None;
+        self.in_flight.clear();
+        for (_, held) in self.held.drain() {
+            let input = ExecutorInput::Peer {
+                id: held.id,
+                result: Err(Failure::Disconnected),
+            };
+            let _ = held.reply.unbounded_send(input);
+        }
+        self.fail_queued(Failure::Disconnected);
+    }
+}
