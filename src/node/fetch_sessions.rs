@@ -218,7 +218,11 @@ async fn session_task(
 
 impl Session {
     fn queue(&mut self, carried: Carried) {
-        self.template = Some(carried.fetch.clone());
+        // Polls take a long poll's top-level fields when there has been one.
+        let long_poll = carried.fetch.max_wait_ms > 0 && carried.fetch.replica.id >= 0;
+        if long_poll || self.template.is_none() {
+            self.template = Some(carried.fetch.clone());
+        }
         self.queued.push(carried);
     }
 
@@ -268,10 +272,36 @@ impl Session {
 
     /// Sends the queued fetches (none: a poll) in one request.
     async fn send(&mut self) {
-        let Some(template) = self.template.clone() else {
-            return;
-        };
         let queued = std::mem::take(&mut self.queued);
+        if queued.is_empty() {
+            if let Some(template) = self.template.clone() {
+                self.send_one(&template, Vec::new()).await;
+            }
+            return;
+        }
+        // A request's replica id and MaxWaitMs are its fetches': one request per kind (the
+        // groups' long polls; adoption's anonymous probes, answered at once).
+        let mut kinds: Vec<((i32, i32), Vec<Carried>)> = Vec::new();
+        for c in queued {
+            let kind = (c.fetch.replica.id, c.fetch.max_wait_ms);
+            match kinds.iter_mut().find(|(k, _)| *k == kind) {
+                Some((_, batch)) => batch.push(c),
+                None => kinds.push((kind, vec![c])),
+            }
+        }
+        for (_, batch) in kinds {
+            if self.conn.is_none() {
+                self.queued = batch;
+                self.fail_queued(Failure::Disconnected);
+                continue;
+            }
+            let template = batch[0].fetch.clone();
+            self.send_one(&template, batch).await;
+        }
+    }
+
+    /// Sends `queued` (none: a poll) in one request whose top-level fields are `template`'s.
+    async fn send_one(&mut self, template: &FetchRequest, queued: Vec<Carried>) {
         let parts: Vec<(GroupKey, FetchRequest)> = queued
             .iter()
             .map(|c| (c.group.clone(), c.fetch.clone()))
@@ -279,10 +309,10 @@ impl Session {
         let number = self.sent;
         self.sent += 1;
         let epoch = i32::try_from(number % (i32::MAX as u64)).unwrap_or(0);
-        // The leader holds the request, and each fetch in it, as long as a group's own Fetch
-        // would be held (`groups::group_fetch_max_wait_ms`).
+        // The leader holds each fetch as long as a group's own Fetch would be held
+        // (`groups::group_fetch_max_wait_ms`).
         let wait = template.max_wait_ms;
-        let request = fetch_session::request(&template, wait, epoch, &parts, self.version);
+        let request = fetch_session::request(template, wait, epoch, &parts, self.version);
         let mut w = Writer::new();
         request.encode(&mut w, self.version);
         let deadline = Instant::now() + self.setup.request_timeout;
@@ -392,5 +422,138 @@ impl Session {
             let _ = held.reply.unbounded_send(input);
         }
         self.fail_queued(Failure::Disconnected);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::errors::ErrorCode;
+    use crate::protocol::request::encode_response_frame_parts;
+    use crate::raft::message::{FetchResponse, Records};
+
+    fn session() -> Session {
+        Session {
+            setup: SessionSetup {
+                client_id: "raft-client-2".into(),
+                tls: None,
+                target: None,
+                request_timeout: Duration::from_secs(2),
+                read_buffer_bytes: 8192,
+                metrics: None,
+            },
+            conn: None,
+            version: 17,
+            queued: Vec::new(),
+            held: HashMap::new(),
+            in_flight: VecDeque::new(),
+            sent: 0,
+            template: None,
+            reconnect_at: Instant::now(),
+            backoff: Duration::from_millis(50),
+        }
+    }
+
+    fn answer_frame(correlation_id: i32, parts: &[(&GroupKey, i64)], top: ErrorCode) -> Bytes {
+        let answers: Vec<FetchResponse> = parts
+            .iter()
+            .map(|(_, hw)| FetchResponse {
+                error: ErrorCode::NONE,
+                partition_error: ErrorCode::NONE,
+                high_watermark: *hw,
+                log_start_offset: 0,
+                diverging_epoch: None,
+                leader_id: 1,
+                leader_epoch: 1,
+                snapshot_id: None,
+                records: Records::None,
+                leader_endpoints: Vec::new(),
+            })
+            .collect();
+        let wire: Vec<(At, &FetchResponse, usize)> = parts
+            .iter()
+            .zip(&answers)
+            .map(|((g, _), a)| ((g.topic_id(), g.partition()), a, 0))
+            .collect();
+        let mut response = fetch_session::response(&wire, 17);
+        response.error_code = top;
+        let frame = encode_response_frame_parts(correlation_id, 1, |w| response.encode(w, 17));
+        // Without the size prefix, as `read_answer` returns it.
+        Bytes::from(frame.bytes[4..].to_vec())
+    }
+
+    #[test]
+    fn an_answer_counts_only_for_the_fetch_its_request_carried() {
+        let (a, b) = (
+            GroupKey::new("kv", 0).unwrap(),
+            GroupKey::new("kv", 1).unwrap(),
+        );
+        let (tx, mut rx) = mpsc::unbounded();
+        let mut s = session();
+        let hold = |s: &mut Session, g: &GroupKey, id: u64, request: u64| {
+            let held = Held {
+                id: id,
+                reply: tx.clone(),
+                request,
+                deadline: Instant::now() + Duration::from_secs(2),
+            };
+            s.held.insert((g.topic_id(), g.partition()), held);
+        };
+        // Request 0 carried a's first fetch and b's; request 1 a's second fetch (the first
+        // was failed and sent again).
+        hold(&mut s, &a, 20, 1);
+        hold(&mut s, &b, 21, 0);
+        s.in_flight.extend([(5, 0), (6, 1)]);
+        // The answer to request 0 names both: b's counts, a's is for the fetch replaced.
+        s.answered(&answer_frame(5, &[(&a, 100), (&b, 200)], ErrorCode::NONE));
+        let got = rx.try_recv().unwrap();
+        assert!(matches!(
+            got,
+            ExecutorInput::Peer { id: 21, result: Ok(Response::Fetch(ref r)) } if r.high_watermark == 200
+        ));
+        assert!(
+            rx.try_recv().is_err(),
+            "a's answer to request 0 went nowhere"
+        );
+        assert!(s.held.contains_key(&(a.topic_id(), a.partition())));
+        // The answer to request 1 answers a.
+        s.answered(&answer_frame(6, &[(&a, 101)], ErrorCode::NONE));
+        assert!(matches!(
+            rx.try_recv().unwrap(),
+            ExecutorInput::Peer { id: 20, result: Ok(Response::Fetch(ref r)) } if r.high_watermark == 101
+        ));
+        assert!(s.held.is_empty());
+    }
+
+    #[test]
+    fn a_top_level_error_or_a_wrong_correlation_id_fails_what_was_held() {
+        let a = GroupKey::new("kv", 0).unwrap();
+        let (tx, mut rx) = mpsc::unbounded();
+        let mut s = session();
+        let held = |id| Held {
+            id: id,
+            reply: tx.clone(),
+            request: 0,
+            deadline: Instant::now() + Duration::from_secs(2),
+        };
+        s.held.insert((a.topic_id(), a.partition()), held(1));
+        s.in_flight.push_back((5, 0));
+        s.answered(&answer_frame(5, &[], ErrorCode::INVALID_REQUEST));
+        assert!(matches!(
+            rx.try_recv().unwrap(),
+            ExecutorInput::Peer { id: 1, result: Ok(Response::Fetch(ref r)) } if r.error == ErrorCode::INVALID_REQUEST
+        ));
+        // An answer with another request's correlation id: the connection cannot be trusted.
+        s.held.insert((a.topic_id(), a.partition()), held(2));
+        s.in_flight.push_back((6, 1));
+        s.answered(&answer_frame(9, &[(&a, 1)], ErrorCode::NONE));
+        assert!(matches!(
+            rx.try_recv().unwrap(),
+            ExecutorInput::Peer {
+                id: 2,
+                result: Err(Failure::Disconnected)
+            }
+        ));
+        assert!(s.held.is_empty() && s.in_flight.is_empty());
     }
 }

@@ -32,6 +32,9 @@ use crate::raft::{Request, Response};
 
 use super::route::ReplyTo;
 
+/// How long a session request for fetches that want their answer at once may wait for one.
+const SESSION_WAIT_MIN_MS: i32 = 100;
+
 /// Every connection's held fetches, on the shard that serves the connections.
 #[derive(Default)]
 pub struct HeldFetches {
@@ -122,11 +125,12 @@ impl HeldFetches {
             }
         }
         // Each fetch is answered by its group within the MaxWaitMs it carries; the session
-        // request waits twice that for one, so that it is not answered empty just before.
+        // request waits twice that for one, so that it is not answered empty just before,
+        // and at least a moment for fetches answered at once (MaxWaitMs 0: adoption's probes).
         let wait = r
             .max_wait_ms
             .saturating_mul(2)
-            .clamp(0, crate::raft::FETCH_PARK_MAX_MS);
+            .clamp(SESSION_WAIT_MIN_MS, crate::raft::FETCH_PARK_MAX_MS);
         let answered = std::future::poll_fn(|cx| {
             *held.waker.borrow_mut() = Some(cx.waker().clone());
             if held.collect(Some(cx.waker())) {
@@ -213,5 +217,203 @@ fn encode(to: &ReplyTo, answers: Vec<(At, Option<Answer>)>) -> LocalFrame {
     LocalFrame {
         parts: frame_parts,
         data,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::groups::Hosted;
+    use crate::node::handle::{ExecutorInput, RaftHandle};
+    use crate::protocol::group::GroupKey;
+    use crate::protocol::Reader;
+    use crate::raft::message::FetchRequest;
+    use crate::raft::ReplicaKey;
+    use futures_channel::mpsc;
+    use futures_lite::StreamExt;
+    use std::sync::Arc;
+
+    fn hosted(key: &GroupKey) -> (Hosted, mpsc::UnboundedReceiver<ExecutorInput>) {
+        let (raft, inputs) = RaftHandle::channel();
+        let hosted = Hosted {
+            key: key.clone(),
+            raft,
+            home: 0,
+            home_cpu: 0,
+            preferred: None,
+            voters: Arc::default(),
+            gauges: Arc::default(),
+            declared: true,
+        };
+        (hosted, inputs)
+    }
+
+    fn session_request(groups: &[&GroupKey], offset: i64) -> fetch::FetchRequest {
+        let fetch = FetchRequest {
+            cluster_id: Some("c".into()),
+            replica: ReplicaKey::new(2, None),
+            max_wait_ms: 800,
+            fetch_offset: offset,
+            last_fetched_epoch: 1,
+            current_leader_epoch: 1,
+            max_bytes: 1 << 20,
+            high_watermark: None,
+        };
+        let parts: Vec<_> = groups
+            .iter()
+            .map(|g| ((*g).clone(), fetch.clone()))
+            .collect();
+        fetch_session::request(&fetch, 800, 0, &parts, 17)
+    }
+
+    /// The group's executor: the next Fetch it was handed, and where to answer it.
+    async fn next_fetch(
+        inputs: &mut mpsc::UnboundedReceiver<ExecutorInput>,
+    ) -> (FetchRequest, oneshot::Sender<Answer>) {
+        match inputs.next().await {
+            Some(ExecutorInput::Request {
+                call: Call::Raft(Request::Fetch(f)),
+                reply,
+            }) => (f, reply),
+            _ => panic!("not a Fetch"),
+        }
+    }
+
+    fn answer(high_watermark: i64, records: &'static [u8]) -> Answer {
+        Answer::Raft {
+            response: Response::Fetch(FetchResponse {
+                high_watermark,
+                ..unknown_partition_with(ErrorCode::NONE)
+            }),
+            data: if records.is_empty() {
+                vec![]
+            } else {
+                vec![Bytes::from_static(records)]
+            },
+        }
+    }
+
+    fn unknown_partition_with(partition_error: ErrorCode) -> FetchResponse {
+        FetchResponse {
+            partition_error,
+            ..unknown_partition()
+        }
+    }
+
+    /// The partitions of a session answer frame: (partition, high watermark, records).
+    fn parts_of(frame: &LocalFrame) -> Vec<(i32, i64, Vec<u8>)> {
+        let bytes = Bytes::from(frame.to_vec());
+        // Size prefix, correlation id, the flexible header's tag buffer.
+        let body = bytes.slice(4 + 4 + 1..);
+        let f = fetch::FetchResponse::decode(&mut Reader::new(&body), 17, &body).unwrap();
+        fetch_session::answers(&f)
+            .into_iter()
+            .map(|((_, p), a)| {
+                let records = match a.records {
+                    Records::Bytes(b) => b.to_vec(),
+                    _ => Vec::new(),
+                };
+                (p, a.high_watermark, records)
+            })
+            .collect()
+    }
+
+    const TO: ReplyTo = ReplyTo {
+        key: crate::protocol::ApiKey::FETCH,
+        version: 17,
+        correlation_id: 7,
+        response_header_version: 1,
+    };
+
+    #[test]
+    fn a_session_answers_what_came_and_holds_the_rest() {
+        glommio::LocalExecutorBuilder::default()
+            .spawn(|| async {
+                let (busy, idle) = (
+                    GroupKey::new("kv", 0).unwrap(),
+                    GroupKey::new("kv", 1).unwrap(),
+                );
+                let (busy_hosted, mut busy_in) = hosted(&busy);
+                let (idle_hosted, mut idle_in) = hosted(&idle);
+                let mut table = GroupTable::default();
+                table.insert(busy_hosted);
+                table.insert(idle_hosted);
+                let held = Rc::new(HeldFetches::default());
+
+                // Both fetches go to their executors; only the busy group answers.
+                let first = {
+                    let (held, table) = (held.clone(), table.clone());
+                    let r = session_request(&[&busy, &idle], 10);
+                    glommio::spawn_local(async move { held.serve(&table, 1, &TO, &r).await })
+                };
+                let (f, busy_reply) = next_fetch(&mut busy_in).await;
+                assert_eq!((f.fetch_offset, f.replica.id, f.max_wait_ms), (10, 2, 800));
+                let (_, idle_reply) = next_fetch(&mut idle_in).await;
+                busy_reply.send(answer(11, b"rec")).ok().unwrap();
+                let frame = first.await;
+                assert_eq!(parts_of(&frame), vec![(0, 11, b"rec".to_vec())]);
+
+                // The idle group's fetch is still held: it answers in the next request, a
+                // poll, without being sent again.
+                let poll = {
+                    let (held, table) = (held.clone(), table.clone());
+                    glommio::spawn_local(async move {
+                        held.serve(&table, 1, &TO, &session_request(&[], 0)).await
+                    })
+                };
+                glommio::timer::sleep(Duration::from_millis(20)).await;
+                idle_reply.send(answer(5, b"")).ok().unwrap();
+                assert_eq!(parts_of(&poll.await), vec![(1, 5, Vec::new())]);
+
+                // A parked request is cut short by the next one: answered empty at once.
+                let parked = {
+                    let (held, table) = (held.clone(), table.clone());
+                    let r = session_request(&[&busy], 11);
+                    glommio::spawn_local(async move { held.serve(&table, 1, &TO, &r).await })
+                };
+                let (_, old_reply) = next_fetch(&mut busy_in).await;
+                let cut_at = std::time::Instant::now();
+                held.cut_short(1);
+                assert!(parts_of(&parked.await).is_empty());
+                // Not at the request's wait (1.6 s): woken by the cut.
+                assert!(cut_at.elapsed() < Duration::from_millis(800));
+
+                // A new fetch for the same partition replaces the held one: the old answer
+                // goes nowhere, the new one is sent.
+                let replaced = {
+                    let (held, table) = (held.clone(), table.clone());
+                    let r = session_request(&[&busy], 12);
+                    glommio::spawn_local(async move { held.serve(&table, 1, &TO, &r).await })
+                };
+                let (f, new_reply) = next_fetch(&mut busy_in).await;
+                assert_eq!(f.fetch_offset, 12);
+                assert!(
+                    old_reply.send(answer(99, b"old")).is_err(),
+                    "the old answer is dropped"
+                );
+                new_reply.send(answer(13, b"new")).ok().unwrap();
+                assert_eq!(parts_of(&replaced.await), vec![(0, 13, b"new".to_vec())]);
+
+                // A partition not hosted here hears UNKNOWN_TOPIC_OR_PARTITION at once; a
+                // closed connection forgets its fetches.
+                let other = GroupKey::new("gone", 3).unwrap();
+                let frame = held
+                    .serve(&table, 1, &TO, &session_request(&[&other], 0))
+                    .await;
+                let bytes = Bytes::from(frame.to_vec());
+                let body = bytes.slice(9..);
+                let f = fetch::FetchResponse::decode(&mut Reader::new(&body), 17, &body).unwrap();
+                let got = fetch_session::answers(&f);
+                assert_eq!(got.len(), 1);
+                assert_eq!(
+                    got[0].1.partition_error,
+                    ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+                );
+                held.closed(1);
+                assert!(held.by_connection.borrow().is_empty());
+            })
+            .unwrap()
+            .join()
+            .unwrap();
     }
 }

@@ -81,7 +81,7 @@ impl PeerTransport {
         }
     }
 
-    /// Sends every long-polling Fetch to a node (not a bootstrap server) in the shard's session for it,
+    /// Sends every Fetch to a node (not a bootstrap server) in the shard's session for it,
     /// instead of on a connection of this group's own. Only for groups other than
     /// `__cluster_metadata-0`, whose peers are all ringraft nodes.
     pub fn set_sessions(&mut self, sessions: Rc<FetchSessions>) {
@@ -189,11 +189,8 @@ impl Transport for PeerTransport {
         request: Request,
     ) {
         let request = match (request, &self.sessions, &address) {
-            // Long polls only: a probe or a lookup (MaxWaitMs 0, or no replica id) wants its
-            // answer at once, and goes alone.
-            (Request::Fetch(fetch), Some(sessions), Some(endpoint))
-                if to >= 0 && fetch.max_wait_ms > 0 && fetch.replica.id >= 0 =>
-            {
+            // Not to bootstrap servers (negative ids): the node there is not known yet.
+            (Request::Fetch(fetch), Some(sessions), Some(endpoint)) if to >= 0 => {
                 let carried = Carried {
                     id,
                     group: self.group.clone(),
