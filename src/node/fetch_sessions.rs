@@ -492,7 +492,7 @@ mod tests {
         let mut s = session();
         let hold = |s: &mut Session, g: &GroupKey, id: u64, request: u64| {
             let held = Held {
-                id: id,
+                id,
                 reply: tx.clone(),
                 request,
                 deadline: Instant::now() + Duration::from_secs(2),
@@ -531,7 +531,7 @@ mod tests {
         let (tx, mut rx) = mpsc::unbounded();
         let mut s = session();
         let held = |id| Held {
-            id: id,
+            id,
             reply: tx.clone(),
             request: 0,
             deadline: Instant::now() + Duration::from_secs(2),
