@@ -2,8 +2,9 @@
 //! docs/groups.md): the table every shard routes by, and each group's start on its home shard.
 //!
 //! A group runs its own executor on its home shard, over its own log in
-//! `<metadata.log.dir>/<topic>-<partition>` and with its own peer connections. Its Fetches are
-//! answered by its executor; the fetch and snapshot roles serve group 0 only. A request that
+//! `<metadata.log.dir>/<topic>-<partition>` and with its own peer connections, except that its
+//! Fetches travel in its shard's session for the leader node (`node::fetch_sessions`). Its
+//! Fetches are answered by its executor; the fetch and snapshot roles serve group 0 only. A request that
 //! lands on another shard reaches the group through its `RaftHandle`, a channel: the one hop.
 //! A declared group's voter set is static, taken from `controller.quorum.voters`; a group
 //! created at run time may have a dynamic one instead (KIP-853; `group_control::GroupVoters`).

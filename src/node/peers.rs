@@ -6,7 +6,9 @@
 //! A group's transport (not group 0's) closes a connection that carried nothing for
 //! `constants::GROUP_PEER_IDLE_CLOSE` and opens it again on the next request: a settled
 //! group uses one connection (a follower's to its leader), while Vote, BeginQuorumEpoch and
-//! the bootstrap lookup each opened one of their own that would otherwise stay open.
+//! the bootstrap lookup each opened one of their own that would otherwise stay open. A group's
+//! Fetches to a node do not use these connections at all: they go in the shard's session
+//! for that node (`set_sessions`, `node::fetch_sessions`).
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashSet};
