@@ -12,12 +12,14 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
-use std::task::{Poll, Waker};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures_channel::oneshot;
+use futures_util::stream::{FuturesUnordered, Stream};
 
 use super::call::{Answer, Call};
 use super::groups::GroupTable;
@@ -41,10 +43,18 @@ pub struct HeldFetches {
     by_connection: RefCell<HashMap<u64, Rc<Held>>>,
 }
 
+/// A held fetch's answer to come: its partition, which of its fetches it answers, the answer
+/// (`None`: the group's executor stopped).
+type Coming = Pin<Box<dyn Future<Output = (At, u64, Option<Answer>)>>>;
+
 /// One connection's session.
 #[derive(Default)]
 struct Held {
-    waiting: RefCell<Vec<(At, oneshot::Receiver<Answer>)>>,
+    /// Polled only when one of them was woken: a session holds hundreds of fetches.
+    waiting: RefCell<FuturesUnordered<Coming>>,
+    /// Each partition's current fetch, numbered; an answer to an older one is dropped.
+    current: RefCell<HashMap<At, u64>>,
+    numbered: Cell<u64>,
     /// Answers in, not sent yet.
     answered: RefCell<Vec<(At, Option<Answer>)>>,
     /// The connection's next request arrived: answer now.
@@ -56,39 +66,25 @@ struct Held {
 impl Held {
     /// Keeps `answer` as where `at`'s fetch is answered, instead of any fetch held for it.
     fn hold(&self, at: At, answer: oneshot::Receiver<Answer>) {
-        let mut waiting = self.waiting.borrow_mut();
-        waiting.retain(|(held, _)| *held != at);
-        self.answered.borrow_mut().retain(|(held, _)| *held != at);
-        waiting.push((at, answer));
+        let number = self.numbered.get();
+        self.numbered.set(number + 1);
+        self.current.borrow_mut().insert(at, number);
+        let coming = async move { (at, number, answer.await.ok()) };
+        self.waiting.borrow_mut().push(Box::pin(coming));
     }
 
     /// Moves every answer that came into `answered`; true when there is any, or the wait was
     /// cut short.
-    fn collect(&self, waker: Option<&Waker>) -> bool {
+    fn collect(&self, cx: &mut Context<'_>) -> bool {
         let mut answered = self.answered.borrow_mut();
-        self.waiting.borrow_mut().retain_mut(|(at, answer)| {
-            let got = match waker {
-                Some(waker) => {
-                    let mut cx = std::task::Context::from_waker(waker);
-                    match std::pin::Pin::new(&mut *answer).poll(&mut cx) {
-                        Poll::Ready(got) => Some(got.ok()),
-                        Poll::Pending => None,
-                    }
-                }
-                None => match answer.try_recv() {
-                    Ok(Some(got)) => Some(Some(got)),
-                    Ok(None) => None,
-                    Err(_) => Some(None),
-                },
-            };
-            match got {
-                Some(got) => {
-                    answered.push((*at, got));
-                    false
-                }
-                None => true,
+        let mut current = self.current.borrow_mut();
+        let mut waiting = self.waiting.borrow_mut();
+        while let Poll::Ready(Some((at, number, got))) = Pin::new(&mut *waiting).poll_next(cx) {
+            if current.get(&at) == Some(&number) {
+                current.remove(&at);
+                answered.push((at, got));
             }
-        });
+        }
         !answered.is_empty() || self.cut.get()
     }
 }
@@ -133,7 +129,7 @@ impl HeldFetches {
             .clamp(SESSION_WAIT_MIN_MS, crate::raft::FETCH_PARK_MAX_MS);
         let answered = std::future::poll_fn(|cx| {
             *held.waker.borrow_mut() = Some(cx.waker().clone());
-            if held.collect(Some(cx.waker())) {
+            if held.collect(cx) {
                 Poll::Ready(())
             } else {
                 Poll::Pending
@@ -144,7 +140,7 @@ impl HeldFetches {
         })
         .await;
         held.waker.borrow_mut().take();
-        held.collect(None);
+        held.collect(&mut Context::from_waker(Waker::noop()));
         let answers = std::mem::take(&mut *held.answered.borrow_mut());
         encode(to, answers)
     }
@@ -379,7 +375,7 @@ mod tests {
                 assert!(cut_at.elapsed() < Duration::from_millis(800));
 
                 // A new fetch for the same partition replaces the held one: the old answer
-                // goes nowhere, the new one is sent.
+                // is dropped, the new one is sent.
                 let replaced = {
                     let (held, table) = (held.clone(), table.clone());
                     let r = session_request(&[&busy], 12);
@@ -387,10 +383,8 @@ mod tests {
                 };
                 let (f, new_reply) = next_fetch(&mut busy_in).await;
                 assert_eq!(f.fetch_offset, 12);
-                assert!(
-                    old_reply.send(answer(99, b"old")).is_err(),
-                    "the old answer is dropped"
-                );
+                old_reply.send(answer(99, b"old")).ok().unwrap();
+                glommio::timer::sleep(Duration::from_millis(20)).await;
                 new_reply.send(answer(13, b"new")).ok().unwrap();
                 assert_eq!(parts_of(&replaced.await), vec![(0, 13, b"new".to_vec())]);
 
