@@ -5,7 +5,8 @@
 //! commits over TLS; `ringraft quorum describe --command-config` reaches it over TLS; a client
 //! with a certificate from another CA, one without a certificate, and a plaintext client are
 //! each refused, and the node says why. Key material that cannot be used stops the start with
-//! a message naming the file.
+//! a message naming the file. Two Raft groups beside the metadata group commit too, over
+//! TLS like everything else.
 
 mod common;
 
@@ -74,7 +75,8 @@ fn a_tls_quorum_commits_and_refuses_clients_without_a_trusted_certificate() {
             "process.roles=controller\nnode.id={id}\n\
              listeners=CONTROLLER://127.0.0.1:{}\ncontroller.listener.names=CONTROLLER\n\
              listener.security.protocol.map=CONTROLLER:SSL\nssl.client.auth=required\n\
-             controller.quorum.voters={voters}\nmetadata.log.dir={}\n{}",
+             controller.quorum.voters={voters}\nmetadata.log.dir={}\n\
+             ringraft.groups=kv:2@1,2,3\n{}",
             ports[id - 1],
             node_dir.join("data").display(),
             tls_lines(&trusted, &format!("node-{id}.pem"))
@@ -197,6 +199,47 @@ fn a_tls_quorum_commits_and_refuses_clients_without_a_trusted_certificate() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+
+    // Each group commits its leader's first record (LeaderChange) only once a follower's
+    // Fetches reached it over TLS.
+    for partition in ["0", "1"] {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !ports
+            .iter()
+            .any(|port| group_high_watermark(port, partition, &good, cwd) >= 1)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "group kv-{partition} committed nothing over TLS within 30 s:\n{}",
+                nodes[0].0.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+/// Group `kv-<partition>`'s high watermark as the node on `port` describes it (−1: it does
+/// not say, for instance because it does not lead the group).
+fn group_high_watermark(port: &u16, partition: &str, config: &str, cwd: &Path) -> i64 {
+    let bootstrap = format!("127.0.0.1:{port}");
+    let args = [
+        "quorum",
+        "describe",
+        "--status",
+        "--topic",
+        "kv",
+        "--partition",
+        partition,
+        "--bootstrap-controller",
+        &bootstrap,
+        "--command-config",
+        config,
+    ];
+    let out = run(&args, cwd);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("HighWatermark:")?.trim().parse().ok())
+        .unwrap_or(-1)
 }
 
 #[test]

@@ -128,6 +128,9 @@ pub struct PeerConnection {
     /// The peer's answer to our ApiVersions request, and the version it was read at.
     api_versions: ApiVersionsResponse,
     api_versions_version: i16,
+    /// The answer `read_answer` is reading: it belongs to this connection, so that a frame
+    /// half read when the connection failed never runs on into the next connection's bytes.
+    answer: FrameBuffer,
 }
 
 impl std::fmt::Debug for PeerConnection {
@@ -216,6 +219,7 @@ impl PeerConnection {
             broken: false,
             api_versions: ApiVersionsResponse::default(),
             api_versions_version: 0,
+            answer: FrameBuffer::new(RequestMemory::unbounded()),
         };
         conn.handshake(deadline, target).await?;
         Ok(conn)
@@ -397,11 +401,12 @@ impl PeerConnection {
         Ok(correlation_id)
     }
 
-    /// Reads the next answer frame whole into `frame`, and returns it (its header not
-    /// stripped). Cancel-safe: dropped while reading, the next call carries on with the same
-    /// frame (`read_frame`). A failure leaves the connection broken.
-    pub async fn read_answer(&mut self, frame: &mut FrameBuffer) -> Result<Bytes, PeerError> {
+    /// Reads the next answer frame whole and returns it (its header not stripped).
+    /// Cancel-safe: dropped while reading, the next call carries on with the same frame
+    /// (`read_frame`). A failure leaves the connection broken.
+    pub async fn read_answer(&mut self) -> Result<Bytes, PeerError> {
         let peer = self.peer;
+        let frame = &mut self.answer;
         match read_frame(&mut self.stream, PEER_RESPONSE_MAX_BYTES, frame).await {
             Ok(true) => Ok(Bytes::from(frame.take())),
             result => {

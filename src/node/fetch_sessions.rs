@@ -28,7 +28,6 @@ use tracing::{debug, Instrument};
 use super::handle::ExecutorInput;
 use super::metrics::SharedMetrics;
 use crate::net::fetch_session::{self, At};
-use crate::net::frame::{FrameBuffer, RequestMemory};
 use crate::net::peer::{strip_response_header, PeerConnection, Target};
 use crate::net::raft_rpc;
 use crate::net::stop::StopSignal;
@@ -154,7 +153,6 @@ async fn session_task(
         reconnect_at: Instant::now(),
         backoff: Duration::from_millis(50),
     };
-    let mut frame = FrameBuffer::new(RequestMemory::unbounded());
     loop {
         if !s.queued.is_empty() && s.conn.is_none() {
             Box::pin(s.connect(&endpoint)).await;
@@ -182,7 +180,7 @@ async fn session_task(
             let waits = futures_lite::future::or(carried, futures_lite::future::or(stopped, timer));
             match s.conn.as_mut().filter(|_| !s.in_flight.is_empty()) {
                 Some(conn) => {
-                    let answer = async { Event::Answer(conn.read_answer(&mut frame).await) };
+                    let answer = async { Event::Answer(conn.read_answer().await) };
                     futures_lite::future::or(waits, answer).await
                 }
                 None => waits.await,

@@ -83,8 +83,8 @@ impl PeerTransport {
         }
     }
 
-    /// Sends every Fetch to a node (not a bootstrap server) in the shard's session for it,
-    /// instead of on a connection of this group's own. Only for groups other than
+    /// Sends every Fetch in the shard's session for its destination (a node, or a bootstrap
+    /// server), instead of on a connection of this group's own. Only for groups other than
     /// `__cluster_metadata-0`, whose peers are all ringraft nodes.
     pub fn set_sessions(&mut self, sessions: Rc<FetchSessions>) {
         self.sessions = Some(sessions);
@@ -95,10 +95,15 @@ impl PeerTransport {
         SessionSetup {
             client_id: self.client_id.clone(),
             tls: self.tls.clone(),
-            target: self.cluster_id.clone().map(|cluster_id| Target {
-                cluster_id,
-                node_id: to,
-            }),
+            // Bootstrap servers have negative ids: the node there is not known (Kafka's rule).
+            target: self
+                .cluster_id
+                .clone()
+                .filter(|_| to >= 0)
+                .map(|cluster_id| Target {
+                    cluster_id,
+                    node_id: to,
+                }),
             request_timeout: self.request_timeout,
             read_buffer_bytes: self.read_buffer_bytes,
             metrics: self.metrics.clone(),
@@ -191,8 +196,9 @@ impl Transport for PeerTransport {
         request: Request,
     ) {
         let request = match (request, &self.sessions, &address) {
-            // Not to bootstrap servers (negative ids): the node there is not known yet.
-            (Request::Fetch(fetch), Some(sessions), Some(endpoint)) if to >= 0 => {
+            // Bootstrap lookups too (negative ids): each bootstrap server gets a session of
+            // its own, as it gets a connection of its own.
+            (Request::Fetch(fetch), Some(sessions), Some(endpoint)) => {
                 let carried = Carried {
                     id,
                     group: self.group.clone(),
