@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures_channel::mpsc;
 use futures_lite::StreamExt;
-use tracing::{debug, Instrument};
+use tracing::{debug, trace, Instrument};
 
 use super::handle::ExecutorInput;
 use super::metrics::SharedMetrics;
@@ -154,14 +154,17 @@ async fn session_task(
         backoff: Duration::from_millis(50),
     };
     loop {
-        if !s.queued.is_empty() && s.conn.is_none() {
+        // Fetches queued while the session backs off wait for the backoff to end (well within
+        // their request timeout): failed at once, their groups would send them again at once.
+        let reconnect = (!s.queued.is_empty() && s.conn.is_none()).then_some(s.reconnect_at);
+        if reconnect.is_some_and(|at| at <= Instant::now()) {
             Box::pin(s.connect(&endpoint)).await;
         }
         let due = !s.queued.is_empty() || (s.in_flight.is_empty() && !s.held.is_empty());
         if due && s.conn.is_some() {
             Box::pin(s.send()).await;
         }
-        let deadline = s.held.values().map(|h| h.deadline).min();
+        let deadline = s.held.values().map(|h| h.deadline).chain(reconnect).min();
         let event = {
             let carried = async { Event::Carried(input.next().await) };
             let stopped = async {
@@ -221,31 +224,29 @@ impl Session {
         if long_poll || self.template.is_none() {
             self.template = Some(carried.fetch.clone());
         }
+        trace!(group = %carried.group, id = carried.id, offset = carried.fetch.fetch_offset,
+            replica = carried.fetch.replica.id, wait = carried.fetch.max_wait_ms, "queued");
         self.queued.push(carried);
     }
 
-    /// Connects (once the backoff allows); fetches queued meanwhile fail at once, as a lone
-    /// Fetch to an unreachable peer does.
+    /// Connects; when it cannot, the fetches queued fail, as a lone Fetch to an unreachable
+    /// peer does, and the next attempt waits a backoff that grows with each failure.
     async fn connect(&mut self, endpoint: &Endpoint) {
-        let connected = if Instant::now() < self.reconnect_at {
-            Err("backing off".to_string())
-        } else {
-            match crate::net::resolve::resolve(endpoint).await {
-                Some(addr) => {
-                    let setup = &self.setup;
-                    let tls = setup.tls.as_ref().map(|t| (t, endpoint.host.as_str()));
-                    PeerConnection::connect_buffered(
-                        addr,
-                        &setup.client_id,
-                        setup.request_timeout,
-                        (tls, setup.target.as_ref()),
-                        setup.read_buffer_bytes,
-                    )
-                    .await
-                    .map_err(|e| e.to_string())
-                }
-                None => Err("the name does not resolve".to_string()),
+        let connected = match crate::net::resolve::resolve(endpoint).await {
+            Some(addr) => {
+                let setup = &self.setup;
+                let tls = setup.tls.as_ref().map(|t| (t, endpoint.host.as_str()));
+                PeerConnection::connect_buffered(
+                    addr,
+                    &setup.client_id,
+                    setup.request_timeout,
+                    (tls, setup.target.as_ref()),
+                    setup.read_buffer_bytes,
+                )
+                .await
+                .map_err(|e| e.to_string())
             }
+            None => Err("the name does not resolve".to_string()),
         };
         let version = connected.as_ref().ok().and_then(|conn| {
             let ours = raft_rpc::our_versions(ApiKey::FETCH);
@@ -334,6 +335,13 @@ impl Session {
             .await
         {
             Ok(correlation_id) => {
+                trace!(
+                    number,
+                    correlation_id,
+                    parts = parts.len(),
+                    held = self.held.len(),
+                    "sent"
+                );
                 self.in_flight.push_back((correlation_id, number));
                 if let Some(m) = &self.setup.metrics {
                     m.sent(ApiKey::FETCH.name(), self.version);
@@ -393,7 +401,10 @@ impl Session {
             // An answer to an earlier request is for a fetch since replaced.
             if self.held.get(&at).is_some_and(|h| h.request <= number) {
                 let held = self.held.remove(&at).expect("checked");
+                trace!(number, partition = at.1, id = held.id, "delivered");
                 deliver(held, answer);
+            } else {
+                trace!(number, partition = at.1, held = ?self.held.get(&at).map(|h| (h.id, h.request)), "dropped");
             }
         }
     }
@@ -410,6 +421,11 @@ impl Session {
 
     /// The connection is gone: every fetch it held or would carry fails.
     fn fail_all(&mut self) {
+        debug!(
+            held = self.held.len(),
+            queued = self.queued.len(),
+            "failing all"
+        );
         self.conn = None;
         self.in_flight.clear();
         for (_, held) in self.held.drain() {
@@ -521,6 +537,94 @@ mod tests {
             ExecutorInput::Peer { id: 20, result: Ok(Response::Fetch(ref r)) } if r.high_watermark == 101
         ));
         assert!(s.held.is_empty());
+    }
+
+    /// A peer that accepts connections and closes them at once (a node coming up, or going
+    /// down): each connection attempt of the session is counted.
+    fn closing_peer() -> (
+        u16,
+        std::sync::Arc<std::sync::atomic::AtomicUsize>,
+        std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (accepted, done) = (
+            std::sync::Arc::new(AtomicUsize::new(0)),
+            std::sync::Arc::new(AtomicBool::new(false)),
+        );
+        let (a, d) = (accepted.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !d.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        a.fetch_add(1, Ordering::Relaxed);
+                        drop(stream);
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                }
+            }
+        });
+        (port, accepted, done)
+    }
+
+    #[test]
+    fn fetches_sent_again_and_again_do_not_keep_a_session_from_reconnecting() {
+        use std::sync::atomic::Ordering;
+        let (port, accepted, done) = closing_peer();
+        glommio::LocalExecutorBuilder::default()
+            .spawn(move || async move {
+                let sessions = FetchSessions::new(StopSignal::default());
+                let endpoint = Endpoint {
+                    name: "CONTROLLER".into(),
+                    host: "127.0.0.1".into(),
+                    port,
+                };
+                let group = GroupKey::new("kv", 0).unwrap();
+                let fetch = FetchRequest {
+                    cluster_id: Some("c".into()),
+                    replica: crate::raft::ReplicaKey::new(2, None),
+                    max_wait_ms: 800,
+                    fetch_offset: 0,
+                    last_fetched_epoch: 0,
+                    current_leader_epoch: 1,
+                    max_bytes: 1 << 20,
+                    high_watermark: None,
+                };
+                let (tx, mut rx) = mpsc::unbounded();
+                let started = Instant::now();
+                let mut id = 0;
+                // A group whose fetch fails sends the next one at once: every 10 ms here,
+                // far more often than the session's reconnect backoff (50 → 500 ms).
+                while started.elapsed() < Duration::from_millis(1500) {
+                    let carried = Carried {
+                        id,
+                        group: group.clone(),
+                        fetch: fetch.clone(),
+                        reply: tx.clone(),
+                    };
+                    sessions.carry(1, endpoint.clone(), carried, || session().setup);
+                    id += 1;
+                    let got = rx.next().await;
+                    assert!(matches!(
+                        got,
+                        Some(ExecutorInput::Peer {
+                            result: Err(Failure::Disconnected),
+                            ..
+                        })
+                    ));
+                    glommio::timer::sleep(Duration::from_millis(10)).await;
+                }
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        done.store(true, Ordering::Relaxed);
+        // Attempts at about 0, 50, 150, 350 and 750 ms: a backoff pushed on by each fetch
+        // that came while it ran would have allowed only the first.
+        let attempts = accepted.load(Ordering::Relaxed);
+        assert!(attempts >= 3, "{attempts} connection attempts in 1.5 s");
     }
 
     #[test]

@@ -82,7 +82,10 @@ impl Held {
         while let Poll::Ready(Some((at, number, got))) = Pin::new(&mut *waiting).poll_next(cx) {
             if current.get(&at) == Some(&number) {
                 current.remove(&at);
+                tracing::trace!(partition = at.1, number, some = got.is_some(), "answered");
                 answered.push((at, got));
+            } else {
+                tracing::trace!(partition = at.1, number, current = ?current.get(&at), "stale");
             }
         }
         !answered.is_empty() || self.cut.get()
@@ -111,9 +114,17 @@ impl HeldFetches {
                 continue;
             };
             let key = (topic_id, at.partition);
+            let offset = request.fetch_offset;
             let answer = groups
                 .find(&at)
                 .and_then(|hosted| hosted.raft.submit(Call::Raft(Request::Fetch(request))));
+            tracing::trace!(
+                connection,
+                partition = at.partition,
+                offset,
+                submitted = answer.is_some(),
+                "carried"
+            );
             match answer {
                 Some(answer) => held.hold(key, answer),
                 // Not hosted here (or stopped): said at once, as a lone Fetch would hear it.
