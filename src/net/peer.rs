@@ -386,12 +386,7 @@ impl PeerConnection {
         body: &[u8],
     ) -> Result<i32, PeerError> {
         let peer = self.peer;
-        if self.broken {
-            return Err(PeerError::Closed {
-                peer,
-                reason: "an earlier request failed or was abandoned",
-            });
-        }
+        self.usable()?;
         let (correlation_id, frame) = self.request_frame(key, version, flexible_from, body);
         self.broken = true;
         write_all(&mut self.stream, &frame)
@@ -414,6 +409,18 @@ impl PeerConnection {
                 Err(frame_failure(peer, result))
             }
         }
+    }
+
+    /// Refuses a connection an earlier failure or abandoned request left at an unknown
+    /// position in its stream.
+    fn usable(&self) -> Result<(), PeerError> {
+        if self.broken {
+            return Err(PeerError::Closed {
+                peer: self.peer,
+                reason: "an earlier request failed or was abandoned",
+            });
+        }
+        Ok(())
     }
 
     /// A request frame for `body` and its correlation id (the next one).
@@ -455,12 +462,7 @@ impl PeerConnection {
         timeout: Duration,
     ) -> Result<Bytes, PeerError> {
         let peer = self.peer;
-        if self.broken {
-            return Err(PeerError::Closed {
-                peer,
-                reason: "an earlier request failed or was abandoned",
-            });
-        }
+        self.usable()?;
         // Cleared only when the answer was read whole: an error, a timeout or a dropped
         // future all leave the stream at an unknown position.
         self.broken = true;

@@ -141,18 +141,7 @@ async fn session_task(
     setup: SessionSetup,
     stop: StopSignal,
 ) {
-    let mut s = Session {
-        setup,
-        conn: None,
-        version: 0,
-        queued: Vec::new(),
-        held: HashMap::new(),
-        in_flight: VecDeque::new(),
-        sent: 0,
-        template: None,
-        reconnect_at: Instant::now(),
-        backoff: Duration::from_millis(50),
-    };
+    let mut s = Session::new(setup);
     loop {
         // Fetches queued while the session backs off wait for the backoff to end (well within
         // their request timeout): failed at once, their groups would send them again at once.
@@ -218,6 +207,21 @@ async fn session_task(
 }
 
 impl Session {
+    fn new(setup: SessionSetup) -> Session {
+        Session {
+            setup,
+            conn: None,
+            version: 0,
+            queued: Vec::new(),
+            held: HashMap::new(),
+            in_flight: VecDeque::new(),
+            sent: 0,
+            template: None,
+            reconnect_at: Instant::now(),
+            backoff: Duration::from_millis(50),
+        }
+    }
+
     fn queue(&mut self, carried: Carried) {
         // Polls take a long poll's top-level fields when there has been one.
         let long_poll = carried.fetch.max_wait_ms > 0 && carried.fetch.replica.id >= 0;
@@ -446,25 +450,22 @@ mod tests {
     use crate::protocol::request::encode_response_frame_parts;
     use crate::raft::message::{FetchResponse, Records};
 
+    fn setup() -> SessionSetup {
+        SessionSetup {
+            client_id: "raft-client-2".into(),
+            tls: None,
+            target: None,
+            request_timeout: Duration::from_secs(2),
+            read_buffer_bytes: 8192,
+            metrics: None,
+        }
+    }
+
+    /// A session that negotiated Fetch v17.
     fn session() -> Session {
         Session {
-            setup: SessionSetup {
-                client_id: "raft-client-2".into(),
-                tls: None,
-                target: None,
-                request_timeout: Duration::from_secs(2),
-                read_buffer_bytes: 8192,
-                metrics: None,
-            },
-            conn: None,
             version: 17,
-            queued: Vec::new(),
-            held: HashMap::new(),
-            in_flight: VecDeque::new(),
-            sent: 0,
-            template: None,
-            reconnect_at: Instant::now(),
-            backoff: Duration::from_millis(50),
+            ..Session::new(setup())
         }
     }
 
@@ -604,7 +605,7 @@ mod tests {
                         fetch: fetch.clone(),
                         reply: tx.clone(),
                     };
-                    sessions.carry(1, endpoint.clone(), carried, || session().setup);
+                    sessions.carry(1, endpoint.clone(), carried, setup);
                     id += 1;
                     let got = rx.next().await;
                     assert!(matches!(

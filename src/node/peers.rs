@@ -95,19 +95,21 @@ impl PeerTransport {
         SessionSetup {
             client_id: self.client_id.clone(),
             tls: self.tls.clone(),
-            // Bootstrap servers have negative ids: the node there is not known (Kafka's rule).
-            target: self
-                .cluster_id
-                .clone()
-                .filter(|_| to >= 0)
-                .map(|cluster_id| Target {
-                    cluster_id,
-                    node_id: to,
-                }),
+            target: self.target(to),
             request_timeout: self.request_timeout,
             read_buffer_bytes: self.read_buffer_bytes,
             metrics: self.metrics.clone(),
         }
+    }
+
+    /// The node a connection to `to` expects to reach (ApiVersions v5). Bootstrap servers have
+    /// negative ids: the node there is not known (Kafka's rule).
+    fn target(&self, to: i32) -> Option<Target> {
+        let cluster_id = self.cluster_id.clone().filter(|_| to >= 0)?;
+        Some(Target {
+            cluster_id,
+            node_id: to,
+        })
     }
 
     /// Reads each connection through a buffer of `bytes` (set before the first send).
@@ -155,15 +157,7 @@ impl PeerTransport {
             let (tx, rx) = mpsc::unbounded();
             let span = tracing::info_span!("peer", id = to, host = %crate::logsafe::Untrusted(&endpoint.host),
                     port = endpoint.port);
-            // Bootstrap servers have negative ids: the node there is not known (Kafka's rule).
-            let target = self
-                .cluster_id
-                .clone()
-                .filter(|_| to >= 0)
-                .map(|cluster_id| Target {
-                    cluster_id,
-                    node_id: to,
-                });
+            let target = self.target(to);
             let task = peer_task(
                 endpoint.clone(),
                 rx,
