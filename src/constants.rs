@@ -152,18 +152,11 @@ pub const GROUPS_PER_NODE_MAX: usize = 4096;
 pub const GROUP_TIMER_GRID_MS: u64 = 10;
 
 /// A group's connection to a peer that carried nothing this long is closed, and opened again
-/// on its next request (`node::peers`). A settled group keeps one busy connection (a
-/// follower's long-polling Fetch to its leader); Vote and BeginQuorumEpoch, sent once per
-/// election, and the bootstrap lookup each opened one that would otherwise stay open for
-/// good: about 10 sockets per group on each node of a 3-node cluster.
+/// on its next request (`node::peers`). A settled group's Fetches travel in its shard's
+/// session (`node::fetch_sessions`); Vote and BeginQuorumEpoch, sent once per election, open
+/// connections of the group's own that would otherwise stay open for good: about 10 sockets
+/// per group on each node of a 3-node cluster.
 pub const GROUP_PEER_IDLE_CLOSE: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Whether groups' Fetches travel in their shard's Fetch sessions (`node::fetch_sessions`).
-/// Off: with sessions, a node that followed groups of a peer killed and restarted kept some of
-/// them without answers (their followers cycled Prospective → Follower every fetch timeout);
-/// seen in the interop suite's KRR run with 64 groups and in a kill-and-restart script, not
-/// understood yet. The leader still serves sessions; nothing sends one while this is off.
-pub const GROUP_FETCH_SESSIONS: bool = false;
 
 /// The read buffer of a group's connection to a peer (group 0's is 64 KiB,
 /// `net::peer::READ_BUFFER_BYTES`). A connection's buffer is allocated whole when it opens:

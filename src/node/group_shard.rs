@@ -238,9 +238,7 @@ async fn start_group(
     let transport = executor.transport_mut();
     transport.set_idle_close(crate::constants::GROUP_PEER_IDLE_CLOSE);
     transport.set_read_buffer(crate::constants::GROUP_PEER_READ_BUFFER_BYTES);
-    if crate::constants::GROUP_FETCH_SESSIONS {
-        transport.set_sessions(sessions.clone());
-    }
+    transport.set_sessions(sessions.clone());
     executor.set_snapshot_policy(ctx.snapshot_policy);
     executor.set_append_linger_ms(ctx.append_linger_ms);
     match machine {
