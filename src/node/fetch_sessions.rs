@@ -190,7 +190,17 @@ async fn session_task(
                     s.queue(more);
                 }
             }
-            Event::Answer(Ok(bytes)) => s.answered(&bytes),
+            Event::Answer(Ok(bytes)) => {
+                if s.answered(&bytes) > 0 {
+                    // A group answered sends its next fetch in this turn of the shard (an idle
+                    // group's at once): let those go first, so that they leave in the next
+                    // request instead of a poll sent now, which they would cut short.
+                    futures_lite::future::yield_now().await;
+                    while let Ok(more) = input.try_recv() {
+                        s.queue(more);
+                    }
+                }
+            }
             Event::Answer(Err(e)) => {
                 debug!(error = %e, "the session's connection failed");
                 s.fail_all();
@@ -359,9 +369,12 @@ impl Session {
     }
 
     /// An answer: each partition's part to its group, when it answers the fetch held.
-    fn answered(&mut self, frame: &Bytes) {
+    /// An answer: each partition's part to its group, when it answers the fetch held. Returns
+    /// how many fetches it answered.
+    fn answered(&mut self, frame: &Bytes) -> usize {
         let Some((correlation_id, number)) = self.in_flight.pop_front() else {
-            return self.fail_all();
+            self.fail_all();
+            return 0;
         };
         let spec = ApiSpec {
             key: ApiKey::FETCH,
@@ -378,7 +391,8 @@ impl Session {
             });
         let Some(response) = decoded else {
             debug!("an undecodable session answer");
-            return self.fail_all();
+            self.fail_all();
+            return 0;
         };
         let deliver = |held: Held, answer| {
             let input = ExecutorInput::Peer {
@@ -394,23 +408,26 @@ impl Session {
                 .filter(|(_, h)| h.request <= number)
                 .map(|(at, _)| *at)
                 .collect();
-            for at in answered {
-                if let Some(held) = self.held.remove(&at) {
+            for at in &answered {
+                if let Some(held) = self.held.remove(at) {
                     deliver(held, error.clone());
                 }
             }
-            return;
+            return answered.len();
         }
+        let mut delivered = 0;
         for (at, answer) in fetch_session::answers(&response) {
             // An answer to an earlier request is for a fetch since replaced.
             if self.held.get(&at).is_some_and(|h| h.request <= number) {
                 let held = self.held.remove(&at).expect("checked");
                 trace!(number, partition = at.1, id = held.id, "delivered");
                 deliver(held, answer);
+                delivered += 1;
             } else {
                 trace!(number, partition = at.1, held = ?self.held.get(&at).map(|h| (h.id, h.request)), "dropped");
             }
         }
+        delivered
     }
 
     fn fail_queued(&mut self, failure: Failure) {
