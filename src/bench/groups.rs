@@ -387,6 +387,32 @@ impl Cluster {
         Ok(())
     }
 
+    /// Each group's leader among the first `nodes` nodes (an index into them), once every
+    /// group has one; a node that exited meanwhile is named with the end of its log.
+    fn leaders(&mut self, nodes: usize) -> Result<Vec<usize>, BenchError> {
+        let (children, dirs) = (&mut self.children, &self.dirs);
+        let mut running = || {
+            for (node, child) in children.iter_mut().enumerate() {
+                let Some(status) = child.as_mut().and_then(|c| c.try_wait().ok().flatten()) else {
+                    continue;
+                };
+                let log = fs::read_to_string(dirs[node].join("node.log")).unwrap_or_default();
+                let last = log
+                    .lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("");
+                return Err(format!("node {} exited ({status}): {last}", node + 1).into());
+            }
+            Ok(())
+        };
+        glommio_run(find_leaders(
+            &self.ports[..nodes],
+            &self.groups,
+            &mut running,
+        ))?
+    }
+
     fn pids(&self) -> Vec<u32> {
         self.children.iter().flatten().map(Child::id).collect()
     }
@@ -439,12 +465,17 @@ fn addr(port: u16) -> std::net::SocketAddr {
 }
 
 /// Each group's leader (an index into the nodes), asking every node which groups it leads
-/// until all have one.
-async fn find_leaders(ports: &[u16], groups: &[GroupKey]) -> Result<Vec<usize>, BenchError> {
+/// until all have one. `running` says why not when a node is gone.
+async fn find_leaders(
+    ports: &[u16],
+    groups: &[GroupKey],
+    running: &mut dyn FnMut() -> Result<(), BenchError>,
+) -> Result<Vec<usize>, BenchError> {
     let deadline = Instant::now() + LEADERS_TIMEOUT;
     let mut leaders: Vec<Option<usize>> = vec![None; groups.len()];
     let mut conns: Vec<Option<PeerConnection>> = (0..ports.len()).map(|_| None).collect();
     while leaders.iter().any(Option::is_none) {
+        running()?;
         if Instant::now() > deadline {
             let missing = leaders.iter().filter(|l| l.is_none()).count();
             return Err(format!("{missing} groups had no leader after {LEADERS_TIMEOUT:?}").into());
@@ -500,7 +531,7 @@ fn throughput(
     say: &dyn Fn(String),
 ) -> Result<(u64, Option<u64>), BenchError> {
     let mut cluster = Cluster::start(exe, dir, groups)?;
-    let leaders = glommio_run(find_leaders(&cluster.ports, &cluster.groups))??;
+    let leaders = cluster.leaders(3)?;
     let spread = (0..3).map(|n| leaders.iter().filter(|l| **l == n).count());
     say(format!(
         "  leaders per node: {:?}",
@@ -718,7 +749,7 @@ fn idle_groups(
 ) -> Result<Idle, BenchError> {
     let mut cluster = Cluster::start(exe, dir, args.idle_groups)?;
     let started = Instant::now();
-    glommio_run(find_leaders(&cluster.ports, &cluster.groups))??;
+    cluster.leaders(3)?;
     say(format!(
         "  every group has a leader after {:.1} s; settling 5 s",
         started.elapsed().as_secs_f64()
@@ -754,7 +785,7 @@ fn idle_groups(
         connections = connections.max(sockets);
     }
     // (c) One busy group among them.
-    let leaders = glommio_run(find_leaders(&cluster.ports, &cluster.groups))??;
+    let leaders = cluster.leaders(3)?;
     let busy = glommio_run(drive(
         &cluster.ports,
         &cluster.groups[..1],
@@ -796,7 +827,7 @@ fn restart(
     cluster.stop_node(NODE);
     let ports = cluster.ports.clone();
     let groups = cluster.groups.clone();
-    let leaders = glommio_run(find_leaders(&ports[..NODE], &groups))??;
+    let leaders = cluster.leaders(NODE)?;
     let marks = glommio_run(high_watermarks(&ports, &groups, &leaders))?;
     cluster.start_node(NODE)?;
     let started = Instant::now();
@@ -822,7 +853,7 @@ fn restart(
         Ok(())
     })??;
     let catch_up = started.elapsed().as_secs_f64();
-    let after = glommio_run(find_leaders(&ports, &groups))??;
+    let after = cluster.leaders(3)?;
     let changes = (0..groups.len())
         .filter(|g| before[*g] != NODE && after[*g] != before[*g])
         .count();

@@ -360,15 +360,15 @@ mod tests {
 
     #[test]
     fn a_group_is_created_only_with_descriptors_to_spare() {
-        // Three voters need about 13 while they elect, and 64 stay free for the rest.
-        assert!(open_files_fit(1_000, 3, 1_077).is_ok());
-        let e = open_files_fit(1_001, 3, 1_077).unwrap_err();
+        // Three voters need about 9 while they elect, and 64 stay free for the rest.
+        assert!(open_files_fit(1_000, 3, 1_073).is_ok());
+        let e = open_files_fit(1_001, 3, 1_073).unwrap_err();
         assert!(matches!(
             e,
             GroupControlError::OpenFiles {
                 open: 1_001,
-                needed: 13,
-                limit: 1_077
+                needed: 9,
+                limit: 1_073
             }
         ));
         assert!(e.to_string().contains("ulimit -n"), "{e}");
