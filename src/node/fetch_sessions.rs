@@ -273,14 +273,23 @@ impl Session {
                 self.version = version;
                 self.backoff = Duration::from_millis(50);
             }
-            (Ok(_), None) => self.fail_queued(Failure::UnsupportedVersion),
+            (Ok(_), None) => {
+                debug!("the peer serves no Fetch version with topic ids (13+)");
+                self.back_off();
+                self.fail_queued(Failure::UnsupportedVersion);
+            }
             (Err(e), _) => {
                 debug!(error = %e, "the session cannot connect");
-                self.reconnect_at = Instant::now() + self.backoff;
-                self.backoff = (self.backoff * 2).min(Duration::from_millis(500));
+                self.back_off();
                 self.fail_queued(Failure::Disconnected);
             }
         }
+    }
+
+    /// The next connection attempt waits, longer after each failure in a row.
+    fn back_off(&mut self) {
+        self.reconnect_at = Instant::now() + self.backoff;
+        self.backoff = (self.backoff * 2).min(Duration::from_millis(500));
     }
 
     /// Sends the queued fetches (none: a poll) in one request.
