@@ -117,8 +117,8 @@ impl Held {
                 } else {
                     self.urgent.set(true);
                 }
-                match answer_high_watermark(&got) {
-                    Some(hw) => high_watermarks.insert(at, hw),
+                match fetch_answer(&got) {
+                    Some((r, _)) => high_watermarks.insert(at, r.high_watermark),
                     None => high_watermarks.remove(&at),
                 };
                 tracing::trace!(partition = at.1, number, some = got.is_some(), "answered");
@@ -147,29 +147,24 @@ impl Held {
 /// snapshot, the high watermark it was last answered with (an idle group's parked fetch that
 /// expired).
 fn is_quiet(answer: &Option<Answer>, last_high_watermark: Option<i64>) -> bool {
+    fetch_answer(answer).is_some_and(|(r, data)| {
+        data.is_empty()
+            && matches!(r.records, Records::None)
+            && r.error == ErrorCode::NONE
+            && r.partition_error == ErrorCode::NONE
+            && r.diverging_epoch.is_none()
+            && r.snapshot_id.is_none()
+            && Some(r.high_watermark) == last_high_watermark
+    })
+}
+
+/// A group's Fetch answer and its records (anything else: a stopped executor's).
+fn fetch_answer(answer: &Option<Answer>) -> Option<(&FetchResponse, &[Bytes])> {
     match answer {
         Some(Answer::Raft {
             response: Response::Fetch(r),
             data,
-        }) => {
-            data.is_empty()
-                && matches!(r.records, Records::None)
-                && r.error == ErrorCode::NONE
-                && r.partition_error == ErrorCode::NONE
-                && r.diverging_epoch.is_none()
-                && r.snapshot_id.is_none()
-                && Some(r.high_watermark) == last_high_watermark
-        }
-        _ => false,
-    }
-}
-
-fn answer_high_watermark(answer: &Option<Answer>) -> Option<i64> {
-    match answer {
-        Some(Answer::Raft {
-            response: Response::Fetch(r),
-            ..
-        }) => Some(r.high_watermark),
+        }) => Some((r, data)),
         _ => None,
     }
 }
@@ -353,6 +348,21 @@ mod tests {
         (hosted, inputs)
     }
 
+    /// Groups kv-0 and kv-1 in a table, each with its executor's input.
+    fn two_groups() -> (
+        GroupTable,
+        [(GroupKey, mpsc::UnboundedReceiver<ExecutorInput>); 2],
+    ) {
+        let mut table = GroupTable::default();
+        let groups = [0, 1].map(|p| {
+            let key = GroupKey::new("kv", p).unwrap();
+            let (hosted, inputs) = hosted(&key);
+            table.insert(hosted);
+            (key, inputs)
+        });
+        (table, groups)
+    }
+
     fn session_request(groups: &[&GroupKey], offset: i64) -> fetch::FetchRequest {
         let fetch = FetchRequest {
             cluster_id: Some("c".into()),
@@ -434,15 +444,7 @@ mod tests {
     fn a_session_answers_what_came_and_holds_the_rest() {
         glommio::LocalExecutorBuilder::default()
             .spawn(|| async {
-                let (busy, idle) = (
-                    GroupKey::new("kv", 0).unwrap(),
-                    GroupKey::new("kv", 1).unwrap(),
-                );
-                let (busy_hosted, mut busy_in) = hosted(&busy);
-                let (idle_hosted, mut idle_in) = hosted(&idle);
-                let mut table = GroupTable::default();
-                table.insert(busy_hosted);
-                table.insert(idle_hosted);
+                let (table, [(busy, mut busy_in), (idle, mut idle_in)]) = two_groups();
                 let held = Rc::new(HeldFetches::default());
 
                 // Both fetches go to their executors; only the busy group answers.
@@ -524,15 +526,7 @@ mod tests {
     fn quiet_answers_wait_for_company_and_anything_else_goes_at_once() {
         glommio::LocalExecutorBuilder::default()
             .spawn(|| async {
-                let (a, b) = (
-                    GroupKey::new("kv", 0).unwrap(),
-                    GroupKey::new("kv", 1).unwrap(),
-                );
-                let (a_hosted, mut a_in) = hosted(&a);
-                let (b_hosted, mut b_in) = hosted(&b);
-                let mut table = GroupTable::default();
-                table.insert(a_hosted);
-                table.insert(b_hosted);
+                let (table, [(a, mut a_in), (b, mut b_in)]) = two_groups();
                 // A window long enough to tell "sent at once" from "sent after it" on a busy
                 // machine.
                 let window = Duration::from_millis(300);
