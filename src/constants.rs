@@ -151,6 +151,12 @@ pub const GROUPS_PER_NODE_MAX: usize = 4096;
 /// and 2.7–10.7 ms (median 2.8); 50 ms, 6–8 % and 3.3–48 ms.
 pub const GROUP_TIMER_GRID_MS: u64 = 10;
 
+/// How many of a raft shard's groups may campaign at once (`raft::campaigns`); a timer that
+/// finds this many campaigning looks again a fraction of an election timeout later. Enough
+/// that a shard elects hundreds of groups a second, few enough that their quorum-state writes
+/// and Vote round trips stay well inside an election timeout on one disk.
+pub const GROUP_CAMPAIGNS_PER_SHARD: usize = 32;
+
 /// A group's connection to a peer that carried nothing this long is closed, and opened again
 /// on its next request (`node::peers`). A settled group's Fetches travel in its shard's
 /// session (`node::fetch_sessions`); Vote and BeginQuorumEpoch, sent once per election, open

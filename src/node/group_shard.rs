@@ -18,6 +18,15 @@ use super::{raft_shard, ShardContext, ShardError, LOG_TARGET};
 use crate::config::Role;
 use crate::net::stop::StopSignal;
 use crate::protocol::group::GroupKey;
+use crate::raft::campaigns::CampaignGate;
+
+/// What a shard's groups share: the Fetch sessions to each leader node, and the bound on
+/// how many of them campaign at once (`raft::campaigns`).
+#[derive(Clone)]
+pub(super) struct ShardShared {
+    sessions: Rc<super::fetch_sessions::FetchSessions>,
+    campaigns: CampaignGate,
+}
 
 /// The executors of the groups homed on this shard, by group.
 pub(super) type GroupTasks = Rc<RefCell<HashMap<GroupKey, RaftTask>>>;
@@ -29,8 +38,12 @@ pub(super) async fn start_groups(
     stop: &StopSignal,
 ) -> Result<GroupTasks, ShardError> {
     let tasks = GroupTasks::default();
-    // One Fetch session per leader node for all of this shard's groups.
-    let sessions = super::fetch_sessions::FetchSessions::new(stop.clone());
+    // One Fetch session per leader node for all of this shard's groups, and one bound on
+    // their campaigns.
+    let shared = ShardShared {
+        sessions: super::fetch_sessions::FetchSessions::new(stop.clone()),
+        campaigns: CampaignGate::new(crate::constants::GROUP_CAMPAIGNS_PER_SHARD),
+    };
     let table = ctx.groups.snapshot();
     for hosted in table.homed_on(ctx.index) {
         let start = ctx
@@ -41,7 +54,7 @@ pub(super) async fn start_groups(
         let Some(start) = start else {
             continue;
         };
-        let task = start_group(ctx, hosted, start, (stop, &sessions)).await?;
+        let task = start_group(ctx, hosted, start, (stop, &shared)).await?;
         tasks.borrow_mut().insert(hosted.key.clone(), task);
     }
     if ctx.roles.contains(&Role::Raft) {
@@ -60,7 +73,7 @@ pub(super) async fn start_groups(
                 ctx.clone(),
                 commands,
                 tasks.clone(),
-                (stop.clone(), sessions.clone()),
+                (stop.clone(), shared.clone()),
             );
             glommio::spawn_local(serve.in_current_span()).detach();
         }
@@ -93,7 +106,7 @@ async fn serve_commands(
     ctx: ShardContext,
     mut commands: futures_channel::mpsc::UnboundedReceiver<GroupCommand>,
     tasks: GroupTasks,
-    (stop, sessions): (StopSignal, Rc<super::fetch_sessions::FetchSessions>),
+    (stop, shared): (StopSignal, ShardShared),
 ) {
     loop {
         let next = futures_lite::future::or(commands.next(), async {
@@ -109,7 +122,7 @@ async fn serve_commands(
                 start,
                 reply,
             } => {
-                let answer = match start_group(&ctx, &hosted, *start, (&stop, &sessions)).await {
+                let answer = match start_group(&ctx, &hosted, *start, (&stop, &shared)).await {
                     Ok(task) => {
                         info!(target: LOG_TARGET, group = %hosted.key, "group created");
                         tasks.borrow_mut().insert(hosted.key.clone(), task);
@@ -205,7 +218,7 @@ async fn start_group(
     ctx: &ShardContext,
     hosted: &Hosted,
     start: super::groups::GroupStart,
-    (stop, sessions): (&StopSignal, &Rc<super::fetch_sessions::FetchSessions>),
+    (stop, shared): (&StopSignal, &ShardShared),
 ) -> Result<RaftTask, ShardError> {
     let super::groups::GroupStart {
         setup,
@@ -238,9 +251,11 @@ async fn start_group(
     let transport = executor.transport_mut();
     transport.set_idle_close(crate::constants::GROUP_PEER_IDLE_CLOSE);
     transport.set_read_buffer(crate::constants::GROUP_PEER_READ_BUFFER_BYTES);
-    transport.set_sessions(sessions.clone());
+    transport.set_sessions(shared.sessions.clone());
     executor.set_snapshot_policy(ctx.snapshot_policy);
     executor.set_append_linger_ms(ctx.append_linger_ms);
+    let gate = shared.campaigns.clone();
+    executor.raft().borrow_mut().set_campaign_gate(gate);
     match machine {
         Some(machine) => executor.set_state_machine(machine),
         // No state machine: take the leader's snapshots so that retention bounds the log.

@@ -441,6 +441,10 @@ pub struct Raft {
     pub(super) transfer_outcomes: Vec<(u64, super::transfer::TransferOutcome)>,
     /// Taking the leader's snapshots when this node writes none (`adopt`).
     pub(super) adoption: super::adopt::Adoption,
+    /// The shard's bound on campaigns at once (`campaigns`), and this replica's place in it
+    /// while Prospective or Candidate.
+    pub(super) campaign_gate: Option<super::campaigns::CampaignGate>,
+    pub(super) campaign_lease: Option<super::campaigns::CampaignLease>,
 }
 
 impl Raft {
@@ -499,6 +503,8 @@ impl Raft {
             transfer: None,
             transfer_outcomes: Vec::new(),
             adoption: Default::default(),
+            campaign_gate: None,
+            campaign_lease: None,
         };
         raft.initialize(stored.unwrap_or(ElectionState::unattached(0)));
         raft
@@ -1030,6 +1036,9 @@ impl Raft {
         } else {
             self.role = role;
         }
+        if !matches!(self.role, Role::Prospective(_) | Role::Candidate(_)) {
+            self.campaign_lease = None;
+        }
         // Requests of an earlier state are forgotten, except Fetches to bootstrap servers in
         // this same epoch: when one of them is the leader we now follow, its answer is as good
         // as the leader's own (KAFKA-20514), and it may be the only one that can reach us.
@@ -1471,11 +1480,11 @@ impl Raft {
         }
         match &self.role {
             Role::Unattached(s) if s.election_deadline <= now => {
-                if self.may_campaign() && !self.shutting_down && self.campaign_allowed() {
+                if self.may_campaign() && !self.shutting_down && self.start_campaign() {
                     self.become_prospective();
                 } else {
                     let deadline = if self.may_campaign() {
-                        self.witness_recheck_deadline()
+                        self.campaign_recheck_deadline()
                     } else {
                         self.random_election_deadline(now)
                     };
@@ -1494,12 +1503,12 @@ impl Raft {
                     // An observer lost its leader: look for it through the bootstrap servers.
                     let epoch = self.epoch;
                     self.become_unattached(epoch, None);
-                } else if self.campaign_allowed() {
+                } else if self.start_campaign() {
                     self.become_prospective();
                 } else {
                     // A witness keeps fetching from the leader it lost, and now grants
                     // pre-votes: the others may elect whom they like.
-                    let deadline = self.witness_recheck_deadline();
+                    let deadline = self.campaign_recheck_deadline();
                     if let Role::Follower(s) = &mut self.role {
                         s.has_fetched = false;
                         s.fetch_deadline = deadline;
@@ -1509,10 +1518,10 @@ impl Raft {
             Role::Resigned(s) if s.election_deadline <= now => {
                 let epoch = self.epoch.saturating_add(1);
                 self.become_unattached(epoch, None);
-                if self.may_campaign() && !self.shutting_down && self.campaign_allowed() {
+                if self.may_campaign() && !self.shutting_down && self.start_campaign() {
                     self.become_prospective();
                 } else if self.may_campaign() {
-                    let deadline = self.witness_recheck_deadline();
+                    let deadline = self.campaign_recheck_deadline();
                     if let Role::Unattached(s) = &mut self.role {
                         s.election_deadline = deadline;
                     }

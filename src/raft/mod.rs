@@ -16,7 +16,7 @@
 //! | start | Follower(e, L) | quorum-state names leader L, a voter | (already) |
 //! | start | Unattached(log's last epoch) | quorum-state epoch below the log's | yes |
 //! | start, only voter | Candidate(e+1) → Leader | immediately | yes |
-//! | Unattached | Prospective(e) | election timeout, voter | no |
+//! | Unattached | Prospective(e) | election timeout, voter (a group: its shard's `campaigns` gate has room) | no |
 //! | Unattached | Unattached+voted(e) | grants a standard vote | yes, before the answer |
 //! | Prospective | Candidate(e+1) | majority of pre-votes, or a peer without Vote v2 | yes |
 //! | Prospective | Follower(e, L) / Unattached(e) | lost or timed out, leader known / unknown | no |
@@ -33,6 +33,7 @@
 //! (we never lead or vote there). Nothing a peer sends stops the replica.
 
 pub mod adopt;
+pub mod campaigns;
 pub mod core;
 pub mod election;
 pub mod fence;
