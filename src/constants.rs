@@ -158,10 +158,10 @@ pub const GROUP_TIMER_GRID_MS: u64 = 10;
 pub const GROUP_CAMPAIGNS_PER_SHARD: usize = 32;
 
 /// A group's connection to a peer that carried nothing this long is closed, and opened again
-/// on its next request (`node::peers`). A settled group's Fetches travel in its shard's
-/// session (`node::fetch_sessions`); Vote and BeginQuorumEpoch, sent once per election, open
-/// connections of the group's own that would otherwise stay open for good: about 10 sockets
-/// per group on each node of a 3-node cluster.
+/// on its next request (`node::peers`). A group's Fetches travel in its shard's session
+/// (`node::fetch_sessions`) and its Votes and epoch RPCs in the shard's batching links
+/// (`node::rpc_batches`); what is left (voter changes, bootstrap lookups) is rare, and would
+/// otherwise keep a socket per group and peer open for good.
 pub const GROUP_PEER_IDLE_CLOSE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The read buffer of a group's connection to a peer (group 0's is 64 KiB,

@@ -7,6 +7,7 @@ pub mod fetch_session;
 pub mod frame;
 pub mod frame_out;
 pub mod peer;
+pub mod raft_batch;
 pub mod raft_rpc;
 pub mod resolve;
 pub mod server;

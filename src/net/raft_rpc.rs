@@ -476,28 +476,10 @@ pub fn encode_response(
         }
         // The runtime answers ApiVersions itself; the core never responds with one.
         Response::ApiVersions(_) => debug_assert!(false, "ApiVersions is not a core response"),
-        Response::Vote(r) => vote::VoteResponse {
-            error_code: r.error,
-            topics: if r.error == ErrorCode::NONE {
-                vec![vote::VoteResponseTopicData {
-                    topic_name: group.topic().into(),
-                    partitions: vec![vote::VoteResponsePartitionData {
-                        partition_index: group.partition(),
-                        error_code: r.partition_error,
-                        leader_id: r.leader_id,
-                        leader_epoch: r.leader_epoch,
-                        vote_granted: r.vote_granted,
-                    }],
-                }]
-            } else {
-                vec![]
-            },
-            node_endpoints: node_endpoints(r.leader_id, &r.leader_endpoints),
-        }
-        .encode(w, version),
-        Response::BeginQuorumEpoch(r) => epoch_response(group, r).encode(w, version),
+        Response::Vote(r) => vote_response(at(group), r).encode(w, version),
+        Response::BeginQuorumEpoch(r) => epoch_response(at(group), r).encode(w, version),
         Response::EndQuorumEpoch(r) => {
-            let b = epoch_response(group, r);
+            let b = epoch_response(at(group), r);
             eqe::EndQuorumEpochResponse {
                 error_code: b.error_code,
                 topics: b.topics,
@@ -513,14 +495,48 @@ pub fn encode_response(
     }
 }
 
-fn epoch_response(group: &GroupKey, r: &EpochResponse) -> bqe::BeginQuorumEpochResponse {
+/// A group's partition as Vote and the epoch RPCs name it: topic name and index.
+pub(crate) fn at(group: &GroupKey) -> (&str, i32) {
+    (group.topic(), group.partition())
+}
+
+/// Vote's answer on the wire for the partition `(topic, partition)`.
+pub(crate) fn vote_response(
+    (topic, partition): (&str, i32),
+    r: &VoteResponse,
+) -> vote::VoteResponse {
+    vote::VoteResponse {
+        error_code: r.error,
+        topics: if r.error == ErrorCode::NONE {
+            vec![vote::VoteResponseTopicData {
+                topic_name: topic.into(),
+                partitions: vec![vote::VoteResponsePartitionData {
+                    partition_index: partition,
+                    error_code: r.partition_error,
+                    leader_id: r.leader_id,
+                    leader_epoch: r.leader_epoch,
+                    vote_granted: r.vote_granted,
+                }],
+            }]
+        } else {
+            vec![]
+        },
+        node_endpoints: node_endpoints(r.leader_id, &r.leader_endpoints),
+    }
+}
+
+/// BeginQuorumEpoch's answer on the wire (EndQuorumEpoch's has the same fields).
+pub(crate) fn epoch_response(
+    (topic, partition): (&str, i32),
+    r: &EpochResponse,
+) -> bqe::BeginQuorumEpochResponse {
     bqe::BeginQuorumEpochResponse {
         error_code: r.error,
         topics: if r.error == ErrorCode::NONE {
             vec![bqe::BeginQuorumEpochResponseTopicData {
-                topic_name: group.topic().into(),
+                topic_name: topic.into(),
                 partitions: vec![bqe::BeginQuorumEpochResponsePartitionData {
-                    partition_index: group.partition(),
+                    partition_index: partition,
                     error_code: r.partition_error,
                     leader_id: r.leader_id,
                     leader_epoch: r.leader_epoch,
@@ -668,47 +684,58 @@ pub fn encode_request(group: &GroupKey, request: &Request, version: i16, w: &mut
         .encode(w, version),
         // Answered from the connection's own ApiVersions exchange (the peer task).
         Request::ApiVersions => debug_assert!(false, "ApiVersions is not encoded here"),
-        Request::Vote(r) => vote::VoteRequest {
-            cluster_id: r.cluster_id.clone(),
-            voter_id: r.voter.id,
-            topics: vec![vote::VoteTopicData {
-                topic_name: topic(),
-                partitions: vec![vote::VotePartitionData {
-                    partition_index: group.partition(),
-                    replica_epoch: r.replica_epoch,
-                    replica_id: r.candidate.id,
-                    replica_directory_id: r.candidate.wire_directory_id(),
-                    voter_directory_id: r.voter.wire_directory_id(),
-                    last_offset_epoch: r.last_offset_epoch,
-                    last_offset: r.last_offset,
-                    pre_vote: r.pre_vote,
-                }],
-            }],
-        }
-        .encode(w, version),
-        Request::BeginQuorumEpoch(r) => bqe::BeginQuorumEpochRequest {
-            cluster_id: r.cluster_id.clone(),
-            voter_id: r.voter.id,
-            topics: vec![bqe::BeginQuorumEpochTopicData {
-                topic_name: topic(),
-                partitions: vec![bqe::BeginQuorumEpochPartitionData {
-                    partition_index: group.partition(),
-                    voter_directory_id: r.voter.wire_directory_id(),
-                    leader_id: r.leader_id,
-                    leader_epoch: r.leader_epoch,
-                }],
-            }],
-            leader_endpoints: wire_endpoints(&r.leader_endpoints),
-        }
-        .encode(w, version),
+        Request::Vote(r) => vote_request(group, r).encode(w, version),
+        Request::BeginQuorumEpoch(r) => begin_quorum_epoch_request(group, r).encode(w, version),
         Request::EndQuorumEpoch(r) => end_quorum_epoch_request(group, r).encode(w, version),
         Request::Fetch(r) => fetch_request(group, r, version).encode(w, version),
         Request::FetchSnapshot(r) => fetch_snapshot_request(group, r).encode(w, version),
     }
 }
 
+/// Vote on the wire for the group's partition.
+pub(crate) fn vote_request(group: &GroupKey, r: &m::VoteRequest) -> vote::VoteRequest {
+    vote::VoteRequest {
+        cluster_id: r.cluster_id.clone(),
+        voter_id: r.voter.id,
+        topics: vec![vote::VoteTopicData {
+            topic_name: group.topic().to_string(),
+            partitions: vec![vote::VotePartitionData {
+                partition_index: group.partition(),
+                replica_epoch: r.replica_epoch,
+                replica_id: r.candidate.id,
+                replica_directory_id: r.candidate.wire_directory_id(),
+                voter_directory_id: r.voter.wire_directory_id(),
+                last_offset_epoch: r.last_offset_epoch,
+                last_offset: r.last_offset,
+                pre_vote: r.pre_vote,
+            }],
+        }],
+    }
+}
+
+/// BeginQuorumEpoch on the wire for the group's partition.
+pub(crate) fn begin_quorum_epoch_request(
+    group: &GroupKey,
+    r: &m::BeginQuorumEpochRequest,
+) -> bqe::BeginQuorumEpochRequest {
+    bqe::BeginQuorumEpochRequest {
+        cluster_id: r.cluster_id.clone(),
+        voter_id: r.voter.id,
+        topics: vec![bqe::BeginQuorumEpochTopicData {
+            topic_name: group.topic().to_string(),
+            partitions: vec![bqe::BeginQuorumEpochPartitionData {
+                partition_index: group.partition(),
+                voter_directory_id: r.voter.wire_directory_id(),
+                leader_id: r.leader_id,
+                leader_epoch: r.leader_epoch,
+            }],
+        }],
+        leader_endpoints: wire_endpoints(&r.leader_endpoints),
+    }
+}
+
 /// EndQuorumEpoch on the wire for the group's partition.
-fn end_quorum_epoch_request(
+pub(crate) fn end_quorum_epoch_request(
     group: &GroupKey,
     r: &m::EndQuorumEpochRequest,
 ) -> eqe::EndQuorumEpochRequest {
@@ -833,15 +860,7 @@ pub fn decode_response(
         ApiKey::VOTE => {
             let v = vote::VoteResponse::decode(&mut r, version, body).map_err(err)?;
             let p = single(group, &v.topics, |t| name(&t.topic_name), |t| &t.partitions);
-            let leader_id = p.map_or(-1, |p| p.leader_id);
-            Response::Vote(VoteResponse {
-                error: shape_error(v.error_code, p.is_some()),
-                partition_error: p.map_or(ErrorCode::NONE, |p| p.error_code),
-                leader_id,
-                leader_epoch: p.map_or(-1, |p| p.leader_epoch),
-                vote_granted: p.is_some_and(|p| p.vote_granted),
-                leader_endpoints: leader_from_nodes(leader_id, &v.node_endpoints),
-            })
+            Response::Vote(core_vote_response(&v, p))
         }
         ApiKey::BEGIN_QUORUM_EPOCH => {
             let b = bqe::BeginQuorumEpochResponse::decode(&mut r, version, body).map_err(err)?;
@@ -979,6 +998,23 @@ fn shape_error(top: ErrorCode, has_partition: bool) -> ErrorCode {
     }
 }
 
+/// The core's Vote answer from the wire's, for the group whose partition is `p` (none: not
+/// in the answer).
+pub(crate) fn core_vote_response(
+    v: &vote::VoteResponse,
+    p: Option<&vote::VoteResponsePartitionData>,
+) -> VoteResponse {
+    let leader_id = p.map_or(-1, |p| p.leader_id);
+    VoteResponse {
+        error: shape_error(v.error_code, p.is_some()),
+        partition_error: p.map_or(ErrorCode::NONE, |p| p.error_code),
+        leader_id,
+        leader_epoch: p.map_or(-1, |p| p.leader_epoch),
+        vote_granted: p.is_some_and(|p| p.vote_granted),
+        leader_endpoints: leader_from_nodes(leader_id, &v.node_endpoints),
+    }
+}
+
 fn core_epoch_response(
     group: &GroupKey,
     error: ErrorCode,
@@ -986,6 +1022,16 @@ fn core_epoch_response(
     nodes: &[NodeEndpoint],
 ) -> EpochResponse {
     let p = single(group, topics, |t| name(&t.topic_name), |t| &t.partitions);
+    core_epoch_part(error, p, nodes)
+}
+
+/// The core's BeginQuorumEpoch or EndQuorumEpoch answer from the wire's, for the group whose
+/// partition is `p` (none: not in the answer).
+pub(crate) fn core_epoch_part(
+    error: ErrorCode,
+    p: Option<&bqe::BeginQuorumEpochResponsePartitionData>,
+    nodes: &[NodeEndpoint],
+) -> EpochResponse {
     let leader_id = p.map_or(-1, |p| p.leader_id);
     EpochResponse {
         error: shape_error(error, p.is_some()),

@@ -20,11 +20,13 @@ use crate::net::stop::StopSignal;
 use crate::protocol::group::GroupKey;
 use crate::raft::campaigns::CampaignGate;
 
-/// What a shard's groups share: the Fetch sessions to each leader node, and the bound on
+/// What a shard's groups share: the Fetch sessions to each leader node, the links that batch
+/// their Votes and epoch RPCs to each peer, and the bound on
 /// how many of them campaign at once (`raft::campaigns`).
 #[derive(Clone)]
 pub(super) struct ShardShared {
     sessions: Rc<super::fetch_sessions::FetchSessions>,
+    batches: Rc<super::rpc_batches::RpcBatches>,
     campaigns: CampaignGate,
 }
 
@@ -42,6 +44,7 @@ pub(super) async fn start_groups(
     // their campaigns.
     let shared = ShardShared {
         sessions: super::fetch_sessions::FetchSessions::new(stop.clone()),
+        batches: super::rpc_batches::RpcBatches::new(stop.clone()),
         campaigns: CampaignGate::new(crate::constants::GROUP_CAMPAIGNS_PER_SHARD),
     };
     let table = ctx.groups.snapshot();
@@ -252,6 +255,7 @@ async fn start_group(
     transport.set_idle_close(crate::constants::GROUP_PEER_IDLE_CLOSE);
     transport.set_read_buffer(crate::constants::GROUP_PEER_READ_BUFFER_BYTES);
     transport.set_sessions(shared.sessions.clone());
+    transport.set_batches(shared.batches.clone());
     executor.set_snapshot_policy(ctx.snapshot_policy);
     executor.set_append_linger_ms(ctx.append_linger_ms);
     let gate = shared.campaigns.clone();

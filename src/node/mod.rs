@@ -31,6 +31,7 @@ pub mod publish;
 pub mod raft_shard;
 pub mod raft_storage;
 pub mod route;
+pub mod rpc_batches;
 mod shard;
 mod startup;
 mod stop;

@@ -3,12 +3,11 @@
 //! address changes), sending requests in order, one at a time, and handing every answer or
 //! failure back to the executor's input stream (docs/raft.md §9: a disconnect is a failure).
 //!
-//! A group's transport (not group 0's) closes a connection that carried nothing for
-//! `constants::GROUP_PEER_IDLE_CLOSE` and opens it again on the next request: a settled
-//! group uses one connection (a follower's to its leader), while Vote, BeginQuorumEpoch and
-//! the bootstrap lookup each opened one of their own that would otherwise stay open. A group's
-//! Fetches to a node do not use these connections at all: they go in the shard's session
-//! for that node (`set_sessions`, `node::fetch_sessions`).
+//! A group's transport (not group 0's) sends its Fetches to a node in the shard's session for
+//! that node (`set_sessions`, `node::fetch_sessions`), and its Vote, BeginQuorumEpoch and
+//! EndQuorumEpoch in the shard's batching link to it (`set_batches`, `node::rpc_batches`).
+//! What is left on connections of its own (voter changes, the bootstrap lookup) is closed
+//! once idle for `constants::GROUP_PEER_IDLE_CLOSE` and opened again on the next request.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashSet};
@@ -23,6 +22,7 @@ use super::executor::Transport;
 use super::fetch_sessions::{Carried, FetchSessions, SessionSetup};
 use super::handle::ExecutorInput;
 use super::metrics::SharedMetrics;
+use super::rpc_batches::{batched, Batched, RpcBatches};
 use crate::net::peer::{PeerConnection, Target};
 use crate::net::raft_rpc;
 use crate::net::tls::Tls;
@@ -53,6 +53,8 @@ pub struct PeerTransport {
     read_buffer_bytes: usize,
     /// The shard's Fetch sessions, which carry this group's Fetches (`set_sessions`).
     sessions: Option<Rc<FetchSessions>>,
+    /// The shard's batching links, which carry this group's Votes and epoch RPCs.
+    batches: Option<Rc<RpcBatches>>,
 }
 
 /// A connection task and the endpoint it was started for.
@@ -80,6 +82,7 @@ impl PeerTransport {
             idle_close: None,
             read_buffer_bytes: crate::net::peer::READ_BUFFER_BYTES,
             sessions: None,
+            batches: None,
         }
     }
 
@@ -88,6 +91,13 @@ impl PeerTransport {
     /// `__cluster_metadata-0`, whose peers are all ringraft nodes.
     pub fn set_sessions(&mut self, sessions: Rc<FetchSessions>) {
         self.sessions = Some(sessions);
+    }
+
+    /// Sends every Vote, BeginQuorumEpoch and EndQuorumEpoch to a node in the shard's link to
+    /// it, batched with the other groups' (`node::rpc_batches`). Only for groups other than
+    /// `__cluster_metadata-0`.
+    pub fn set_batches(&mut self, batches: Rc<RpcBatches>) {
+        self.batches = Some(batches);
     }
 
     /// How the shard's session to `to` connects, when this transport starts it.
@@ -202,6 +212,20 @@ impl Transport for PeerTransport {
                 sessions.carry(to, endpoint.clone(), carried, || self.session_setup(to));
                 return;
             }
+            (request, _, Some(endpoint)) if to >= 0 && batched(&request) => match &self.batches {
+                Some(batches) => {
+                    let batched = Batched {
+                        id,
+                        group: self.group.clone(),
+                        request,
+                        reply: self.to_executor.clone(),
+                    };
+                    let setup = || self.session_setup(to);
+                    batches.carry(to, endpoint.clone(), batched, setup);
+                    return;
+                }
+                None => request,
+            },
             (request, _, _) => request,
         };
         let sent = address.is_some_and(|endpoint| {

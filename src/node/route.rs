@@ -27,7 +27,7 @@ use crate::fetch::shard::Serving;
 use crate::net::dispatch::{PeerClass, RaftCall, Served, Service};
 use crate::net::fetch_session;
 use crate::net::frame_out::{Chunk, Frame, LocalFrame};
-use crate::net::raft_rpc;
+use crate::net::{raft_batch, raft_rpc};
 use crate::protocol::group::GroupKey;
 use crate::protocol::request::encode_response_frame;
 use crate::protocol::{ApiKey, ErrorCode, RequestBody, Writer};
@@ -211,7 +211,17 @@ impl Service for NodeService {
                 let frame = self.sessions.serve(&groups, connection, &to, &r).await;
                 return Some(served(frame));
             }
-            body => body,
+            // Group 0's requests are Kafka's: one partition, or INVALID_REQUEST.
+            body => match raft_batch::split(&body) {
+                Some(parts)
+                    if !parts
+                        .iter()
+                        .any(|p| p.topic == GroupKey::metadata().topic()) =>
+                {
+                    return Some(served(self.serve_batch(&groups, &to, version, parts).await))
+                }
+                _ => body,
+            },
         };
         let request = match decode(body, version, &groups) {
             Routed::Call(Call::Raft(request)) => request,
@@ -287,6 +297,37 @@ impl Service for NodeService {
 }
 
 impl NodeService {
+    /// A Vote, BeginQuorumEpoch or EndQuorumEpoch naming many groups (`net::raft_batch`): each
+    /// part goes to its group's executor as a lone request would, all at once, and their
+    /// answers make one.
+    async fn serve_batch(
+        &self,
+        groups: &GroupTable,
+        to: &ReplyTo,
+        version: i16,
+        parts: Vec<raft_batch::Part>,
+    ) -> LocalFrame {
+        let asked = parts.iter().map(|part| async move {
+            let answer = match decode(part.body.clone(), version, groups) {
+                Routed::Group(hosted, call) => hosted.raft.request(call).await,
+                Routed::Call(call @ Call::Raft(_)) => self.raft.request(call).await,
+                _ => None,
+            };
+            match answer {
+                Some(Answer::Raft { response, .. }) => Some(response),
+                _ => None,
+            }
+        });
+        let answers = futures_util::future::join_all(asked).await;
+        let answered: Vec<(&raft_batch::Part, Option<Response>)> =
+            parts.iter().zip(answers).collect();
+        LocalFrame::whole(encode_response_frame(
+            to.correlation_id,
+            to.response_header_version,
+            |w| raft_batch::combine(to.key, to.version, &answered, w),
+        ))
+    }
+
     /// Through the executor's door; `None` once the raft shard has stopped.
     async fn raft_shard(&self, to: &ReplyTo, call: Call) -> Option<LocalFrame> {
         let answer = self.raft.request(call).await?;
