@@ -258,6 +258,18 @@ fn declared_groups_elect_replicate_and_recover_on_their_own() {
         (hosted == 3 && leading == 2).then_some(())
     });
     assert!(counted.is_some(), "{}", metrics(admin));
+    // And their campaign bound: three groups never fill it.
+    let text = metrics(admin);
+    assert!(text.contains("ringraft_shard_group_campaigns{"), "{text}");
+    assert!(
+        text.contains("ringraft_shard_group_campaigns_refused_total{"),
+        "{text}"
+    );
+    assert_eq!(
+        sum(&text, "ringraft_shard_group_campaigns_refused_total{"),
+        0,
+        "{text}"
+    );
     group_series(admin);
     let log = c.nodes[0].as_ref().unwrap().log_text();
     for group in ["orders-0", "orders-1", "solo-0"] {

@@ -295,6 +295,19 @@ pub fn split(body: &RequestBody) -> Option<Vec<Part>> {
 /// Encodes one answer to a batch of `api` from its parts' answers, in the parts' order. A part
 /// answered with a top-level error (or not at all: `None`) carries it as its partition's error.
 pub fn combine(api: ApiKey, version: i16, answers: &[(&Part, Option<Response>)], w: &mut Writer) {
+    // A top-level error every part shares (a wrong cluster id) is the request's: said at the
+    // top, as a lone request hears it. Not INVALID_REQUEST, which at the top says "no
+    // batches here" (`node::rpc_batches`).
+    let top = |a: &Option<Response>| a.as_ref().map(|r| r.errors().0);
+    let shared = answers.first().and_then(|(_, a)| top(a)).filter(|e| {
+        *e != ErrorCode::NONE
+            && *e != ErrorCode::INVALID_REQUEST
+            && answers.iter().all(|(_, a)| top(a) == Some(*e))
+    });
+    if let Some(error) = shared {
+        raft_rpc::encode_top_level_error(api, version, error, w);
+        return;
+    }
     let mut nodes: Vec<NodeEndpoint> = Vec::new();
     let mut add_nodes = |more: Vec<NodeEndpoint>| {
         for n in more {
@@ -582,5 +595,25 @@ mod tests {
                 Response::BeginQuorumEpoch(epoch(9))
             ]
         );
+
+        // Every part refused for the request's cluster id: each group hears it at the top, as
+        // a lone request does (and logs that the peer is of another cluster).
+        let wrong = EpochResponse {
+            error: ErrorCode::INCONSISTENT_CLUSTER_ID,
+            leader_id: -1,
+            leader_epoch: -1,
+            ..epoch(0)
+        };
+        let answers = vec![
+            (&parts[0], Some(Response::BeginQuorumEpoch(wrong.clone()))),
+            (&parts[1], Some(Response::BeginQuorumEpoch(wrong))),
+        ];
+        let mut w = Writer::new();
+        combine(ApiKey::BEGIN_QUORUM_EPOCH, 1, &answers, &mut w);
+        let body = Bytes::from(w.into_vec());
+        let heard = decode(ApiKey::BEGIN_QUORUM_EPOCH, 1, &body, &groups[..2]).unwrap();
+        assert!(heard
+            .iter()
+            .all(|r| r.errors() == (ErrorCode::INCONSISTENT_CLUSTER_ID, ErrorCode::NONE)));
     }
 }

@@ -62,7 +62,8 @@ pub(super) async fn start_groups(
     }
     if ctx.roles.contains(&Role::Raft) {
         let (groups, metrics) = (ctx.groups.clone(), ctx.metrics.clone());
-        let keep = super::groups::groups_pass(groups, ctx.index, ctx.node_id, metrics);
+        let on = (ctx.index, shared.campaigns.clone());
+        let keep = super::groups::groups_pass(groups, on, ctx.node_id, metrics);
         let until = stop.clone();
         let task = async move { futures_lite::future::or(keep, until.wait()).await };
         glommio::spawn_local(task.in_current_span()).detach();

@@ -305,18 +305,30 @@ pub fn prepare(
 pub const GROUPS_PASS: Duration = Duration::from_secs(10);
 
 /// On each raft shard with groups, every `GROUPS_PASS`: counts the groups homed here and
-/// those this node leads (`ringraft_shard_groups*`), and hands each group it leads that
+/// those this node leads (`ringraft_shard_groups*`), samples the shard's campaign bound
+/// (`ringraft_shard_group_campaigns*`), and hands each group it leads that
 /// prefers another voter, which has everything committed, to that voter
 /// (`RaftHandle::transfer_leadership`). One group at a time, so a shard with thousands of
 /// groups sends at most one transfer at once; nothing when settled but the pass itself.
 pub async fn groups_pass(
     groups: SharedGroups,
-    shard: usize,
+    (shard, campaigns): (usize, crate::raft::campaigns::CampaignGate),
     local_id: i32,
     metrics: super::metrics::SharedMetrics,
 ) {
     let labels = super::metrics::shard_labels(shard);
+    let mut refused = 0;
     loop {
+        let now_refused = campaigns.refused();
+        metrics
+            .shard_group_campaigns_refused
+            .get_or_create(&labels)
+            .inc_by(now_refused - refused);
+        refused = now_refused;
+        metrics
+            .shard_group_campaigns
+            .get_or_create(&labels)
+            .set(campaigns.active() as i64);
         let (mut hosted_here, mut leading) = (0, 0);
         let table = groups.snapshot();
         for hosted in table.homed_on(shard) {

@@ -109,6 +109,10 @@ pub struct Metrics {
     /// number of groups).
     pub shard_groups: Family<Labels, Gauge>,
     pub shard_groups_leading: Family<Labels, Gauge>,
+    /// Per raft shard: its groups campaigning now, and the timer campaigns its bound held
+    /// back (`raft::campaigns`; sampled every `groups::GROUPS_PASS`).
+    pub shard_group_campaigns: Family<Labels, Gauge>,
+    pub shard_group_campaigns_refused: Family<Labels, Counter>,
     /// Per raft shard, the latency histograms of its groups together (`metrics::groups`).
     group_histograms: groups::GroupHistograms,
     /// Per group, for the busiest groups and those a scrape names.
@@ -177,6 +181,8 @@ impl Metrics {
             group_home: Family::default(),
             shard_groups: Family::default(),
             shard_groups_leading: Family::default(),
+            shard_group_campaigns: Family::default(),
+            shard_group_campaigns_refused: Family::default(),
             group_histograms: groups::GroupHistograms::default(),
             group_gauges: groups::GroupGaugeFamilies::default(),
             stalls: Family::default(),

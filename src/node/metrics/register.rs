@@ -241,5 +241,15 @@ fn register_groups(r: &mut Registry, m: &Metrics) {
         "Of the groups homed on the shard, those this node leads",
         m.shard_groups_leading.clone(),
     );
+    r.register(
+        "ringraft_shard_group_campaigns",
+        "Groups of the shard campaigning now (at most ringraft's bound per shard)",
+        m.shard_group_campaigns.clone(),
+    );
+    r.register(
+        "ringraft_shard_group_campaigns_refused",
+        "Election timers of the shard's groups that found its campaign bound full and waited",
+        m.shard_group_campaigns_refused.clone(),
+    );
     super::groups::register(r, &m.group_histograms, &m.group_gauges);
 }
