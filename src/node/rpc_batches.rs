@@ -306,7 +306,6 @@ mod tests {
     /// A node's wire edge serving `table`'s groups on a port of its own (their executors
     /// played by the test through the receivers `hosted` gave).
     fn serve(table: GroupTable, stop: &StopSignal) -> u16 {
-        use crate::net::server::{self, ConnectionLimits, Connections};
         let service = crate::node::route::NodeService {
             raft: RaftHandle::channel().0,
             fetch: None,
@@ -316,6 +315,12 @@ mod tests {
             groups: Arc::new(Groups::new(table)),
             sessions: Default::default(),
         };
+        serve_with(service, stop)
+    }
+
+    /// `service` on a port of its own.
+    fn serve_with<S: crate::net::dispatch::Service>(service: S, stop: &StopSignal) -> u16 {
+        use crate::net::server::{self, ConnectionLimits, Connections};
         let limits = ConnectionLimits {
             request_max_bytes: 1 << 20,
             idle_timeout: None,
@@ -446,6 +451,132 @@ mod tests {
                 }
                 heard.sort();
                 assert_eq!(heard, vec![(0, true), (1, false)]);
+                stop.trigger();
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+
+    /// A peer that serves lone Votes only, granting each, and refuses any request naming more
+    /// than one partition with a top-level INVALID_REQUEST (a ringraft before batches did).
+    struct OldPeer {
+        lone: Rc<std::cell::Cell<u32>>,
+        refused: Rc<std::cell::Cell<u32>>,
+    }
+
+    impl crate::net::dispatch::Service for OldPeer {
+        async fn call(
+            &self,
+            call: crate::net::dispatch::RaftCall,
+        ) -> Option<crate::net::dispatch::Served> {
+            use crate::net::frame_out::LocalFrame;
+            use crate::node::route::{encode_answer_for, ReplyTo};
+            use crate::protocol::group::WireTopic;
+            let to = ReplyTo::of(&call);
+            let frame = match raft_rpc::request_from_wire(&call.body) {
+                Some((Some(at), Request::Vote(v))) => {
+                    self.lone.set(self.lone.get() + 1);
+                    let WireTopic::Name(topic) = &at.topic else {
+                        panic!("Vote names its topic")
+                    };
+                    let group = GroupKey::new(topic, at.partition).unwrap();
+                    let response = Response::Vote(VoteResponse {
+                        error: ErrorCode::NONE,
+                        partition_error: ErrorCode::NONE,
+                        leader_id: -1,
+                        leader_epoch: v.replica_epoch,
+                        vote_granted: true,
+                        leader_endpoints: Vec::new(),
+                    });
+                    let answer = Answer::Raft {
+                        response,
+                        data: Vec::new(),
+                    };
+                    encode_answer_for(&group, &to, answer)
+                }
+                _ => {
+                    self.refused.set(self.refused.get() + 1);
+                    let frame = crate::protocol::request::encode_response_frame(
+                        to.correlation_id,
+                        to.response_header_version,
+                        |w| {
+                            raft_rpc::encode_top_level_error(
+                                to.key,
+                                to.version,
+                                ErrorCode::INVALID_REQUEST,
+                                w,
+                            )
+                        },
+                    );
+                    LocalFrame::whole(frame)
+                }
+            };
+            Some(crate::net::dispatch::Served { frame, class: None })
+        }
+    }
+
+    /// The id of the next answer a group hears, which must grant its vote.
+    async fn granted(rx: &mut mpsc::UnboundedReceiver<ExecutorInput>) -> RequestId {
+        match rx.next().await {
+            Some(ExecutorInput::Peer {
+                id,
+                result: Ok(Response::Vote(v)),
+            }) if v.vote_granted => id,
+            _ => panic!("a granted vote"),
+        }
+    }
+
+    #[test]
+    fn a_peer_that_refuses_batches_gets_lone_requests() {
+        glommio::LocalExecutorBuilder::default()
+            .spawn(|| async move {
+                let stop = StopSignal::default();
+                let (lone, refused) = (Rc::default(), Rc::default());
+                let peer = OldPeer {
+                    lone: Rc::clone(&lone),
+                    refused: Rc::clone(&refused),
+                };
+                let port = serve_with(peer, &stop);
+                let endpoint = Endpoint {
+                    name: "CONTROLLER".into(),
+                    host: "127.0.0.1".into(),
+                    port,
+                };
+                let batches = RpcBatches::new(stop.clone());
+                let (tx, mut rx) = mpsc::unbounded();
+                let send = |id: usize, partition: i32| {
+                    let vote = VoteRequest {
+                        cluster_id: Some("c".into()),
+                        voter: ReplicaKey::new(2, None),
+                        replica_epoch: 3,
+                        candidate: ReplicaKey::new(1, None),
+                        last_offset_epoch: 1,
+                        last_offset: 5,
+                        pre_vote: false,
+                    };
+                    let batched = Batched {
+                        id: id as RequestId,
+                        group: GroupKey::new("kv", partition).unwrap(),
+                        request: Request::Vote(vote),
+                        reply: tx.clone(),
+                    };
+                    batches.carry(2, endpoint.clone(), batched, setup);
+                };
+
+                // Two in one turn: refused as a batch, then each sent alone and granted.
+                send(0, 0);
+                send(1, 1);
+                let mut ids = vec![granted(&mut rx).await, granted(&mut rx).await];
+                ids.sort();
+                assert_eq!(ids, vec![0, 1]);
+                assert_eq!((refused.get(), lone.get()), (1, 2));
+                // From then on, two in a turn go alone at once.
+                send(2, 0);
+                send(3, 1);
+                granted(&mut rx).await;
+                granted(&mut rx).await;
+                assert_eq!((refused.get(), lone.get()), (1, 4));
                 stop.trigger();
             })
             .unwrap()
