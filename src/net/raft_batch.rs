@@ -7,7 +7,9 @@
 //! id, the receiver's voter id, the leader's endpoints): parts that differ there go in
 //! requests of their own (`BatchKey`). Its answer holds one partition per part; a part whose
 //! group answered with a top-level error (say, a group the receiver does not host) carries that
-//! error as its partition's, since the other parts' answers are good.
+//! error as its partition's, since the other parts' answers are good, and names no leader; the
+//! sender lifts it back to the top (`REQUEST_LEVEL`), so that each group's core hears what a
+//! lone request would have heard (and backs off, or logs a foreign cluster, as it would).
 
 use bytes::Bytes;
 
@@ -27,6 +29,27 @@ use crate::raft::{Endpoint, Request, Response};
 /// a request naming more (INVALID_REQUEST), so that a hostile frame cannot make it hold
 /// millions of parts at once. A shard's groups rarely send more than a few dozen in a turn.
 pub const MAX_PARTS: usize = 1024;
+
+/// Errors that answer a request as a whole: in a batch's answer a partition carrying one with
+/// epoch −1 is its part's top-level answer (`combine`), lifted back by `decode`.
+/// REQUEST_TIMED_OUT is a part whose group did not answer in time (`PART_DEADLINE`).
+pub const REQUEST_LEVEL: [ErrorCode; 4] = [
+    ErrorCode::INVALID_REQUEST,
+    ErrorCode::INCONSISTENT_CLUSTER_ID,
+    ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode::REQUEST_TIMED_OUT,
+];
+
+/// How long the receiver waits for one part's group before answering that part
+/// REQUEST_TIMED_OUT: half of Kafka's default request timeout, so that one slow group (a
+/// flush stuck, a group still opening) costs its own part and not the answers of the
+/// others, which the sender would otherwise give up on together.
+pub const PART_DEADLINE: std::time::Duration = std::time::Duration::from_millis(1_000);
+
+/// The most bytes of top-level fields (cluster id, leader endpoints) a batch may name: each
+/// part gets its own copy when split, so a frame of 1,024 parts with long endpoint lists
+/// must not multiply into gigabytes. Real ones are under 200 bytes.
+const MAX_TOP_LEVEL_BYTES: usize = 4096;
 
 /// What requests must share to travel in one: the API and the top-level fields.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -185,7 +208,41 @@ pub fn decode(
         }
         _ => Vec::new(),
     };
-    Ok(answers)
+    Ok(answers.into_iter().map(lift).collect())
+}
+
+/// A part's request-level error, carried as its partition's, back at the top, with no
+/// leader named (`REQUEST_LEVEL`). A moved-down error names epoch −1; a group's own
+/// partition-level answer (INVALID_REQUEST to a malformed vote) names its epoch and stays.
+fn lift(answer: Response) -> Response {
+    let (_, partition_error) = answer.errors();
+    let epoch = match &answer {
+        Response::Vote(r) => r.leader_epoch,
+        Response::BeginQuorumEpoch(r) | Response::EndQuorumEpoch(r) => r.leader_epoch,
+        _ => 0,
+    };
+    if epoch >= 0 || !REQUEST_LEVEL.contains(&partition_error) {
+        return answer;
+    }
+    match answer {
+        Response::Vote(r) => Response::Vote(crate::raft::message::VoteResponse {
+            error: r.partition_error,
+            ..lone_error_vote()
+        }),
+        Response::BeginQuorumEpoch(r) => {
+            Response::BeginQuorumEpoch(crate::raft::message::EpochResponse {
+                error: r.partition_error,
+                ..lone_error_epoch()
+            })
+        }
+        Response::EndQuorumEpoch(r) => {
+            Response::EndQuorumEpoch(crate::raft::message::EpochResponse {
+                error: r.partition_error,
+                ..lone_error_epoch()
+            })
+        }
+        other => other,
+    }
 }
 
 /// `group`'s partition in an answer's topics.
@@ -233,7 +290,20 @@ pub fn split(body: &RequestBody) -> Option<Vec<Part>> {
     fn count<T, P>(topics: &[T], parts: impl Fn(&T) -> &[P]) -> usize {
         topics.iter().map(|t| parts(t).len()).sum()
     }
-    let batch = |n: usize| n > 1 && n <= MAX_PARTS;
+    let endpoints = |e: &[crate::protocol::kraft::LeaderEndpoint]| -> usize {
+        e.iter().map(|e| e.name.len() + e.host.len() + 8).sum()
+    };
+    let top = match body {
+        RequestBody::Vote(r) => r.cluster_id.as_ref().map_or(0, String::len),
+        RequestBody::BeginQuorumEpoch(r) => {
+            r.cluster_id.as_ref().map_or(0, String::len) + endpoints(&r.leader_endpoints)
+        }
+        RequestBody::EndQuorumEpoch(r) => {
+            r.cluster_id.as_ref().map_or(0, String::len) + endpoints(&r.leader_endpoints)
+        }
+        _ => return None,
+    };
+    let batch = |n: usize| n > 1 && n <= MAX_PARTS && top <= MAX_TOP_LEVEL_BYTES;
     let parts: Vec<Part> = match body {
         RequestBody::Vote(r) if batch(count(&r.topics, |t| &t.partitions)) => r
             .topics
@@ -380,6 +450,22 @@ pub fn combine(api: ApiKey, version: i16, answers: &[(&Part, Option<Response>)],
     }
 }
 
+/// A part whose group did not answer within `PART_DEADLINE`.
+pub fn timed_out(api: ApiKey) -> Response {
+    let epoch = crate::raft::message::EpochResponse {
+        error: ErrorCode::REQUEST_TIMED_OUT,
+        ..lone_error_epoch()
+    };
+    match api {
+        ApiKey::BEGIN_QUORUM_EPOCH => Response::BeginQuorumEpoch(epoch),
+        ApiKey::END_QUORUM_EPOCH => Response::EndQuorumEpoch(epoch),
+        _ => Response::Vote(crate::raft::message::VoteResponse {
+            error: ErrorCode::REQUEST_TIMED_OUT,
+            ..lone_error_vote()
+        }),
+    }
+}
+
 /// What a part of the wrong shape, or naming no group here, gets: a lone request's answer.
 fn lone_error_vote() -> crate::raft::message::VoteResponse {
     crate::raft::message::VoteResponse {
@@ -408,7 +494,7 @@ fn as_partition_error_vote(
     crate::raft::message::VoteResponse {
         error: ErrorCode::NONE,
         partition_error: r.error,
-        ..r
+        ..lone_error_vote()
     }
 }
 
@@ -418,7 +504,7 @@ fn as_partition_error_epoch(
     crate::raft::message::EpochResponse {
         error: ErrorCode::NONE,
         partition_error: r.error,
-        ..r
+        ..lone_error_epoch()
     }
 }
 
@@ -538,6 +624,13 @@ mod tests {
             vote_granted: true,
             leader_endpoints: vec![],
         };
+        // A group's own partition-level refusal (a malformed vote) names its epoch: it stays.
+        let malformed = VoteResponse {
+            partition_error: ErrorCode::INVALID_REQUEST,
+            leader_epoch: 5,
+            vote_granted: false,
+            ..granted.clone()
+        };
         let fenced = VoteResponse {
             partition_error: ErrorCode::FENCED_LEADER_EPOCH,
             leader_id: 3,
@@ -563,12 +656,24 @@ mod tests {
         let heard = decode(ApiKey::VOTE, 2, &body, &groups).unwrap();
         assert_eq!(heard[0], Response::Vote(granted));
         assert_eq!(heard[1], Response::Vote(fenced));
+        let answers = vec![(&parts[0], Some(Response::Vote(malformed.clone())))];
+        let mut w = Writer::new();
+        combine(ApiKey::VOTE, 2, &answers, &mut w);
+        let body = Bytes::from(w.into_vec());
+        let heard_alone = decode(ApiKey::VOTE, 2, &body, &groups[..1]).unwrap();
+        assert_eq!(heard_alone, vec![Response::Vote(malformed)]);
+        // Lifted back to the top, naming no leader: the group's core backs off as from a
+        // lone refusal, instead of asking again at once.
         let Response::Vote(unhosted) = &heard[2] else {
             panic!("{:?}", heard[2])
         };
         assert_eq!(
-            (unhosted.error, unhosted.partition_error),
-            (ErrorCode::NONE, ErrorCode::INVALID_REQUEST)
+            (
+                unhosted.error,
+                unhosted.partition_error,
+                unhosted.leader_epoch
+            ),
+            (ErrorCode::INVALID_REQUEST, ErrorCode::NONE, -1)
         );
         // A group the answer leaves out hears what a lone answer without its partition says.
         assert_eq!(heard[3].errors().0, ErrorCode::UNKNOWN_SERVER_ERROR);

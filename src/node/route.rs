@@ -308,15 +308,23 @@ impl NodeService {
         parts: Vec<raft_batch::Part>,
     ) -> LocalFrame {
         let asked = parts.iter().map(|part| async move {
-            let answer = match decode(part.body.clone(), version, groups) {
-                Routed::Group(hosted, call) => hosted.raft.request(call).await,
-                Routed::Call(call @ Call::Raft(_)) => self.raft.request(call).await,
-                _ => None,
+            let asked = async {
+                let answer = match decode(part.body.clone(), version, groups) {
+                    Routed::Group(hosted, call) => hosted.raft.request(call).await,
+                    Routed::Call(call @ Call::Raft(_)) => self.raft.request(call).await,
+                    _ => None,
+                };
+                match answer {
+                    Some(Answer::Raft { response, .. }) => Some(response),
+                    _ => None,
+                }
             };
-            match answer {
-                Some(Answer::Raft { response, .. }) => Some(response),
-                _ => None,
-            }
+            // One slow group answers its own part late, not the whole batch.
+            let late = async {
+                glommio::timer::sleep(raft_batch::PART_DEADLINE).await;
+                Some(raft_batch::timed_out(to.key))
+            };
+            futures_lite::future::or(asked, late).await
         });
         let answers = futures_util::future::join_all(asked).await;
         let answered: Vec<(&raft_batch::Part, Option<Response>)> =

@@ -8,7 +8,8 @@
 //! on the wire at a time: what the groups send meanwhile waits for its answer and then leaves
 //! together. Each group's executor hears its own answer, or the failure, as a lone request's.
 //! A peer that refuses a batch as a whole (a ringraft without batches answers INVALID_REQUEST
-//! to a request naming more than one partition) gets lone requests from then on.
+//! to a request naming more than one partition) gets lone requests, one at a time, until the
+//! link next connects.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -91,13 +92,19 @@ impl RpcBatches {
     }
 }
 
+/// How long a link still carries requests once its shard stops: the group executors' own
+/// shutdown grace (`executor::SHUTDOWN_GRACE_MS`, 1.5 s) and a margin, so that a leader's
+/// EndQuorumEpoch still reaches its followers and they elect at once instead of a fetch
+/// timeout later.
+const AFTER_STOP: Duration = Duration::from_millis(2_000);
+
 /// One link's connection and how it reconnects.
 struct Link {
     setup: SessionSetup,
     conn: Option<PeerConnection>,
     reconnect_at: Instant,
     backoff: Duration,
-    /// The peer refused a batch: send each request alone.
+    /// The peer refused a batch: send each request alone (until the next connection).
     singles: bool,
 }
 
@@ -114,18 +121,33 @@ async fn link_task(
         backoff: Duration::from_millis(50),
         singles: false,
     };
+    // When the shard stops, its leaders resign and tell their followers (EndQuorumEpoch):
+    // the link carries those for a while yet, and then closes.
+    let mut closing_at: Option<Instant> = None;
     loop {
-        let next = futures_lite::future::or(async { input.next().await }, async {
-            stop.wait().await;
+        let next = futures_lite::future::or(async { Some(input.next().await) }, async {
+            match closing_at {
+                None => stop.wait().await,
+                Some(at) => {
+                    glommio::timer::sleep(at.saturating_duration_since(Instant::now())).await
+                }
+            }
             None
         })
         .await;
-        let Some(first) = next else {
-            input.close();
-            while let Ok(left) = input.try_recv() {
-                left.answer(Err(Failure::Disconnected));
+        let first = match next {
+            Some(Some(first)) => first,
+            None if closing_at.is_none() => {
+                closing_at = Some(Instant::now() + AFTER_STOP);
+                continue;
             }
-            return;
+            Some(None) | None => {
+                input.close();
+                while let Ok(left) = input.try_recv() {
+                    left.answer(Err(Failure::Disconnected));
+                }
+                return;
+            }
         };
         // What the other groups send in this turn of the shard goes with it.
         futures_lite::future::yield_now().await;
@@ -204,6 +226,8 @@ impl Link {
         .await
         .map_err(|e| e.to_string())?;
         self.conn = Some(conn);
+        // A peer that refused batches may have been upgraded since.
+        self.singles = false;
         Ok(())
     }
 
@@ -577,6 +601,88 @@ mod tests {
                 granted(&mut rx).await;
                 granted(&mut rx).await;
                 assert_eq!((refused.get(), lone.get()), (1, 4));
+                stop.trigger();
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+
+    #[test]
+    fn a_group_that_does_not_answer_costs_its_own_part_only() {
+        glommio::LocalExecutorBuilder::default()
+            .spawn(|| async move {
+                let stop = StopSignal::default();
+                let keys = [0, 1].map(|p| GroupKey::new("kv", p).unwrap());
+                let mut table = GroupTable::default();
+                let mut played = Vec::new();
+                for key in &keys {
+                    let (h, inputs) = hosted(key);
+                    table.insert(h);
+                    played.push(inputs);
+                }
+                let port = serve(table, &stop);
+                let endpoint = Endpoint {
+                    name: "CONTROLLER".into(),
+                    host: "127.0.0.1".into(),
+                    port,
+                };
+                let batches = RpcBatches::new(stop.clone());
+                let (tx, mut rx) = mpsc::unbounded();
+                for (id, key) in keys.iter().enumerate() {
+                    let vote = VoteRequest {
+                        cluster_id: Some("c".into()),
+                        voter: ReplicaKey::new(2, None),
+                        replica_epoch: 3,
+                        candidate: ReplicaKey::new(1, None),
+                        last_offset_epoch: 1,
+                        last_offset: 5,
+                        pre_vote: false,
+                    };
+                    let batched = Batched {
+                        id: id as RequestId,
+                        group: key.clone(),
+                        request: Request::Vote(vote),
+                        reply: tx.clone(),
+                    };
+                    batches.carry(2, endpoint.clone(), batched, setup);
+                }
+                let started = Instant::now();
+                let (_, reply) = next_vote(&mut played[0]).await;
+                // kv-1's executor takes its Vote and never answers (its reply kept open).
+                let _stuck = next_vote(&mut played[1]).await;
+                let response = Response::Vote(VoteResponse {
+                    error: ErrorCode::NONE,
+                    partition_error: ErrorCode::NONE,
+                    leader_id: -1,
+                    leader_epoch: 3,
+                    vote_granted: true,
+                    leader_endpoints: Vec::new(),
+                });
+                let _ = reply.send(Answer::Raft {
+                    response,
+                    data: Vec::new(),
+                });
+                let mut heard = Vec::new();
+                for _ in 0..2 {
+                    match rx.next().await {
+                        Some(ExecutorInput::Peer {
+                            id,
+                            result: Ok(Response::Vote(v)),
+                        }) => heard.push((id, v.error, v.vote_granted)),
+                        _ => panic!("a Vote answer, not a failure"),
+                    }
+                }
+                heard.sort_by_key(|(id, _, _)| *id);
+                assert_eq!(
+                    heard,
+                    vec![
+                        (0, ErrorCode::NONE, true),
+                        (1, ErrorCode::REQUEST_TIMED_OUT, false)
+                    ]
+                );
+                // Well inside the link's 5 s request timeout.
+                assert!(started.elapsed() < Duration::from_secs(3));
                 stop.trigger();
             })
             .unwrap()
