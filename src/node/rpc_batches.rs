@@ -98,6 +98,15 @@ impl RpcBatches {
 /// timeout later.
 const AFTER_STOP: Duration = Duration::from_millis(2_000);
 
+/// Why a link could not connect.
+#[derive(Debug, thiserror::Error)]
+enum ConnectError {
+    #[error("the name does not resolve")]
+    Unresolved,
+    #[error(transparent)]
+    Peer(#[from] crate::net::peer::PeerError),
+}
+
 /// One link's connection and how it reconnects.
 struct Link {
     setup: SessionSetup,
@@ -210,10 +219,10 @@ impl Link {
         }
     }
 
-    async fn connect(&mut self, endpoint: &Endpoint) -> Result<(), String> {
+    async fn connect(&mut self, endpoint: &Endpoint) -> Result<(), ConnectError> {
         let addr = crate::net::resolve::resolve(endpoint)
             .await
-            .ok_or("the name does not resolve")?;
+            .ok_or(ConnectError::Unresolved)?;
         let setup = &self.setup;
         let tls = setup.tls.as_ref().map(|t| (t, endpoint.host.as_str()));
         let conn = PeerConnection::connect_buffered(
@@ -223,8 +232,7 @@ impl Link {
             (tls, setup.target.as_ref()),
             setup.read_buffer_bytes,
         )
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
         self.conn = Some(conn);
         // A peer that refused batches may have been upgraded since.
         self.singles = false;
