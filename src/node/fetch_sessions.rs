@@ -56,16 +56,53 @@ pub struct SessionSetup {
     pub metrics: Option<SharedMetrics>,
 }
 
+/// One task per peer node and endpoint, started on first use and fed through a channel: a
+/// raft shard's Fetch sessions, and its batching links (`node::rpc_batches`).
+pub struct PeerTasks<T> {
+    tasks: RefCell<HashMap<(i32, Endpoint), mpsc::UnboundedSender<T>>>,
+}
+
+impl<T> Default for PeerTasks<T> {
+    fn default() -> Self {
+        PeerTasks {
+            tasks: RefCell::default(),
+        }
+    }
+}
+
+impl<T: 'static> PeerTasks<T> {
+    /// Hands `item` to the task for node `to` at `endpoint`, which `start` makes of its input
+    /// on first use; gives `item` back when that task has stopped.
+    pub fn send<F>(
+        &self,
+        to: i32,
+        endpoint: &Endpoint,
+        item: T,
+        start: impl FnOnce(mpsc::UnboundedReceiver<T>) -> F,
+    ) -> Result<(), T>
+    where
+        F: std::future::Future<Output = ()> + 'static,
+    {
+        let mut tasks = self.tasks.borrow_mut();
+        let tx = tasks.entry((to, endpoint.clone())).or_insert_with(|| {
+            let (tx, rx) = mpsc::unbounded();
+            glommio::spawn_local(start(rx)).detach();
+            tx
+        });
+        tx.unbounded_send(item).map_err(|e| e.into_inner())
+    }
+}
+
 /// A raft shard's sessions, by leader node and endpoint.
 pub struct FetchSessions {
-    sessions: RefCell<HashMap<(i32, Endpoint), mpsc::UnboundedSender<Carried>>>,
+    sessions: PeerTasks<Carried>,
     stop: StopSignal,
 }
 
 impl FetchSessions {
     pub fn new(stop: StopSignal) -> Rc<Self> {
         Rc::new(FetchSessions {
-            sessions: RefCell::default(),
+            sessions: PeerTasks::default(),
             stop,
         })
     }
@@ -79,18 +116,13 @@ impl FetchSessions {
         carried: Carried,
         setup: impl FnOnce() -> SessionSetup,
     ) {
-        let mut sessions = self.sessions.borrow_mut();
-        let tx = sessions.entry((to, endpoint.clone())).or_insert_with(|| {
-            let (tx, rx) = mpsc::unbounded();
+        let start = |rx| {
             let span = tracing::info_span!("session", leader = to,
                 host = %crate::logsafe::Untrusted(&endpoint.host), port = endpoint.port);
-            let task = session_task(endpoint, rx, setup(), self.stop.clone());
-            glommio::spawn_local(task.instrument(span)).detach();
-            tx
-        });
-        if let Err(e) = tx.unbounded_send(carried) {
+            session_task(endpoint.clone(), rx, setup(), self.stop.clone()).instrument(span)
+        };
+        if let Err(carried) = self.sessions.send(to, &endpoint, carried, start) {
             // The session stopped (the shard stops): the group hears a disconnect.
-            let carried = e.into_inner();
             let failure = ExecutorInput::Peer {
                 id: carried.id,
                 result: Err(Failure::Disconnected),

@@ -381,6 +381,32 @@ pub fn group_fetch_max_wait_ms(fetch_timeout_ms: u64, request_timeout_ms: u64) -
     wait.clamp(1, cap) as i32
 }
 
+/// A hosted group and its executor's input, for tests that play the executor.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+
+    pub fn hosted(
+        key: &GroupKey,
+    ) -> (
+        Hosted,
+        futures_channel::mpsc::UnboundedReceiver<super::super::handle::ExecutorInput>,
+    ) {
+        let (raft, inputs) = RaftHandle::channel();
+        let hosted = Hosted {
+            key: key.clone(),
+            raft,
+            home: 0,
+            home_cpu: 0,
+            preferred: None,
+            voters: Arc::default(),
+            gauges: Arc::default(),
+            declared: true,
+        };
+        (hosted, inputs)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -323,30 +323,13 @@ fn encode(to: &ReplyTo, answers: Vec<(At, Option<Answer>)>) -> LocalFrame {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node::groups::Hosted;
-    use crate::node::handle::{ExecutorInput, RaftHandle};
+    use crate::node::handle::ExecutorInput;
     use crate::protocol::group::GroupKey;
     use crate::protocol::Reader;
     use crate::raft::message::FetchRequest;
     use crate::raft::ReplicaKey;
     use futures_channel::mpsc;
     use futures_lite::StreamExt;
-    use std::sync::Arc;
-
-    fn hosted(key: &GroupKey) -> (Hosted, mpsc::UnboundedReceiver<ExecutorInput>) {
-        let (raft, inputs) = RaftHandle::channel();
-        let hosted = Hosted {
-            key: key.clone(),
-            raft,
-            home: 0,
-            home_cpu: 0,
-            preferred: None,
-            voters: Arc::default(),
-            gauges: Arc::default(),
-            declared: true,
-        };
-        (hosted, inputs)
-    }
 
     /// Groups kv-0 and kv-1 in a table, each with its executor's input.
     fn two_groups() -> (
@@ -356,7 +339,7 @@ mod tests {
         let mut table = GroupTable::default();
         let groups = [0, 1].map(|p| {
             let key = GroupKey::new("kv", p).unwrap();
-            let (hosted, inputs) = hosted(&key);
+            let (hosted, inputs) = crate::node::groups::testing::hosted(&key);
             table.insert(hosted);
             (key, inputs)
         });

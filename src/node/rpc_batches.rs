@@ -11,8 +11,6 @@
 //! to a request naming more than one partition) gets lone requests, one at a time, until the
 //! link next connects.
 
-use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -20,7 +18,7 @@ use futures_channel::mpsc;
 use futures_lite::StreamExt;
 use tracing::{debug, trace, Instrument};
 
-use super::fetch_sessions::SessionSetup;
+use super::fetch_sessions::{PeerTasks, SessionSetup};
 use super::handle::ExecutorInput;
 use crate::net::peer::PeerConnection;
 use crate::net::raft_batch::{self, BatchKey};
@@ -55,14 +53,14 @@ pub fn batched(request: &Request) -> bool {
 
 /// A raft shard's batching connections, by peer node and endpoint.
 pub struct RpcBatches {
-    links: RefCell<HashMap<(i32, Endpoint), mpsc::UnboundedSender<Batched>>>,
+    links: PeerTasks<Batched>,
     stop: StopSignal,
 }
 
 impl RpcBatches {
     pub fn new(stop: StopSignal) -> Rc<Self> {
         Rc::new(RpcBatches {
-            links: RefCell::default(),
+            links: PeerTasks::default(),
             stop,
         })
     }
@@ -76,18 +74,14 @@ impl RpcBatches {
         batched: Batched,
         setup: impl FnOnce() -> SessionSetup,
     ) {
-        let mut links = self.links.borrow_mut();
-        let tx = links.entry((to, endpoint.clone())).or_insert_with(|| {
-            let (tx, rx) = mpsc::unbounded();
+        let start = |rx| {
             let span = tracing::info_span!("batches", peer = to,
                 host = %crate::logsafe::Untrusted(&endpoint.host), port = endpoint.port);
-            let task = link_task(endpoint, rx, setup(), self.stop.clone());
-            glommio::spawn_local(task.instrument(span)).detach();
-            tx
-        });
-        if let Err(e) = tx.unbounded_send(batched) {
+            link_task(endpoint.clone(), rx, setup(), self.stop.clone()).instrument(span)
+        };
+        if let Err(batched) = self.links.send(to, &endpoint, batched, start) {
             // The link stopped (the shard stops): the group hears a disconnect.
-            e.into_inner().answer(Err(Failure::Disconnected));
+            batched.answer(Err(Failure::Disconnected));
         }
     }
 }
@@ -330,7 +324,7 @@ mod tests {
 
     use super::*;
     use crate::node::call::{Answer, Call};
-    use crate::node::groups::{GroupTable, Groups, Hosted};
+    use crate::node::groups::{GroupTable, Groups};
     use crate::node::handle::RaftHandle;
     use crate::raft::message::{VoteRequest, VoteResponse};
     use crate::raft::ReplicaKey;
@@ -367,19 +361,58 @@ mod tests {
         port
     }
 
-    fn hosted(key: &GroupKey) -> (Hosted, mpsc::UnboundedReceiver<ExecutorInput>) {
-        let (raft, inputs) = RaftHandle::channel();
-        let hosted = Hosted {
-            key: key.clone(),
-            raft,
-            home: 0,
-            home_cpu: 0,
-            preferred: None,
-            voters: Arc::default(),
-            gauges: Arc::default(),
-            declared: true,
+    /// Where a test's peer listens.
+    fn local(port: u16) -> Endpoint {
+        Endpoint {
+            name: "CONTROLLER".into(),
+            host: "127.0.0.1".into(),
+            port,
+        }
+    }
+
+    /// A wire edge hosting kv-0 and kv-1, and their executors' inputs (the test plays them).
+    fn kv_groups(stop: &StopSignal) -> (Endpoint, Vec<mpsc::UnboundedReceiver<ExecutorInput>>) {
+        let mut table = GroupTable::default();
+        let mut played = Vec::new();
+        for p in [0, 1] {
+            let (h, inputs) =
+                crate::node::groups::testing::hosted(&GroupKey::new("kv", p).unwrap());
+            table.insert(h);
+            played.push(inputs);
+        }
+        (local(serve(table, stop)), played)
+    }
+
+    fn vote(epoch: i32, pre_vote: bool) -> VoteRequest {
+        VoteRequest {
+            cluster_id: Some("c".into()),
+            voter: ReplicaKey::new(2, None),
+            replica_epoch: epoch,
+            candidate: ReplicaKey::new(1, None),
+            last_offset_epoch: 1,
+            last_offset: 5,
+            pre_vote,
+        }
+    }
+
+    /// kv-`partition`'s `vote`, request `id`, into `batches` toward node 2 at `endpoint`.
+    fn send_vote(
+        (batches, endpoint, reply): (
+            &RpcBatches,
+            &Endpoint,
+            &mpsc::UnboundedSender<ExecutorInput>,
+        ),
+        id: usize,
+        partition: i32,
+        vote: VoteRequest,
+    ) {
+        let batched = Batched {
+            id: id as RequestId,
+            group: GroupKey::new("kv", partition).unwrap(),
+            request: Request::Vote(vote),
+            reply: reply.clone(),
         };
-        (hosted, inputs)
+        batches.carry(2, endpoint.clone(), batched, setup);
     }
 
     /// The next Vote a played executor is handed, and where its answer goes.
@@ -411,39 +444,12 @@ mod tests {
         glommio::LocalExecutorBuilder::default()
             .spawn(|| async move {
                 let stop = StopSignal::default();
-                let keys = [0, 1].map(|p| GroupKey::new("kv", p).unwrap());
-                let mut table = GroupTable::default();
-                let mut played = Vec::new();
-                for key in &keys {
-                    let (h, inputs) = hosted(key);
-                    table.insert(h);
-                    played.push(inputs);
-                }
-                let port = serve(table, &stop);
-                let endpoint = Endpoint {
-                    name: "CONTROLLER".into(),
-                    host: "127.0.0.1".into(),
-                    port,
-                };
+                let (endpoint, mut played) = kv_groups(&stop);
                 let batches = RpcBatches::new(stop.clone());
                 let (tx, mut rx) = mpsc::unbounded();
-                for (id, key) in keys.iter().enumerate() {
-                    let vote = VoteRequest {
-                        cluster_id: Some("c".into()),
-                        voter: ReplicaKey::new(2, None),
-                        replica_epoch: 3 + id as i32,
-                        candidate: ReplicaKey::new(1, None),
-                        last_offset_epoch: 1,
-                        last_offset: 5,
-                        pre_vote: true,
-                    };
-                    let batched = Batched {
-                        id: id as RequestId,
-                        group: key.clone(),
-                        request: Request::Vote(vote),
-                        reply: tx.clone(),
-                    };
-                    batches.carry(2, endpoint.clone(), batched, setup);
+                for id in 0..2 {
+                    let vote = vote(3 + id as i32, true);
+                    send_vote((&batches, &endpoint, &tx), id, id as i32, vote);
                 }
                 // Both groups' Votes reach their executors before either is answered: the
                 // link has one request on the wire at a time, so they came in one.
@@ -570,30 +576,11 @@ mod tests {
                     refused: Rc::clone(&refused),
                 };
                 let port = serve_with(peer, &stop);
-                let endpoint = Endpoint {
-                    name: "CONTROLLER".into(),
-                    host: "127.0.0.1".into(),
-                    port,
-                };
+                let endpoint = local(port);
                 let batches = RpcBatches::new(stop.clone());
                 let (tx, mut rx) = mpsc::unbounded();
                 let send = |id: usize, partition: i32| {
-                    let vote = VoteRequest {
-                        cluster_id: Some("c".into()),
-                        voter: ReplicaKey::new(2, None),
-                        replica_epoch: 3,
-                        candidate: ReplicaKey::new(1, None),
-                        last_offset_epoch: 1,
-                        last_offset: 5,
-                        pre_vote: false,
-                    };
-                    let batched = Batched {
-                        id: id as RequestId,
-                        group: GroupKey::new("kv", partition).unwrap(),
-                        request: Request::Vote(vote),
-                        reply: tx.clone(),
-                    };
-                    batches.carry(2, endpoint.clone(), batched, setup);
+                    send_vote((&batches, &endpoint, &tx), id, partition, vote(3, false));
                 };
 
                 // Two in one turn: refused as a batch, then each sent alone and granted.
@@ -621,39 +608,11 @@ mod tests {
         glommio::LocalExecutorBuilder::default()
             .spawn(|| async move {
                 let stop = StopSignal::default();
-                let keys = [0, 1].map(|p| GroupKey::new("kv", p).unwrap());
-                let mut table = GroupTable::default();
-                let mut played = Vec::new();
-                for key in &keys {
-                    let (h, inputs) = hosted(key);
-                    table.insert(h);
-                    played.push(inputs);
-                }
-                let port = serve(table, &stop);
-                let endpoint = Endpoint {
-                    name: "CONTROLLER".into(),
-                    host: "127.0.0.1".into(),
-                    port,
-                };
+                let (endpoint, mut played) = kv_groups(&stop);
                 let batches = RpcBatches::new(stop.clone());
                 let (tx, mut rx) = mpsc::unbounded();
-                for (id, key) in keys.iter().enumerate() {
-                    let vote = VoteRequest {
-                        cluster_id: Some("c".into()),
-                        voter: ReplicaKey::new(2, None),
-                        replica_epoch: 3,
-                        candidate: ReplicaKey::new(1, None),
-                        last_offset_epoch: 1,
-                        last_offset: 5,
-                        pre_vote: false,
-                    };
-                    let batched = Batched {
-                        id: id as RequestId,
-                        group: key.clone(),
-                        request: Request::Vote(vote),
-                        reply: tx.clone(),
-                    };
-                    batches.carry(2, endpoint.clone(), batched, setup);
+                for id in 0..2 {
+                    send_vote((&batches, &endpoint, &tx), id, id as i32, vote(3, false));
                 }
                 let started = Instant::now();
                 let (_, reply) = next_vote(&mut played[0]).await;
