@@ -106,55 +106,32 @@ fn merge_topics<T, P>(
 
 /// Encodes `parts` (one `BatchKey`, at most one part per group) as one request at `version`.
 pub fn encode(parts: &[(GroupKey, Request)], version: i16, w: &mut Writer) {
-    let Some((first_group, first)) = parts.first() else {
+    let Some((_, first)) = parts.first() else {
         return;
     };
+    // The first part's request, the others' topics merged into it (the three wire types
+    // share their field names, not a trait).
+    macro_rules! merged {
+        ($variant:ident, $wire:path) => {{
+            let mut wholes = parts.iter().filter_map(|(group, part)| match part {
+                Request::$variant(r) => Some($wire(group, r)),
+                _ => None,
+            });
+            if let Some(mut whole) = wholes.next() {
+                for one in wholes {
+                    let topics = &mut whole.topics;
+                    merge_topics(topics, one.topics, |t| &t.topic_name, |t| &mut t.partitions);
+                }
+                whole.encode(w, version);
+            }
+        }};
+    }
     match first {
-        Request::Vote(r) => {
-            let mut whole = raft_rpc::vote_request(first_group, r);
-            for (group, part) in &parts[1..] {
-                if let Request::Vote(r) = part {
-                    let one = raft_rpc::vote_request(group, r).topics;
-                    merge_topics(
-                        &mut whole.topics,
-                        one,
-                        |t| &t.topic_name,
-                        |t| &mut t.partitions,
-                    );
-                }
-            }
-            whole.encode(w, version);
+        Request::Vote(_) => merged!(Vote, raft_rpc::vote_request),
+        Request::BeginQuorumEpoch(_) => {
+            merged!(BeginQuorumEpoch, raft_rpc::begin_quorum_epoch_request)
         }
-        Request::BeginQuorumEpoch(r) => {
-            let mut whole = raft_rpc::begin_quorum_epoch_request(first_group, r);
-            for (group, part) in &parts[1..] {
-                if let Request::BeginQuorumEpoch(r) = part {
-                    let one = raft_rpc::begin_quorum_epoch_request(group, r).topics;
-                    merge_topics(
-                        &mut whole.topics,
-                        one,
-                        |t| &t.topic_name,
-                        |t| &mut t.partitions,
-                    );
-                }
-            }
-            whole.encode(w, version);
-        }
-        Request::EndQuorumEpoch(r) => {
-            let mut whole = raft_rpc::end_quorum_epoch_request(first_group, r);
-            for (group, part) in &parts[1..] {
-                if let Request::EndQuorumEpoch(r) = part {
-                    let one = raft_rpc::end_quorum_epoch_request(group, r).topics;
-                    merge_topics(
-                        &mut whole.topics,
-                        one,
-                        |t| &t.topic_name,
-                        |t| &mut t.partitions,
-                    );
-                }
-            }
-            whole.encode(w, version);
-        }
+        Request::EndQuorumEpoch(_) => merged!(EndQuorumEpoch, raft_rpc::end_quorum_epoch_request),
         _ => debug_assert!(false, "only Vote and the epoch RPCs are batched"),
     }
 }
@@ -293,73 +270,54 @@ pub fn split(body: &RequestBody) -> Option<Vec<Part>> {
     let endpoints = |e: &[crate::protocol::kraft::LeaderEndpoint]| -> usize {
         e.iter().map(|e| e.name.len() + e.host.len() + 8).sum()
     };
-    let top = match body {
-        RequestBody::Vote(r) => r.cluster_id.as_ref().map_or(0, String::len),
-        RequestBody::BeginQuorumEpoch(r) => {
-            r.cluster_id.as_ref().map_or(0, String::len) + endpoints(&r.leader_endpoints)
-        }
-        RequestBody::EndQuorumEpoch(r) => {
-            r.cluster_id.as_ref().map_or(0, String::len) + endpoints(&r.leader_endpoints)
-        }
+    let id_bytes = |id: &Option<String>| id.as_ref().map_or(0, String::len);
+    // How many parts, and the bytes of top-level fields each part copies.
+    let (n, top) = match body {
+        RequestBody::Vote(r) => (count(&r.topics, |t| &t.partitions), id_bytes(&r.cluster_id)),
+        RequestBody::BeginQuorumEpoch(r) => (
+            count(&r.topics, |t| &t.partitions),
+            id_bytes(&r.cluster_id) + endpoints(&r.leader_endpoints),
+        ),
+        RequestBody::EndQuorumEpoch(r) => (
+            count(&r.topics, |t| &t.partitions),
+            id_bytes(&r.cluster_id) + endpoints(&r.leader_endpoints),
+        ),
         _ => return None,
     };
-    let batch = |n: usize| n > 1 && n <= MAX_PARTS && top <= MAX_TOP_LEVEL_BYTES;
-    let parts: Vec<Part> = match body {
-        RequestBody::Vote(r) if batch(count(&r.topics, |t| &t.partitions)) => r
-            .topics
-            .iter()
-            .flat_map(|t| t.partitions.iter().map(move |p| (t, p)))
-            .map(|(t, p)| Part {
-                topic: t.topic_name.clone(),
-                partition: p.partition_index,
-                body: RequestBody::Vote(vote::VoteRequest {
-                    cluster_id: r.cluster_id.clone(),
-                    voter_id: r.voter_id,
-                    topics: vec![vote::VoteTopicData {
-                        topic_name: t.topic_name.clone(),
-                        partitions: vec![p.clone()],
-                    }],
-                }),
-            })
-            .collect(),
-        RequestBody::BeginQuorumEpoch(r) if batch(count(&r.topics, |t| &t.partitions)) => r
-            .topics
-            .iter()
-            .flat_map(|t| t.partitions.iter().map(move |p| (t, p)))
-            .map(|(t, p)| Part {
-                topic: t.topic_name.clone(),
-                partition: p.partition_index,
-                body: RequestBody::BeginQuorumEpoch(bqe::BeginQuorumEpochRequest {
-                    cluster_id: r.cluster_id.clone(),
-                    voter_id: r.voter_id,
-                    topics: vec![bqe::BeginQuorumEpochTopicData {
-                        topic_name: t.topic_name.clone(),
-                        partitions: vec![p.clone()],
-                    }],
-                    leader_endpoints: r.leader_endpoints.clone(),
-                }),
-            })
-            .collect(),
-        RequestBody::EndQuorumEpoch(r) if batch(count(&r.topics, |t| &t.partitions)) => r
-            .topics
-            .iter()
-            .flat_map(|t| t.partitions.iter().map(move |p| (t, p)))
-            .map(|(t, p)| Part {
-                topic: t.topic_name.clone(),
-                partition: p.partition_index,
-                body: RequestBody::EndQuorumEpoch(eqe::EndQuorumEpochRequest {
-                    cluster_id: r.cluster_id.clone(),
-                    topics: vec![eqe::EndQuorumEpochTopicData {
-                        topic_name: t.topic_name.clone(),
-                        partitions: vec![p.clone()],
-                    }],
-                    leader_endpoints: r.leader_endpoints.clone(),
-                }),
-            })
-            .collect(),
+    if n <= 1 || n > MAX_PARTS || top > MAX_TOP_LEVEL_BYTES {
+        return None;
+    }
+    // One lone request per partition, with the request's top-level fields (the three wire
+    // types share their field names, not a trait).
+    macro_rules! lone_parts {
+        ($r:expr, $variant:ident) => {{
+            let mut top = $r.clone();
+            top.topics.clear();
+            let mut parts = Vec::with_capacity(n);
+            for t in &$r.topics {
+                let mut shell = t.clone();
+                shell.partitions.clear();
+                for p in &t.partitions {
+                    let mut topic = shell.clone();
+                    topic.partitions.push(p.clone());
+                    let mut one = top.clone();
+                    one.topics.push(topic);
+                    parts.push(Part {
+                        topic: t.topic_name.clone(),
+                        partition: p.partition_index,
+                        body: RequestBody::$variant(one),
+                    });
+                }
+            }
+            parts
+        }};
+    }
+    Some(match body {
+        RequestBody::Vote(r) => lone_parts!(r, Vote),
+        RequestBody::BeginQuorumEpoch(r) => lone_parts!(r, BeginQuorumEpoch),
+        RequestBody::EndQuorumEpoch(r) => lone_parts!(r, EndQuorumEpoch),
         _ => return None,
-    };
-    Some(parts)
+    })
 }
 
 /// Encodes one answer to a batch of `api` from its parts' answers, in the parts' order. A part
