@@ -142,7 +142,7 @@ impl Controllers {
 
     /// A connection to the named leader if there is one, else to the next bootstrap
     /// controller that answers; the error names every address tried.
-    async fn connect(&mut self) -> Result<PeerConnection, String> {
+    async fn connect(&mut self) -> Result<PeerConnection, NoController> {
         if let Some((host, port)) = self.hint.take() {
             let addrs = (host.as_str(), port).to_socket_addrs();
             for addr in addrs.into_iter().flatten() {
@@ -160,22 +160,28 @@ impl Controllers {
                 Err(e) => failures.push(format!("{addr}: {}", connect_failure(&e))),
             }
         }
-        let default = if self.defaulted {
-            " (the default: set --bootstrap-controller or RINGRAFT_LISTEN)"
-        } else {
-            ""
-        };
-        Err(format!(
-            "no controller answered at {}{default}: {}",
-            self.named,
-            failures.join("; ")
-        ))
+        Err(NoController {
+            named: self.named.clone(),
+            defaulted: self.defaulted,
+            failures,
+        })
     }
 
     /// The next connection goes to the leader `id` a controller named at `host:port`.
     fn follow(&mut self, host: &str, port: u16) {
         self.hint = Some((host.to_owned(), port));
     }
+}
+
+/// No controller answered: the list as named, and why each address failed.
+#[derive(Debug, thiserror::Error)]
+#[error("no controller answered at {named}{}: {}",
+    if *.defaulted { " (the default: set --bootstrap-controller or RINGRAFT_LISTEN)" } else { "" },
+    .failures.join("; "))]
+struct NoController {
+    named: String,
+    defaulted: bool,
+    failures: Vec<String>,
 }
 
 fn connect_failure(e: &PeerError) -> String {
@@ -331,7 +337,7 @@ async fn append_batch(
                     if since.elapsed() >= NOTHING_ANSWERS {
                         return Err(CliError::new(format!("{e}; nothing was written")));
                     }
-                    last = e;
+                    last = e.to_string();
                     glommio::timer::sleep(RETRY_PAUSE).await;
                     continue;
                 }
