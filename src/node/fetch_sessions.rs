@@ -15,7 +15,7 @@
 //! connection, as a lone request's timeout does: every fetch it held fails
 //! (`Failure::Disconnected`) and the next one connects again.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -96,15 +96,48 @@ impl<T: 'static> PeerTasks<T> {
 /// A raft shard's sessions, by leader node and endpoint.
 pub struct FetchSessions {
     sessions: PeerTasks<Carried>,
+    /// Each session's view for its groups' cores, by leader node.
+    views: RefCell<HashMap<i32, Vec<Rc<SessionView>>>>,
     stop: StopSignal,
+}
+
+/// What a session shows the cores of its groups (`raft::liveness`): which fetches the leader
+/// node has acknowledged holding, and when the session last had an answer.
+#[derive(Default)]
+pub struct SessionView {
+    /// Each partition's fetch held, by the number of the request that carried it.
+    held: RefCell<HashMap<At, u64>>,
+    /// The last request answered, and when.
+    answered: Cell<Option<(u64, Instant)>>,
+}
+
+impl SessionView {
+    /// `at`'s fetch was carried by a request the leader node has answered (so it holds the
+    /// fetch), and an answer came within `within`.
+    fn vouches(&self, at: &At, within: Duration) -> bool {
+        let Some((through, when)) = self.answered.get() else {
+            return false;
+        };
+        when.elapsed() <= within && self.held.borrow().get(at).is_some_and(|r| *r <= through)
+    }
 }
 
 impl FetchSessions {
     pub fn new(stop: StopSignal) -> Rc<Self> {
         Rc::new(FetchSessions {
             sessions: PeerTasks::default(),
+            views: RefCell::default(),
             stop,
         })
+    }
+
+    /// A session to node `leader` holds `group`'s fetch, acknowledged, and had an answer
+    /// within `within` (`raft::liveness`).
+    pub fn vouches(&self, leader: i32, group: At, within: Duration) -> bool {
+        self.views
+            .borrow()
+            .get(&leader)
+            .is_some_and(|views| views.iter().any(|v| v.vouches(&group, within)))
     }
 
     /// Sends `carried` in the session to node `to` at `endpoint`, started on first use with
@@ -119,7 +152,14 @@ impl FetchSessions {
         let start = |rx| {
             let span = tracing::info_span!("session", leader = to,
                 host = %crate::logsafe::Untrusted(&endpoint.host), port = endpoint.port);
-            session_task(endpoint.clone(), rx, setup(), self.stop.clone()).instrument(span)
+            let view = Rc::new(SessionView::default());
+            self.views
+                .borrow_mut()
+                .entry(to)
+                .or_default()
+                .push(view.clone());
+            let session = Session::new(setup(), view);
+            session_task(endpoint.clone(), rx, session, self.stop.clone()).instrument(span)
         };
         if let Err(carried) = self.sessions.send(to, &endpoint, carried, start) {
             // The session stopped (the shard stops): the group hears a disconnect.
@@ -138,7 +178,6 @@ struct Held {
     reply: mpsc::UnboundedSender<ExecutorInput>,
     /// The session request that carried it (`Session::sent`).
     request: u64,
-    deadline: Instant,
 }
 
 /// One session's state between its connection's requests and answers.
@@ -149,8 +188,11 @@ struct Session {
     /// Fetches not sent yet.
     queued: Vec<Carried>,
     held: HashMap<At, Held>,
-    /// Requests on the wire, oldest first: correlation id and request number.
-    in_flight: VecDeque<(i32, u64)>,
+    /// `held` as the groups' cores see it.
+    view: Rc<SessionView>,
+    /// Requests on the wire, oldest first: correlation id, request number, and when it fails
+    /// the session if not answered (its request timeout).
+    in_flight: VecDeque<(i32, u64, Instant)>,
     /// Requests sent so far (the next one's number).
     sent: u64,
     /// A fetch of this node, for the top-level fields of a poll.
@@ -170,10 +212,9 @@ enum Event {
 async fn session_task(
     endpoint: Endpoint,
     mut input: mpsc::UnboundedReceiver<Carried>,
-    setup: SessionSetup,
+    mut s: Session,
     stop: StopSignal,
 ) {
-    let mut s = Session::new(setup);
     loop {
         // Fetches queued while the session backs off wait for the backoff to end (well within
         // their request timeout): failed at once, their groups would send them again at once.
@@ -185,7 +226,10 @@ async fn session_task(
         if due && s.conn.is_some() {
             Box::pin(s.send()).await;
         }
-        let deadline = s.held.values().map(|h| h.deadline).chain(reconnect).min();
+        // A held fetch has no deadline of its own once the leader node acknowledged it: the
+        // session's requests, one always in flight while fetches are held, each have theirs.
+        let answer_due = s.in_flight.front().map(|(_, _, due)| *due);
+        let deadline = answer_due.into_iter().chain(reconnect).min();
         let event = {
             let carried = async { Event::Carried(input.next().await) };
             let stopped = async {
@@ -239,8 +283,8 @@ async fn session_task(
             }
             Event::Deadline => {
                 let now = Instant::now();
-                if s.held.values().any(|h| h.deadline <= now) {
-                    debug!("a fetch of the session had no answer within the request timeout");
+                if s.in_flight.front().is_some_and(|(_, _, due)| *due <= now) {
+                    debug!("a request of the session had no answer within the request timeout");
                     s.fail_all();
                 }
             }
@@ -249,13 +293,14 @@ async fn session_task(
 }
 
 impl Session {
-    fn new(setup: SessionSetup) -> Session {
+    fn new(setup: SessionSetup, view: Rc<SessionView>) -> Session {
         Session {
             setup,
             conn: None,
             version: 0,
             queued: Vec::new(),
             held: HashMap::new(),
+            view,
             in_flight: VecDeque::new(),
             sent: 0,
             template: None,
@@ -369,17 +414,17 @@ impl Session {
         let request = fetch_session::request(template, wait, epoch, &parts, self.version);
         let mut w = Writer::new();
         request.encode(&mut w, self.version);
-        let deadline = Instant::now() + self.setup.request_timeout;
+        let due = Instant::now() + self.setup.request_timeout;
         for c in queued {
             let at = (c.group.topic_id(), c.group.partition());
             let held = Held {
                 id: c.id,
                 reply: c.reply,
                 request: number,
-                deadline,
             };
             // A fetch held for the same partition is replaced: its group moved on.
             self.held.insert(at, held);
+            self.view.held.borrow_mut().insert(at, number);
         }
         let flexible_from = apis::served(ApiKey::FETCH).map_or(0, |s| s.flexible_from);
         let Some(conn) = self.conn.as_mut() else {
@@ -397,7 +442,7 @@ impl Session {
                     held = self.held.len(),
                     "sent"
                 );
-                self.in_flight.push_back((correlation_id, number));
+                self.in_flight.push_back((correlation_id, number, due));
                 if let Some(m) = &self.setup.metrics {
                     m.sent(ApiKey::FETCH.name(), self.version);
                 }
@@ -413,7 +458,7 @@ impl Session {
     /// An answer: each partition's part to its group, when it answers the fetch held. Returns
     /// how many fetches it answered.
     fn answered(&mut self, frame: &Bytes) -> usize {
-        let Some((correlation_id, number)) = self.in_flight.pop_front() else {
+        let Some((correlation_id, number, _)) = self.in_flight.pop_front() else {
             self.fail_all();
             return 0;
         };
@@ -435,6 +480,7 @@ impl Session {
             self.fail_all();
             return 0;
         };
+        self.view.answered.set(Some((number, Instant::now())));
         let deliver = |held: Held, answer| {
             let input = ExecutorInput::Peer {
                 id: held.id,
@@ -451,6 +497,7 @@ impl Session {
                 .collect();
             for at in &answered {
                 if let Some(held) = self.held.remove(at) {
+                    self.view.held.borrow_mut().remove(at);
                     deliver(held, error.clone());
                 }
             }
@@ -461,6 +508,7 @@ impl Session {
             // An answer to an earlier request is for a fetch since replaced.
             if self.held.get(&at).is_some_and(|h| h.request <= number) {
                 let held = self.held.remove(&at).expect("checked");
+                self.view.held.borrow_mut().remove(&at);
                 trace!(number, partition = at.1, id = held.id, "delivered");
                 deliver(held, answer);
                 delivered += 1;
@@ -490,6 +538,8 @@ impl Session {
         );
         self.conn = None;
         self.in_flight.clear();
+        self.view.held.borrow_mut().clear();
+        self.view.answered.set(None);
         for (_, held) in self.held.drain() {
             let input = ExecutorInput::Peer {
                 id: held.id,
@@ -523,7 +573,7 @@ mod tests {
     fn session() -> Session {
         Session {
             version: 17,
-            ..Session::new(setup())
+            ..Session::new(setup(), Rc::default())
         }
     }
 
@@ -568,7 +618,6 @@ mod tests {
                 id,
                 reply: tx.clone(),
                 request,
-                deadline: Instant::now() + Duration::from_secs(2),
             };
             s.held.insert((g.topic_id(), g.partition()), held);
         };
@@ -576,7 +625,8 @@ mod tests {
         // was failed and sent again).
         hold(&mut s, &a, 20, 1);
         hold(&mut s, &b, 21, 0);
-        s.in_flight.extend([(5, 0), (6, 1)]);
+        let due = Instant::now() + Duration::from_secs(2);
+        s.in_flight.extend([(5, 0, due), (6, 1, due)]);
         // The answer to request 0 names both: b's counts, a's is for the fetch replaced.
         s.answered(&answer_frame(5, &[(&a, 100), (&b, 200)], ErrorCode::NONE));
         let got = rx.try_recv().unwrap();
@@ -695,10 +745,10 @@ mod tests {
             id,
             reply: tx.clone(),
             request: 0,
-            deadline: Instant::now() + Duration::from_secs(2),
         };
         s.held.insert((a.topic_id(), a.partition()), held(1));
-        s.in_flight.push_back((5, 0));
+        let due = Instant::now() + Duration::from_secs(2);
+        s.in_flight.push_back((5, 0, due));
         s.answered(&answer_frame(5, &[], ErrorCode::INVALID_REQUEST));
         assert!(matches!(
             rx.try_recv().unwrap(),
@@ -706,7 +756,7 @@ mod tests {
         ));
         // An answer with another request's correlation id: the connection cannot be trusted.
         s.held.insert((a.topic_id(), a.partition()), held(2));
-        s.in_flight.push_back((6, 1));
+        s.in_flight.push_back((6, 1, due));
         s.answered(&answer_frame(9, &[(&a, 1)], ErrorCode::NONE));
         assert!(matches!(
             rx.try_recv().unwrap(),
@@ -716,5 +766,45 @@ mod tests {
             }
         ));
         assert!(s.held.is_empty() && s.in_flight.is_empty());
+    }
+
+    #[test]
+    fn a_session_vouches_for_a_fetch_its_leader_acknowledged_while_it_answers() {
+        let (a, b) = (
+            GroupKey::new("kv", 0).unwrap(),
+            GroupKey::new("kv", 1).unwrap(),
+        );
+        let (at_a, at_b) = ((a.topic_id(), a.partition()), (b.topic_id(), b.partition()));
+        let (tx, _rx) = mpsc::unbounded();
+        let mut s = session();
+        let view = s.view.clone();
+        let window = Duration::from_secs(2);
+        // a's fetch went in request 0, b's in request 1.
+        for (at, id, request) in [(at_a, 1, 0), (at_b, 2, 1)] {
+            let held = Held {
+                id,
+                reply: tx.clone(),
+                request,
+            };
+            s.held.insert(at, held);
+            view.held.borrow_mut().insert(at, request);
+        }
+        let due = Instant::now() + window;
+        s.in_flight.extend([(5, 0, due), (6, 1, due)]);
+        assert!(!view.vouches(&at_a, window), "nothing answered yet");
+        // Request 0 answered without a's part: the leader node holds a's fetch, not yet b's.
+        s.answered(&answer_frame(5, &[], ErrorCode::NONE));
+        assert!(view.vouches(&at_a, window));
+        assert!(!view.vouches(&at_b, window), "request 1 is not answered");
+        let answered = view.answered.get();
+        view.answered
+            .set(answered.map(|(n, at)| (n, at - window - window)));
+        assert!(!view.vouches(&at_a, window), "the last answer is too old");
+        view.answered.set(answered);
+        s.answered(&answer_frame(6, &[(&a, 7)], ErrorCode::NONE));
+        assert!(!view.vouches(&at_a, window), "a's fetch was answered");
+        assert!(view.vouches(&at_b, window));
+        s.fail_all();
+        assert!(!view.vouches(&at_b, window), "the connection failed");
     }
 }

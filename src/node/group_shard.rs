@@ -19,6 +19,8 @@ use crate::config::Role;
 use crate::net::stop::StopSignal;
 use crate::protocol::group::GroupKey;
 use crate::raft::campaigns::CampaignGate;
+use crate::raft::liveness::{Liveness, SessionLiveness};
+use crate::raft::Token;
 
 /// What a shard's groups share: the Fetch sessions to each leader node, the links that batch
 /// their Votes and epoch RPCs to each peer, and the bound on
@@ -28,6 +30,25 @@ pub(super) struct ShardShared {
     sessions: Rc<super::fetch_sessions::FetchSessions>,
     batches: Rc<super::rpc_batches::RpcBatches>,
     campaigns: CampaignGate,
+}
+
+/// A group's `raft::liveness`: as follower, its shard's session to the leader node; as
+/// leader, the pulses of the sessions its parked fetches came in.
+struct GroupLiveness {
+    sessions: Rc<super::fetch_sessions::FetchSessions>,
+    at: crate::net::fetch_session::At,
+    pulses: Rc<RefCell<HashMap<Token, super::held_fetches::Pulse>>>,
+}
+
+impl Liveness for GroupLiveness {
+    fn leader_holds_fetch(&self, leader: i32, within_ms: u64) -> bool {
+        let within = std::time::Duration::from_millis(within_ms);
+        self.sessions.vouches(leader, self.at, within)
+    }
+
+    fn fetch_alive(&self, token: Token, within_ms: u64) -> bool {
+        (self.pulses.borrow().get(&token)).is_some_and(|p| p.within(within_ms))
+    }
 }
 
 /// The executors of the groups homed on this shard, by group.
@@ -259,8 +280,18 @@ async fn start_group(
     transport.set_batches(shared.batches.clone());
     executor.set_snapshot_policy(ctx.snapshot_policy);
     executor.set_append_linger_ms(ctx.append_linger_ms);
+    executor.set_idle_wake_ms(crate::constants::GROUP_IDLE_WAKE_MS);
     let gate = shared.campaigns.clone();
     executor.raft().borrow_mut().set_campaign_gate(gate);
+    let liveness = GroupLiveness {
+        sessions: shared.sessions.clone(),
+        at: (key.topic_id(), key.partition()),
+        pulses: executor.pulses(),
+    };
+    executor
+        .raft()
+        .borrow_mut()
+        .set_liveness(SessionLiveness(Rc::new(liveness)));
     match machine {
         Some(machine) => executor.set_state_machine(machine),
         // No state machine: take the leader's snapshots so that retention bounds the log.

@@ -116,6 +116,13 @@ pub enum ExecutorInput {
         call: Call,
         reply: oneshot::Sender<Answer>,
     },
+    /// A Fetch that came in a Fetch session (`node::held_fetches`), with the session's pulse:
+    /// while it beats, the core may hold the Fetch past its wait (`raft::liveness`).
+    HeldFetch {
+        request: crate::raft::message::FetchRequest,
+        pulse: super::held_fetches::Pulse,
+        reply: oneshot::Sender<Answer>,
+    },
     /// Replicas' positions a fetch shard validated (`raft::serve::Progress`); `reply`, when
     /// given, hears the high watermark once they are counted.
     FetchProgress {
@@ -470,6 +477,22 @@ impl RaftHandle {
     pub(crate) fn submit(&self, call: Call) -> Option<oneshot::Receiver<Answer>> {
         let (reply, answer) = oneshot::channel();
         self.send(ExecutorInput::Request { call, reply }).ok()?;
+        Some(answer)
+    }
+
+    /// A Fetch of a session, beating `pulse` (`ExecutorInput::HeldFetch`).
+    pub(crate) fn submit_held(
+        &self,
+        request: crate::raft::message::FetchRequest,
+        pulse: super::held_fetches::Pulse,
+    ) -> Option<oneshot::Receiver<Answer>> {
+        let (reply, answer) = oneshot::channel();
+        let input = ExecutorInput::HeldFetch {
+            request,
+            pulse,
+            reply,
+        };
+        self.send(input).ok()?;
         Some(answer)
     }
 }

@@ -14,6 +14,8 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -21,7 +23,7 @@ use bytes::Bytes;
 use futures_channel::oneshot;
 use futures_util::stream::{FuturesUnordered, Stream};
 
-use super::call::{Answer, Call};
+use super::call::Answer;
 use super::groups::GroupTable;
 use crate::net::fetch_session::{self, At};
 use crate::net::frame_out::{Chunk, LocalFrame};
@@ -30,7 +32,7 @@ use crate::protocol::fetch;
 use crate::protocol::group::WireTopic;
 use crate::protocol::request::encode_response_frame_parts;
 use crate::raft::message::{FetchResponse, Records};
-use crate::raft::{Request, Response};
+use crate::raft::Response;
 
 use super::route::ReplyTo;
 
@@ -44,6 +46,42 @@ const SESSION_WAIT_MIN_MS: i32 = 100;
 /// count, and an idle follower hears from its leader this much later than it would have,
 /// far inside its fetch timeout. Answers that carry anything are sent at once.
 const QUIET_WINDOW: Duration = Duration::from_millis(20);
+
+/// A session connection's heartbeat, seen by the groups whose fetches it carried (on their
+/// home shards, so atomic): when its last request came, or that it closed. A group's leader
+/// counts a fetch parked for a session that beat within its fetch timeout as a replica
+/// fetching now (`raft::liveness`).
+#[derive(Debug, Clone)]
+pub struct Pulse(Arc<AtomicU64>);
+
+/// `Pulse`'s mark for a closed connection.
+const CLOSED: u64 = u64::MAX;
+
+/// Milliseconds on one process-wide monotonic scale.
+fn pulse_ms() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
+}
+
+impl Pulse {
+    fn new() -> Self {
+        Pulse(Arc::new(AtomicU64::new(pulse_ms())))
+    }
+
+    fn beat(&self) {
+        self.0.store(pulse_ms(), Ordering::Relaxed);
+    }
+
+    fn close(&self) {
+        self.0.store(CLOSED, Ordering::Relaxed);
+    }
+
+    /// The session sent a request within the last `within_ms`, and its connection is open.
+    pub fn within(&self, within_ms: u64) -> bool {
+        let last = self.0.load(Ordering::Relaxed);
+        last != CLOSED && pulse_ms().saturating_sub(last) <= within_ms
+    }
+}
 
 /// Every connection's held fetches, on the shard that serves the connections.
 pub struct HeldFetches {
@@ -66,8 +104,8 @@ impl Default for HeldFetches {
 type Coming = Pin<Box<dyn Future<Output = (At, u64, Option<Answer>)>>>;
 
 /// One connection's session.
-#[derive(Default)]
 struct Held {
+    pulse: Pulse,
     /// Polled only when one of them was woken: a session holds hundreds of fetches.
     waiting: RefCell<FuturesUnordered<Coming>>,
     /// Each partition's current fetch, numbered; an answer to an older one is dropped.
@@ -85,6 +123,23 @@ struct Held {
     cut: Cell<bool>,
     /// The parked request's task, for `cut_short`.
     waker: RefCell<Option<Waker>>,
+}
+
+impl Default for Held {
+    fn default() -> Self {
+        Held {
+            pulse: Pulse::new(),
+            waiting: RefCell::default(),
+            current: RefCell::default(),
+            numbered: Cell::default(),
+            answered: RefCell::default(),
+            urgent: Cell::default(),
+            quiet_since: Cell::default(),
+            high_watermarks: RefCell::default(),
+            cut: Cell::default(),
+            waker: RefCell::default(),
+        }
+    }
 }
 
 impl Held {
@@ -186,6 +241,7 @@ impl HeldFetches {
             .or_default()
             .clone();
         held.cut.set(false);
+        held.pulse.beat();
         for (at, request) in fetch_session::fetches(r) {
             let WireTopic::Id(topic_id) = at.topic else {
                 continue;
@@ -194,7 +250,7 @@ impl HeldFetches {
             let offset = request.fetch_offset;
             let answer = groups
                 .find(&at)
-                .and_then(|hosted| hosted.raft.submit(Call::Raft(Request::Fetch(request))));
+                .and_then(|hosted| hosted.raft.submit_held(request, held.pulse.clone()));
             tracing::trace!(
                 connection,
                 partition = at.partition,
@@ -211,12 +267,13 @@ impl HeldFetches {
                 }
             }
         }
-        // Each fetch is answered by its group within the MaxWaitMs it carries; the session
-        // request waits twice that for one, so that it is not answered empty just before,
-        // and at least a moment for fetches answered at once (MaxWaitMs 0: adoption's probes).
+        // The request waits its MaxWaitMs for an answer (at least a moment, for fetches
+        // answered at once: MaxWaitMs 0, adoption's probes). The groups' fetches may stay
+        // parked longer while the session beats (`raft::liveness`): an idle session is
+        // answered, and polled again, once per MaxWaitMs, its followers' proof that this node
+        // still holds their fetches.
         let wait = r
             .max_wait_ms
-            .saturating_mul(2)
             .clamp(SESSION_WAIT_MIN_MS, crate::raft::FETCH_PARK_MAX_MS);
         let end = Instant::now() + Duration::from_millis(wait as u64);
         loop {
@@ -261,7 +318,9 @@ impl HeldFetches {
 
     /// `connection` closed: its held fetches are dropped (their groups' answers go nowhere).
     pub fn closed(&self, connection: u64) {
-        self.by_connection.borrow_mut().remove(&connection);
+        if let Some(held) = self.by_connection.borrow_mut().remove(&connection) {
+            held.pulse.close();
+        }
     }
 }
 
@@ -369,10 +428,7 @@ mod tests {
         inputs: &mut mpsc::UnboundedReceiver<ExecutorInput>,
     ) -> (FetchRequest, oneshot::Sender<Answer>) {
         match inputs.next().await {
-            Some(ExecutorInput::Request {
-                call: Call::Raft(Request::Fetch(f)),
-                reply,
-            }) => (f, reply),
+            Some(ExecutorInput::HeldFetch { request, reply, .. }) => (request, reply),
             _ => panic!("not a Fetch"),
         }
     }

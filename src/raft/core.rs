@@ -391,6 +391,8 @@ pub(super) struct InFlight {
     /// The log as it was when the request was sent (log end, last fetched epoch): a Fetch
     /// answer speaks of that log, and is stale once it changed.
     pub log: OffsetAndEpoch,
+    /// A long-polling Fetch: a session may vouch for it past its deadline (`liveness`).
+    pub long_poll: bool,
 }
 
 /// The Raft core for one replica. See `mod.rs` for the transition table and the contract.
@@ -445,6 +447,8 @@ pub struct Raft {
     /// while Prospective or Candidate.
     pub(super) campaign_gate: Option<super::campaigns::CampaignGate>,
     pub(super) campaign_lease: Option<super::campaigns::CampaignLease>,
+    /// The Fetch sessions this core may rest on (`liveness`).
+    pub(super) liveness: Option<super::liveness::SessionLiveness>,
 }
 
 impl Raft {
@@ -505,6 +509,7 @@ impl Raft {
             adoption: Default::default(),
             campaign_gate: None,
             campaign_lease: None,
+            liveness: None,
         };
         raft.initialize(stored.unwrap_or(ElectionState::unattached(0)));
         raft
@@ -569,6 +574,15 @@ impl Raft {
     }
 
     // ---- Public surface -------------------------------------------------------------------
+
+    /// Moves the core's clock to `now` without running its timers: for the calls that do not
+    /// take the time (`append`, `persisted`, `transfer_leadership`, `read_fence`, …), whose
+    /// deadlines are counted from the core's last known time. A runtime that wakes a core
+    /// rarely calls this first, or those deadlines start in the past.
+    pub fn advance_clock(&mut self, now: Time) {
+        self.now_ms = self.now_ms.max(now.mono_ms);
+        self.unix_ms = now.unix_ms;
+    }
 
     /// Feeds one input at time `now` (a monotonic clock that goes backwards is treated as
     /// standing still). Nothing a peer sends can make this fail: claims that contradict what
@@ -1415,6 +1429,7 @@ impl Raft {
         let id = self.next_request_id;
         self.next_request_id += 1;
         let deadline = self.now_ms + self.config.request_timeout_ms;
+        let long_poll = matches!(&request, Request::Fetch(f) if f.max_wait_ms > 0);
         self.inflight.insert(
             to,
             InFlight {
@@ -1422,6 +1437,7 @@ impl Raft {
                 deadline,
                 epoch: self.epoch,
                 log: self.log.last_offset_and_epoch(),
+                long_poll,
             },
         );
         self.outbox.push(Outbound::Request { id, to, request });
@@ -1450,6 +1466,9 @@ impl Raft {
         };
         // An adoption request that failed is sent again on adoption's next turn.
         let _ = self.is_adoption_request(id);
+        if flight.long_poll {
+            self.session_failed(to);
+        }
         let prevote = matches!(self.role, Role::Prospective(_)) && flight.epoch == self.epoch;
         if prevote && failure == super::message::Failure::UnsupportedVersion {
             // The peer cannot carry PreVote (no Vote v2): standard Raft (docs/raft.md §5.6).
@@ -1471,6 +1490,13 @@ impl Raft {
             .map(|(to, _)| *to)
             .collect();
         for to in expired {
+            let turn = self.membership_turn_at().is_some_and(|t| t <= now);
+            let long_poll = self.inflight[&to].long_poll;
+            if long_poll && !turn && self.follower_of(to) && self.leader_vouched(to) {
+                // Still held by the leader, whose session answers (`liveness`).
+                self.rest_on_session();
+                continue;
+            }
             self.inflight.remove(&to);
             self.backoff(to);
         }
@@ -1498,6 +1524,14 @@ impl Raft {
             }
             Role::Prospective(s) if s.election_deadline <= now => self.election_lost(),
             Role::Candidate(s) if s.election_deadline <= now => self.become_prospective(),
+            Role::Follower(s)
+                if s.fetch_deadline <= now
+                    && !s.leader_resigned
+                    && self.leader_vouched(s.leader_id) =>
+            {
+                // The leader holds our Fetch and its session answers: as good as an answer.
+                self.rest_on_session();
+            }
             Role::Follower(s) if s.fetch_deadline <= now => {
                 if !self.may_campaign() || self.shutting_down {
                     // An observer lost its leader: look for it through the bootstrap servers.

@@ -739,6 +739,12 @@ impl Raft {
             return None;
         }
         s.membership_due = now + fetch_timeout_ms;
+        self.membership_request_wanted()
+    }
+
+    /// The UpdateRaftVoter or auto-join request this follower wants to send, whenever its turn
+    /// (`follower_membership_request`) comes.
+    pub(super) fn membership_request_wanted(&self) -> Option<Request> {
         let local = self.config.local;
         let local_directory = local.directory_id?;
         let level = self.membership.kraft_version();
@@ -1273,5 +1279,95 @@ mod tests {
         );
         // Sent at ~1, ~2 and ~3 fetch timeouts; none after NONE.
         assert_eq!(updates, 3, "UpdateRaftVoter count");
+    }
+
+    #[test]
+    fn a_follower_resting_on_its_session_still_sends_update_voter_in_its_turn() {
+        use crate::raft::liveness::{Liveness, SessionLiveness};
+        struct Always;
+        impl Liveness for Always {
+            fn leader_holds_fetch(&self, _: i32, _: u64) -> bool {
+                true
+            }
+            fn fetch_alive(&self, _: crate::raft::Token, _: u64) -> bool {
+                true
+            }
+        }
+        let set = VoterSet::new(
+            (1..=3)
+                .map(|id| Voter::new(ReplicaKey::new(id, None), endpoint(id)))
+                .collect(),
+        )
+        .unwrap();
+        let history = VoterHistory::from_records(set, &[]).unwrap();
+        let mut config = RaftConfig::new(key(1), "c".into(), 7);
+        config.listener_name = Some("CONTROLLER".into());
+        config.local_endpoints = endpoint(1);
+        let timeout = config.fetch_timeout_ms;
+        let stored = crate::raft::ElectionState {
+            epoch: 3,
+            leader_id: Some(2),
+            voted_key: None,
+        };
+        let mut raft = Raft::new(
+            config,
+            history,
+            Some(stored),
+            &LogInfo::default(),
+            Time::simulated(0),
+        );
+        raft.set_liveness(SessionLiveness(std::rc::Rc::new(Always)));
+        // The leader answers the first Fetch; every later one it holds, its session vouching.
+        let (mut now, mut fetches, mut first_update) = (0, 0, None);
+        while now <= 5 * timeout && first_update.is_none() {
+            raft.step(Time::simulated(now), Input::Tick);
+            for m in drain(&mut raft).0 {
+                match m {
+                    Outbound::Request {
+                        id,
+                        to: 2,
+                        request: Request::Fetch(f),
+                    } => {
+                        fetches += 1;
+                        if fetches > 1 {
+                            continue;
+                        }
+                        let answer = Response::Fetch(super::super::message::FetchResponse {
+                            error: ErrorCode::NONE,
+                            partition_error: ErrorCode::NONE,
+                            high_watermark: 0,
+                            log_start_offset: 0,
+                            diverging_epoch: None,
+                            leader_id: 2,
+                            leader_epoch: f.current_leader_epoch,
+                            snapshot_id: None,
+                            records: super::super::message::Records::None,
+                            leader_endpoints: endpoint(2),
+                        });
+                        raft.step(
+                            Time::simulated(now),
+                            Input::Response {
+                                id,
+                                response: answer,
+                            },
+                        );
+                    }
+                    Outbound::Request {
+                        request: Request::UpdateVoter(_),
+                        ..
+                    } => {
+                        first_update = Some(now);
+                    }
+                    _ => {}
+                }
+            }
+            now += 50;
+        }
+        let first = first_update.expect("no UpdateRaftVoter while the Fetch was held");
+        assert!(
+            first <= timeout + 200,
+            "first UpdateRaftVoter at {first} ms"
+        );
+        assert_eq!(raft.state_name(), "Follower");
     }
 }

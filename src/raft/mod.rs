@@ -37,6 +37,7 @@ pub mod campaigns;
 pub mod core;
 pub mod election;
 pub mod fence;
+pub mod liveness;
 pub mod log_view;
 pub mod membership;
 pub mod message;

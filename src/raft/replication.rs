@@ -211,6 +211,7 @@ impl Raft {
     /// Answers parked fetches that now have something to say (`serve::parked_ready`).
     pub(super) fn complete_parked_fetches(&mut self) {
         let now = self.now_ms;
+        self.put_off_vouched_expiries();
         let facts = self.facts();
         let log = &self.log;
         let voters = self.membership.latest();
@@ -242,6 +243,68 @@ impl Raft {
         }
     }
 
+    /// Parked fetches that expired but whose session is alive stay parked (`liveness`): the
+    /// follower rests on the session, and an empty answer would only start another round trip.
+    /// Only a follower that knows our high watermark rests: one that does not (just
+    /// restarted, say) is answered at its MaxWaitMs, and learns it.
+    fn put_off_vouched_expiries(&mut self) {
+        let now = self.now_ms;
+        let expired: Vec<Token> = match &self.role {
+            Role::Leader(s) if self.liveness.is_some() => s
+                .parked
+                .iter()
+                .filter(|p| p.deadline <= now)
+                .filter(|p| {
+                    let theirs = p.request.high_watermark;
+                    theirs.is_some_and(|t| s.high_watermark.is_none_or(|ours| t >= ours))
+                })
+                .map(|p| p.token)
+                .collect(),
+            _ => return,
+        };
+        let vouched: Vec<Token> = expired
+            .into_iter()
+            .filter(|t| self.fetch_vouched(*t))
+            .collect();
+        if let Some(s) = self.leader_mut() {
+            for p in s.parked.iter_mut().filter(|p| vouched.contains(&p.token)) {
+                p.deadline = now + super::liveness::VOUCHED_PARK_MS;
+            }
+        }
+    }
+
+    /// Replicas whose Fetch is parked in a live session count as fetching now (`liveness`):
+    /// for check-quorum, BeginQuorumEpoch and their caught-up time, as a fresh Fetch at the
+    /// same offset would.
+    fn note_vouched_fetchers(&mut self) -> Vec<i32> {
+        let mut vouched = Vec::new();
+        let parked: Vec<(Token, ReplicaKey, i64)> = match &self.role {
+            Role::Leader(s) if self.liveness.is_some() => s
+                .parked
+                .iter()
+                .filter(|p| p.request.replica.id >= 0)
+                .map(|p| (p.token, p.request.replica, p.request.fetch_offset))
+                .collect(),
+            _ => return vouched,
+        };
+        let leader_end = self.log.end_offset();
+        for (token, replica, fetch_offset) in parked {
+            if !self.fetch_vouched(token) {
+                continue;
+            }
+            vouched.push(replica.id);
+            // Round 0: the read fence counted this Fetch when it came, and learns nothing new.
+            self.note_replica_fetch(serve::Progress {
+                replica,
+                fetch_offset,
+                leader_epoch: self.epoch,
+                leader_end,
+                answered_round: 0,
+            });
+        }
+        vouched
+    }
+
     /// The core answers replica `id`'s Fetch in the current read-fence round.
     fn note_answered(&mut self, id: i32) {
         let round = self.fences.round;
@@ -254,6 +317,7 @@ impl Raft {
     pub(super) fn poll_leader(&mut self) {
         let now = self.now_ms;
         self.complete_parked_fetches();
+        let vouched = self.note_vouched_fetchers();
         let local = self.config.local;
         let majority = self.voters().majority();
         let local_is_voter =
@@ -296,8 +360,20 @@ impl Raft {
                     self.send_begin_quorum_epoch(key);
                 }
             }
+            // With every other voter's Fetch held for a live session, no BeginQuorumEpoch can
+            // be due before the next check-quorum look (`liveness`).
+            let all_vouched = self
+                .voters()
+                .voters()
+                .iter()
+                .all(|v| v.key.id == local.id || vouched.contains(&v.key.id));
+            let next = if all_vouched && !vouched.is_empty() {
+                self.check_quorum_timeout_ms()
+            } else {
+                period.max(1)
+            };
             if let Some(s) = self.leader_mut() {
-                s.begin_deadline = now + period.max(1);
+                s.begin_deadline = now + next;
             }
         }
         self.maybe_hand_over();
@@ -347,7 +423,7 @@ impl Raft {
         self.send(leader, request);
     }
 
-    fn follower_of(&self, from: i32) -> bool {
+    pub(super) fn follower_of(&self, from: i32) -> bool {
         matches!(&self.role, Role::Follower(s) if s.leader_id == from)
     }
 

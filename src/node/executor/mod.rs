@@ -181,6 +181,10 @@ pub struct Executor<S: Storage + 'static, T: Transport, C: Clock> {
     /// Requests the core has not answered yet, by the token it knows them by.
     replies: HashMap<Token, oneshot::Sender<Answer>>,
     next_token: Token,
+    /// The sessions' pulses of the Fetches among them that came in one (`raft::liveness`).
+    pulses: Rc<RefCell<HashMap<Token, super::held_fetches::Pulse>>>,
+    /// `set_idle_wake_ms`.
+    idle_wake_ms: u64,
     /// "not serving a corrupt snapshot" and "cannot read the log for a fetch": every follower
     /// asks again many times a second (`logsafe::RateLimit`; logs only, so the real clock).
     corrupt_snapshot_said: crate::logsafe::RateLimit,
@@ -248,6 +252,8 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
             unreadable_said: crate::logsafe::RateLimit::repeated_warning(),
             replies: HashMap::new(),
             next_token: 0,
+            pulses: Rc::default(),
+            idle_wake_ms: 1_000,
             commits: BTreeMap::new(),
             listeners: Vec::new(),
             load_at_start: false,
@@ -279,6 +285,11 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
     /// an await by the executor.
     pub fn raft(&self) -> Rc<RefCell<Raft>> {
         self.raft.clone()
+    }
+
+    /// The pulses of the Fetches the core holds that came in a session, by token.
+    pub fn pulses(&self) -> Rc<RefCell<HashMap<Token, super::held_fetches::Pulse>>> {
+        self.pulses.clone()
     }
 
     pub fn probe(&self) -> Rc<Probe> {
@@ -323,6 +334,12 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
     /// The transport, to configure before the run.
     pub fn transport_mut(&mut self) -> &mut T {
         &mut self.transport
+    }
+
+    /// The longest the loop sleeps when the core wants nothing sooner (1 s until set): what
+    /// runs then is the retention check (`RETENTION_CHECK_MS`) and the turn's bookkeeping.
+    pub fn set_idle_wake_ms(&mut self, ms: u64) {
+        self.idle_wake_ms = ms.max(1);
     }
 
     /// `controller.quorum.append.linger.ms` (`linger`); 0 until set.
@@ -396,7 +413,11 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
                     return Ok(());
                 }
             }
-            let cap = if self.stopping.is_some() { 20 } else { 1000 };
+            let cap = if self.stopping.is_some() {
+                20
+            } else {
+                self.idle_wake_ms
+            };
             let deadline = self.raft.borrow().deadline_ms().min(now + cap);
             // While an append lingers, the loop wakes exactly (a commit waits on it), at the
             // linger's deadline or the core's, whichever is first; a tick of the clock's grid
@@ -434,6 +455,11 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
                 ),
             )
             .await;
+            // The core hears the time before anything this turn calls into it (an idle group
+            // sleeps up to `idle_wake_ms`: a transfer's election deadline counted from a time
+            // that old would already be due).
+            let woke = self.now();
+            self.raft.borrow_mut().advance_clock(woke);
             let idle = waited_from.elapsed();
             let turn = (idle + busy).as_secs_f64();
             if turn > 0.0 {
@@ -483,6 +509,14 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
     fn handle(&mut self, input: ExecutorInput) {
         match input {
             ExecutorInput::Request { call, reply } => self.handle_request(call, reply),
+            ExecutorInput::HeldFetch {
+                request,
+                pulse,
+                reply,
+            } => {
+                self.pulses.borrow_mut().insert(self.next_token, pulse);
+                self.handle_request(Call::Raft(Request::Fetch(request)), reply);
+            }
             ExecutorInput::FetchProgress { progress, reply } => {
                 for p in progress {
                     self.step(Input::FetchProgress(p));

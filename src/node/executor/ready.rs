@@ -156,6 +156,7 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
                         r.high_watermark = self.storage.end_offset();
                     }
                 }
+                self.pulses.borrow_mut().remove(&token);
                 match self.replies.remove(&token) {
                     Some(reply) => {
                         let _ = reply.send(Answer::Raft { response, data });

@@ -1,0 +1,340 @@
+//! Liveness a Fetch session vouches for (issue 25: "a group stays quiet while its session
+//! answers").
+//!
+//! Without it, an idle group proves itself alive by its own long poll: every MaxWaitMs the
+//! leader answers the parked Fetch empty and the follower sends the next one, so that the
+//! follower's fetch timeout and the leader's check-quorum both see a fresh Fetch. With
+//! thousands of groups per node that round trip per group is most of an idle node's work.
+//!
+//! Between ringraft nodes a group's Fetch travels in its shard's session to the leader node,
+//! and the session itself is a heartbeat between the two nodes: its requests and answers flow
+//! while any fetch is held, and a session that stops answering fails every fetch it holds. So
+//! a group may rest on it:
+//! - **follower**: when its fetch timeout or its Fetch's request timeout comes and the leader
+//!   node holds its current Fetch in a session that answered within the fetch timeout, the
+//!   leader is as alive as a fresh answer would show: the timers start again, nothing is sent;
+//! - **leader**: a parked Fetch whose session sent a request within the fetch timeout counts
+//!   as that replica fetching now (check-quorum, BeginQuorumEpoch, caught-up time), and its
+//!   expiry is put off instead of answering it empty.
+//!
+//! Anything the follower must hear still ends the parked Fetch at once: records, a higher high
+//! watermark, a new epoch, a read fence. A core without a `Liveness` (group 0, whose peers may
+//! be Kafka's, and the simulator) behaves exactly as before.
+
+use std::fmt;
+use std::rc::Rc;
+
+use super::core::{Raft, Role};
+use super::message::Token;
+
+/// What the runtime knows of the sessions a core's Fetches travel in.
+pub trait Liveness {
+    /// Follower: node `leader` holds this group's latest Fetch, and the session carrying it
+    /// had an answer within the last `within_ms`.
+    fn leader_holds_fetch(&self, leader: i32, within_ms: u64) -> bool;
+    /// Leader: the Fetch parked under `token` came in a session that sent a request within the
+    /// last `within_ms`.
+    fn fetch_alive(&self, token: Token, within_ms: u64) -> bool;
+}
+
+/// A core's handle on its runtime's `Liveness`.
+#[derive(Clone)]
+pub struct SessionLiveness(pub Rc<dyn Liveness>);
+
+impl fmt::Debug for SessionLiveness {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SessionLiveness")
+    }
+}
+
+/// How long a vouched parked Fetch is held before the core looks at it again.
+pub const VOUCHED_PARK_MS: u64 = super::core::FETCH_PARK_MAX_MS as u64;
+
+/// A vouched follower looks at its session again this many fetch timeouts later. A session
+/// that fails fails the Fetch it holds (`Failure::Disconnected`), which brings the fetch
+/// timeout back to one timeout from then (`session_failed`): only a leader node that keeps
+/// answering the session but never the group's Fetch is noticed this much later.
+pub const VOUCHED_TIMEOUTS: u64 = 4;
+
+impl Raft {
+    /// Lets this core rest on its Fetch sessions (see the module).
+    pub fn set_liveness(&mut self, liveness: SessionLiveness) {
+        self.liveness = Some(liveness);
+    }
+
+    /// Follower, vouched for: the fetch timeout and the Fetch's request timeout start again,
+    /// `VOUCHED_TIMEOUTS` times as long, as if the leader had answered.
+    pub(super) fn rest_on_session(&mut self) {
+        let now = self.now_ms;
+        let extra = (VOUCHED_TIMEOUTS - 1) * self.config.fetch_timeout_ms;
+        let fetch_deadline = self.random_fetch_deadline(now) + extra;
+        let mut request_deadline = now + VOUCHED_TIMEOUTS * self.config.request_timeout_ms;
+        if let Some(turn) = self.membership_turn_at() {
+            // The voter-change request goes in place of the next Fetch: the Fetch held now
+            // is given up when that turn comes.
+            request_deadline = request_deadline.min(turn.max(now + 1));
+        }
+        let Role::Follower(s) = &mut self.role else {
+            return;
+        };
+        s.fetch_deadline = fetch_deadline;
+        if let Some(f) = self.inflight.get_mut(&s.leader_id) {
+            f.deadline = request_deadline;
+        }
+        self.witness.leader_heard_ms = now;
+    }
+
+    /// Follower: when its UpdateRaftVoter or auto-join request is due, if it wants to send one
+    /// (`membership::follower_membership_request`, sent in place of a Fetch).
+    pub(super) fn membership_turn_at(&self) -> Option<u64> {
+        match &self.role {
+            Role::Follower(s) if s.has_fetched && !self.shutting_down => {
+                let wanted = self.membership_request_wanted().is_some();
+                wanted.then_some(s.membership_due)
+            }
+            _ => None,
+        }
+    }
+
+    /// Follower: the long-polling Fetch to `to` failed (its session did, or its connection).
+    /// A fetch timeout put off by the session comes back to one timeout from now.
+    pub(super) fn session_failed(&mut self, to: i32) {
+        let deadline = self.random_fetch_deadline(self.now_ms);
+        if let Role::Follower(s) = &mut self.role {
+            if s.leader_id == to {
+                s.fetch_deadline = s.fetch_deadline.min(deadline);
+            }
+        }
+    }
+
+    /// Follower: the leader `leader` is vouched for by the session holding our Fetch.
+    pub(super) fn leader_vouched(&self, leader: i32) -> bool {
+        let window = self.config.fetch_timeout_ms;
+        leader >= 0
+            && self
+                .liveness
+                .as_ref()
+                .is_some_and(|l| l.0.leader_holds_fetch(leader, window))
+    }
+
+    /// Leader: the Fetch parked under `token` is held for a live session.
+    pub(super) fn fetch_vouched(&self, token: Token) -> bool {
+        let window = self.config.fetch_timeout_ms;
+        self.liveness
+            .as_ref()
+            .is_some_and(|l| l.0.fetch_alive(token, window))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::rc::Rc;
+
+    use super::{Liveness, SessionLiveness};
+    use crate::raft::core::testing::{config, fetch, leader_of_three, start};
+    use crate::raft::message::{
+        Failure, FetchRequest, Outbound, Request, RequestId, Response, Token,
+    };
+    use crate::raft::{ElectionState, Input, Raft, ReplicaKey, Time};
+
+    /// A runtime whose sessions vouch while `alive` is set.
+    struct Switch {
+        alive: Cell<bool>,
+    }
+
+    impl Liveness for Switch {
+        fn leader_holds_fetch(&self, _leader: i32, _within_ms: u64) -> bool {
+            self.alive.get()
+        }
+        fn fetch_alive(&self, _token: Token, _within_ms: u64) -> bool {
+            self.alive.get()
+        }
+    }
+
+    fn switch(raft: &mut Raft) -> Rc<Switch> {
+        let s = Rc::new(Switch {
+            alive: Cell::new(true),
+        });
+        raft.set_liveness(SessionLiveness(s.clone()));
+        s
+    }
+
+    /// Everything the core sends or answers from now, made durable.
+    fn outbound(raft: &mut Raft) -> Vec<Outbound> {
+        let mut out = Vec::new();
+        while let Some(ready) = raft.ready() {
+            raft.persisted(ready.id);
+            out.extend(ready.early_messages);
+            out.extend(ready.messages);
+        }
+        out
+    }
+
+    fn tick(raft: &mut Raft, now: u64) -> Vec<Outbound> {
+        raft.step(Time::simulated(now), Input::Tick);
+        outbound(raft)
+    }
+
+    /// Node 2 following leader 1 in epoch 5, its first Fetch sent at time 0 (with its id).
+    fn follower() -> (Raft, RequestId) {
+        let state = ElectionState {
+            epoch: 5,
+            leader_id: Some(1),
+            voted_key: None,
+        };
+        let mut raft = start(config(2), &[1, 2, 3], Some(state));
+        let first = tick(&mut raft, 0);
+        let fetch = first.iter().find_map(|o| match o {
+            Outbound::Request {
+                id,
+                request: Request::Fetch(_),
+                ..
+            } => Some(*id),
+            _ => None,
+        });
+        (raft, fetch.expect("a first Fetch"))
+    }
+
+    fn requests(out: &[Outbound]) -> usize {
+        out.iter()
+            .filter(|o| matches!(o, Outbound::Request { .. }))
+            .count()
+    }
+
+    #[test]
+    fn a_vouched_follower_neither_campaigns_nor_fetches_again() {
+        let (mut raft, fetch) = follower();
+        let s = switch(&mut raft);
+        // Well past the fetch timeout (2 s) and the request timeout.
+        for t in (100..=20_000).step_by(100) {
+            let out = tick(&mut raft, t);
+            assert_eq!(raft.state_name(), "Follower", "at {t} ms");
+            assert_eq!(requests(&out), 0, "at {t} ms: {out:?}");
+        }
+        // The session fails, and with it the Fetch it held: one fetch timeout from then (the
+        // Fetch sent again after the backoff goes unanswered).
+        s.alive.set(false);
+        let failure = Input::Failure {
+            id: fetch,
+            failure: Failure::Disconnected,
+        };
+        raft.step(Time::simulated(20_000), failure);
+        let mut t = 20_000;
+        while raft.state_name() == "Follower" && t < 40_000 {
+            t += 100;
+            tick(&mut raft, t);
+        }
+        assert!(t <= 20_000 + 2_200, "campaigned only at {t} ms");
+    }
+
+    #[test]
+    fn a_follower_whose_session_stops_vouching_times_out_within_the_vouched_wait() {
+        let (mut raft, _) = follower();
+        let s = switch(&mut raft);
+        for t in (100..=20_000).step_by(100) {
+            tick(&mut raft, t);
+        }
+        s.alive.set(false);
+        let mut t = 20_000;
+        while raft.state_name() == "Follower" && t < 40_000 {
+            t += 100;
+            tick(&mut raft, t);
+        }
+        let wait = super::VOUCHED_TIMEOUTS * 2_000;
+        assert!(t <= 20_000 + wait + 200, "campaigned only at {t} ms");
+    }
+
+    #[test]
+    fn a_follower_without_a_session_times_out_as_before() {
+        let (mut raft, _) = follower();
+        let mut t = 0;
+        while raft.state_name() == "Follower" && t < 10_000 {
+            t += 100;
+            tick(&mut raft, t);
+        }
+        assert!(t <= 2_200, "campaigned only at {t} ms");
+    }
+
+    /// Node 1 leading voters 1, 2, 3, with node 2's Fetch at its end parked under token 77;
+    /// node 2 knows the leader's high watermark.
+    fn leader_with_parked_fetch() -> (Raft, u64) {
+        let (mut raft, now) = leader_of_three();
+        fetch(&mut raft, now, 2);
+        fetch(&mut raft, now, 2);
+        let high_watermark = raft.high_watermark();
+        assert!(high_watermark.is_some(), "nothing committed");
+        park(raft, now, 77, high_watermark)
+    }
+
+    /// Node 2's Fetch at the leader's end, parked under `token`.
+    fn park(mut raft: Raft, now: u64, token: Token, high_watermark: Option<i64>) -> (Raft, u64) {
+        let request = Request::Fetch(FetchRequest {
+            cluster_id: Some("c".into()),
+            replica: ReplicaKey::new(2, None),
+            max_wait_ms: 800,
+            fetch_offset: raft.log_end_offset(),
+            last_fetched_epoch: raft.epoch(),
+            current_leader_epoch: raft.epoch(),
+            max_bytes: 1 << 20,
+            high_watermark,
+        });
+        raft.step(Time::simulated(now), Input::Request { token, request });
+        let out = outbound(&mut raft);
+        assert!(!answered(&out, token), "answered at once: {out:?}");
+        (raft, now)
+    }
+
+    fn answered(out: &[Outbound], token: Token) -> bool {
+        out.iter().any(|o| {
+            matches!(o, Outbound::Response { token: t, response: Response::Fetch(_) } if *t == token)
+        })
+    }
+
+    #[test]
+    fn a_vouched_parked_fetch_keeps_its_leader_and_stays_parked() {
+        let (mut raft, start) = leader_with_parked_fetch();
+        let s = switch(&mut raft);
+        // Past check-quorum's 3 s many times over: node 2's parked Fetch is a fetching voter.
+        for t in (start + 100..start + 20_000).step_by(100) {
+            let out = tick(&mut raft, t);
+            assert!(raft.is_leader(), "resigned at {t} ms");
+            assert!(!answered(&out, 77), "answered empty at {t} ms");
+        }
+        s.alive.set(false);
+        let mut t = start + 20_000;
+        let mut expired = false;
+        while raft.is_leader() && t < start + 30_000 {
+            t += 100;
+            expired |= answered(&tick(&mut raft, t), 77);
+        }
+        assert!(expired, "an unvouched parked fetch never expired");
+        assert!(!raft.is_leader(), "check-quorum never resigned");
+    }
+
+    #[test]
+    fn a_follower_that_does_not_know_the_high_watermark_is_answered_at_its_wait() {
+        let (raft, now) = leader_with_parked_fetch();
+        let (mut raft, start) = park(raft, now, 78, None);
+        switch(&mut raft);
+        assert!(
+            answered(&tick(&mut raft, start + 900), 78),
+            "a restarted follower would never learn the high watermark"
+        );
+    }
+
+    #[test]
+    fn an_unvouched_parked_fetch_expires_and_the_leader_resigns() {
+        let (mut raft, start) = leader_with_parked_fetch();
+        assert!(
+            answered(&tick(&mut raft, start + 900), 77),
+            "not answered at its MaxWaitMs"
+        );
+        let mut t = start + 900;
+        while raft.is_leader() && t < start + 10_000 {
+            t += 100;
+            tick(&mut raft, t);
+        }
+        assert!(t <= start + 3_200, "resigned only at {t} ms");
+    }
+}
