@@ -9,7 +9,10 @@
 //!   disk's durable 4 KiB writes/s (O_DIRECT|O_DSYNC) at queue depth 1 and 8, same run.
 //! - **(b) Idle groups.** `--idle-groups` (2,000) groups on every node, nothing written: CPU
 //!   per node over `--idle-seconds` (`/proc/PID/stat`), resident memory per group (the node's
-//!   whole RSS divided by its groups: an upper bound), and the TCP connections each node holds.
+//!   whole RSS divided by its groups: an upper bound), the TCP connections each node holds, and
+//!   from each node's `/metrics` its Fetch session requests over the window and how many of
+//!   them left while an earlier one of the same session was unanswered: none means at most one
+//!   Fetch in flight per raft shard and leader node.
 //!
 //! - **(c) One busy group** among the idle ones, at 2,000 records/s: its commit p99 against
 //!   the same rate on a cluster with that one group alone (phase (a)'s).
@@ -150,6 +153,8 @@ pub fn run(args: GroupsBenchArgs) -> Result<(), BenchError> {
                 "cpu_share_per_node": i.cpu_share,
                 "rss_kib_per_group": i.rss_kib_per_group,
                 "connections_per_node": i.connections,
+                "session_requests_per_s": i.session_requests_per_s,
+                "session_requests_pipelined": i.pipelined,
                 "busy_p50_us": i.busy_p50_us,
                 "busy_p99_us": i.busy_p99_us,
                 "restart_catch_up_s": i.catch_up_s,
@@ -184,6 +189,10 @@ struct Idle {
     rss_kib_per_group: f64,
     /// TCP connections of the node that holds the most.
     connections: usize,
+    /// Fetch session requests over the window, per second, of the node that sent the most;
+    /// and those sent while another of the same session was in flight, of all nodes.
+    session_requests_per_s: Option<f64>,
+    pipelined: Option<u64>,
     /// (c): the busy group's commit latency among the idle ones (µs).
     busy_p50_us: Option<u64>,
     busy_p99_us: Option<u64>,
@@ -217,6 +226,12 @@ fn goal_list(m: &Measured) -> Vec<Goal> {
             "(b) resident memory per idle group / 64 KiB",
             m.idle.as_ref().map(|i| i.rss_kib_per_group / 64.0),
             1.0,
+        ),
+        Goal::at_most(
+            "idle_fetch_pipelined",
+            "(b) Fetch requests sent while another was in flight (per shard and peer)",
+            m.idle.as_ref().and_then(|i| i.pipelined).map(|n| n as f64),
+            0.0,
         ),
         Goal::at_most(
             "busy_p99",
@@ -308,12 +323,15 @@ struct Cluster {
     dirs: Vec<PathBuf>,
     children: Vec<Option<Child>>,
     ports: Vec<u16>,
+    /// Each node's admin listener (`/metrics`).
+    admin_ports: Vec<u16>,
     groups: Vec<GroupKey>,
 }
 
 impl Cluster {
     fn start(exe: &Path, dir: &Path, groups: usize) -> Result<Cluster, BenchError> {
-        let ports = free_ports(3)?;
+        let mut ports = free_ports(6)?;
+        let admin_ports = ports.split_off(3);
         let cluster_id = crate::ids::uuid_to_kafka_string(&crate::ids::random_kafka_uuid());
         let cpus = crate::config::tuning::online_cpus();
         let last = cpus.len().saturating_sub(1);
@@ -334,7 +352,11 @@ impl Cluster {
             fs::create_dir_all(&node).map_err(|e| format!("{}: {e}", node.display()))?;
             let config = node.join("server.properties");
             let text = node_properties(id, &ports, &node.join("data"))
-                + &format!("ringraft.groups=bench:{groups}@1,2,3\n");
+                + &format!("ringraft.groups=bench:{groups}@1,2,3\n")
+                + &format!(
+                    "ringraft.admin.listener=127.0.0.1:{}\n",
+                    admin_ports[id - 1]
+                );
             let tuning_file = node.join("tuning.toml");
             fs::write(&config, text).map_err(|e| e.to_string())?;
             fs::write(&tuning_file, &tuning).map_err(|e| e.to_string())?;
@@ -356,6 +378,7 @@ impl Cluster {
             dirs,
             children: vec![None, None, None],
             ports,
+            admin_ports,
             groups,
         };
         for node in 0..3 {
@@ -757,10 +780,38 @@ fn idle_groups(
     std::thread::sleep(Duration::from_secs(5));
     let pids = cluster.pids();
     let ticks = |pid: u32| crate::sys::process_cpu_ticks(pid).unwrap_or(0);
+    let sessions = |cluster: &Cluster| -> Option<Vec<(u64, u64)>> {
+        (cluster.admin_ports.iter())
+            .map(|port| {
+                let text = scrape_metrics(*port)?;
+                let sent = counter(&text, "ringraft_fetch_session_requests_total")?;
+                let pipelined = counter(&text, "ringraft_fetch_session_requests_pipelined_total")?;
+                Some((sent, pipelined))
+            })
+            .collect()
+    };
     let before: Vec<u64> = pids.iter().map(|p| ticks(*p)).collect();
+    let sessions_before = sessions(&cluster);
     let window = Instant::now();
     std::thread::sleep(Duration::from_secs(args.idle_seconds));
+    let sessions_after = sessions(&cluster);
     let seconds = window.elapsed().as_secs_f64();
+    let (session_requests_per_s, pipelined) = match (sessions_before, sessions_after) {
+        (Some(b), Some(a)) => {
+            let sent = a.iter().zip(&b).map(|(a, b)| a.0.saturating_sub(b.0));
+            let pipelined = a.iter().zip(&b).map(|(a, b)| a.1.saturating_sub(b.1)).sum();
+            let most = sent.max().unwrap_or(0) as f64 / seconds;
+            say(format!(
+                "  Fetch session requests: at most {most:.1}/s per node; \
+                 {pipelined} sent while another of their session was in flight"
+            ));
+            (Some(most), Some(pipelined))
+        }
+        _ => {
+            say("  Fetch session requests: a node's /metrics did not answer".into());
+            (None, None)
+        }
+    };
     let hz = crate::sys::clock_ticks_per_second() as f64;
     let mut cpu_share: f64 = 0.0;
     let mut rss_kib: f64 = 0.0;
@@ -808,10 +859,32 @@ fn idle_groups(
         cpu_share,
         rss_kib_per_group: rss_kib / args.idle_groups as f64,
         connections,
+        session_requests_per_s,
+        pipelined,
         busy_p50_us: Some(busy_p50),
         busy_p99_us: Some(busy_p99),
         catch_up_s: Some(catch_up),
         leader_changes: Some(changes),
+    })
+}
+
+/// The text of `/metrics` on the admin listener at `port`.
+fn scrape_metrics(port: u16) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut http = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    http.set_read_timeout(Some(REQUEST_TIMEOUT)).ok()?;
+    http.write_all(b"GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut answer = String::new();
+    http.read_to_string(&mut answer).ok()?;
+    Some(answer)
+}
+
+/// A counter's value in a `/metrics` text (a series without labels).
+fn counter(text: &str, name: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let value = l.strip_prefix(name)?.strip_prefix(' ')?;
+        value.trim().parse::<f64>().ok().map(|v| v as u64)
     })
 }
 
@@ -927,6 +1000,8 @@ mod tests {
                 cpu_share: 0.10,
                 rss_kib_per_group: 32.0,
                 connections: 10,
+                session_requests_per_s: Some(2.5),
+                pipelined: Some(3),
                 busy_p50_us: Some(900),
                 busy_p99_us: Some(3_000),
                 catch_up_s: Some(4.0),
@@ -941,9 +1016,15 @@ mod tests {
         assert_eq!(goals[1].value, Some(2.0));
         assert_eq!(goals[2].value, Some(0.5));
         assert_eq!(goals[2].met(), Some(true));
-        assert_eq!(goals[3].value, Some(1.5));
-        assert_eq!(goals[4].value, Some(0.4));
-        assert_eq!(goals[5].met(), Some(false), "one group changed leader");
+        assert_eq!(goals[3].value, Some(3.0));
+        assert_eq!(
+            goals[3].met(),
+            Some(false),
+            "a request sent while another was in flight"
+        );
+        assert_eq!(goals[4].value, Some(1.5));
+        assert_eq!(goals[5].value, Some(0.4));
+        assert_eq!(goals[6].met(), Some(false), "one group changed leader");
         assert_eq!(goal_list(&Measured::default())[0].met(), None);
     }
 }

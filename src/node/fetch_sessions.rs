@@ -430,6 +430,12 @@ impl Session {
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
+        if let Some(m) = &self.setup.metrics {
+            m.session_requests.inc();
+            if !self.in_flight.is_empty() {
+                m.session_requests_pipelined.inc();
+            }
+        }
         match conn
             .send_only(ApiKey::FETCH, self.version, flexible_from, &w.into_vec())
             .await

@@ -91,6 +91,10 @@ pub struct Metrics {
     /// negotiated: Fetch v18 between Kafka 4.4 and ringraft, say).
     pub requests_by_version: Family<Labels, Counter>,
     pub peer_requests: Family<Labels, Counter>,
+    /// Fetch session requests sent, and those sent while an earlier request of the same
+    /// session was unanswered (`node::fetch_sessions`): an idle node sends none of the latter.
+    pub session_requests: Counter,
+    pub session_requests_pipelined: Counter,
     pub request_bytes: Family<Labels, Counter>,
     pub response_bytes: Family<Labels, Counter>,
     /// Per shard, sampled every second: busy ratio, tasks run, ring reads and writes.
@@ -169,6 +173,8 @@ impl Metrics {
             requests: Family::default(),
             requests_by_version: Family::default(),
             peer_requests: Family::default(),
+            session_requests: Counter::default(),
+            session_requests_pipelined: Counter::default(),
             request_bytes: Family::default(),
             response_bytes: Family::default(),
             shard_busy_ratio: Family::default(),

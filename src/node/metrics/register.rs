@@ -145,6 +145,16 @@ pub(super) fn register_ringraft(r: &mut Registry, m: &Metrics) {
         m.peer_requests.clone(),
     );
     r.register(
+        "ringraft_fetch_session_requests",
+        "Fetch session requests sent to leader nodes",
+        m.session_requests.clone(),
+    );
+    r.register(
+        "ringraft_fetch_session_requests_pipelined",
+        "Fetch session requests sent while an earlier one of the same session was unanswered",
+        m.session_requests_pipelined.clone(),
+    );
+    r.register(
         "ringraft_request_bytes",
         "Request bytes received, by API",
         m.request_bytes.clone(),
