@@ -122,6 +122,20 @@ impl Raft {
         }
     }
 
+    /// When adoption next wants a turn in place of a Fetch: now while a download runs, else
+    /// at its next probe (`liveness`: a follower resting on its session gives its held Fetch
+    /// up then).
+    pub(super) fn adoption_turn_at(&self) -> Option<u64> {
+        let a = &self.adoption;
+        a.enabled.then(|| {
+            if a.download.is_some() {
+                self.now_ms
+            } else {
+                a.next_probe_ms
+            }
+        })
+    }
+
     /// The request adoption wants sent to the leader next, if any; sent in place of one
     /// regular Fetch, never two in a row.
     pub(super) fn adoption_request(&mut self) -> Option<Request> {

@@ -360,6 +360,8 @@ pub(super) struct Parked {
     pub high_watermark: Option<i64>,
     /// The read-fence round when it was parked: a voter's is woken by a new one (`fence`).
     pub read_round: u64,
+    /// When it was parked (`liveness` puts off its expiry only so long).
+    pub parked_at: u64,
 }
 
 #[derive(Debug)]
@@ -447,8 +449,10 @@ pub struct Raft {
     /// while Prospective or Candidate.
     pub(super) campaign_gate: Option<super::campaigns::CampaignGate>,
     pub(super) campaign_lease: Option<super::campaigns::CampaignLease>,
-    /// The Fetch sessions this core may rest on (`liveness`).
+    /// The Fetch sessions this core may rest on (`liveness`), and when the leader we follow
+    /// last answered our Fetch itself (a rest on the session ends a while after).
     pub(super) liveness: Option<super::liveness::SessionLiveness>,
+    pub(super) leader_answered_ms: u64,
 }
 
 impl Raft {
@@ -510,6 +514,7 @@ impl Raft {
             campaign_gate: None,
             campaign_lease: None,
             liveness: None,
+            leader_answered_ms: now.mono_ms,
         };
         raft.initialize(stored.unwrap_or(ElectionState::unattached(0)));
         raft
@@ -680,7 +685,8 @@ impl Raft {
             Role::Resigned(s) => s.election_deadline,
             Role::Leader(s) => {
                 let parked = s.parked.iter().map(|p| p.deadline).min();
-                let timers = s.check_quorum_deadline.min(s.begin_deadline);
+                let change = s.pending.as_ref().map_or(u64::MAX, |p| p.deadline);
+                let timers = s.check_quorum_deadline.min(s.begin_deadline).min(change);
                 parked.map_or(timers, |p| p.min(timers))
             }
         };
@@ -1490,7 +1496,7 @@ impl Raft {
             .map(|(to, _)| *to)
             .collect();
         for to in expired {
-            let turn = self.membership_turn_at().is_some_and(|t| t <= now);
+            let turn = self.turn_at().is_some_and(|t| t <= now);
             let long_poll = self.inflight[&to].long_poll;
             if long_poll && !turn && self.follower_of(to) && self.leader_vouched(to) {
                 // Still held by the leader, whose session answers (`liveness`).

@@ -50,10 +50,13 @@ impl fmt::Debug for SessionLiveness {
 /// How long a vouched parked Fetch is held before the core looks at it again.
 pub const VOUCHED_PARK_MS: u64 = super::core::FETCH_PARK_MAX_MS as u64;
 
-/// A vouched follower looks at its session again this many fetch timeouts later. A session
-/// that fails fails the Fetch it holds (`Failure::Disconnected`), which brings the fetch
-/// timeout back to one timeout from then (`session_failed`): only a leader node that keeps
-/// answering the session but never the group's Fetch is noticed this much later.
+/// How long a follower may rest on its session since the leader last answered its Fetch
+/// itself, in fetch timeouts. The leader answers a parked Fetch at the latest one timeout
+/// sooner (`rest_max_ms`), so each idle group still has one round trip of its own every few
+/// timeouts: the proof that the two groups' executors are alive, not only their nodes. A
+/// leader group that stops answering is noticed this much later; a session that fails fails
+/// the Fetch it holds (`Failure::Disconnected`), which brings the fetch timeout back to one
+/// timeout from then (`session_failed`).
 pub const VOUCHED_TIMEOUTS: u64 = 4;
 
 impl Raft {
@@ -62,16 +65,26 @@ impl Raft {
         self.liveness = Some(liveness);
     }
 
+    /// Leader: how long after it was parked a vouched Fetch may stay parked.
+    pub(super) fn rest_max_ms(&self) -> u64 {
+        (VOUCHED_TIMEOUTS - 1) * self.config.fetch_timeout_ms
+    }
+
+    /// Follower: until when it may rest (`VOUCHED_TIMEOUTS` after the leader last answered).
+    fn rest_limit_ms(&self) -> u64 {
+        self.leader_answered_ms + VOUCHED_TIMEOUTS * self.config.fetch_timeout_ms
+    }
+
     /// Follower, vouched for: the fetch timeout and the Fetch's request timeout start again,
-    /// `VOUCHED_TIMEOUTS` times as long, as if the leader had answered.
+    /// and run until the rest's limit (at least one timeout), as if the leader had answered.
     pub(super) fn rest_on_session(&mut self) {
         let now = self.now_ms;
-        let extra = (VOUCHED_TIMEOUTS - 1) * self.config.fetch_timeout_ms;
-        let fetch_deadline = self.random_fetch_deadline(now) + extra;
-        let mut request_deadline = now + VOUCHED_TIMEOUTS * self.config.request_timeout_ms;
-        if let Some(turn) = self.membership_turn_at() {
-            // The voter-change request goes in place of the next Fetch: the Fetch held now
-            // is given up when that turn comes.
+        let limit = self.rest_limit_ms();
+        let fetch_deadline = self.random_fetch_deadline(now).max(limit);
+        let mut request_deadline = (now + self.config.request_timeout_ms).max(limit);
+        if let Some(turn) = self.turn_at() {
+            // A voter-change or adoption request goes in place of the next Fetch: the Fetch
+            // held now is given up when that turn comes.
             request_deadline = request_deadline.min(turn.max(now + 1));
         }
         let Role::Follower(s) = &mut self.role else {
@@ -84,16 +97,19 @@ impl Raft {
         self.witness.leader_heard_ms = now;
     }
 
-    /// Follower: when its UpdateRaftVoter or auto-join request is due, if it wants to send one
-    /// (`membership::follower_membership_request`, sent in place of a Fetch).
-    pub(super) fn membership_turn_at(&self) -> Option<u64> {
-        match &self.role {
-            Role::Follower(s) if s.has_fetched && !self.shutting_down => {
-                let wanted = self.membership_request_wanted().is_some();
-                wanted.then_some(s.membership_due)
-            }
-            _ => None,
+    /// Follower: when a request that goes in place of a Fetch is due, if one is wanted: its
+    /// UpdateRaftVoter or auto-join request (`membership::follower_membership_request`), or
+    /// adoption's probe or next snapshot chunk (`adopt::adoption_request`).
+    pub(super) fn turn_at(&self) -> Option<u64> {
+        let Role::Follower(s) = &self.role else {
+            return None;
+        };
+        if self.shutting_down {
+            return None;
         }
+        let membership = (s.has_fetched && self.membership_request_wanted().is_some())
+            .then_some(s.membership_due);
+        membership.into_iter().chain(self.adoption_turn_at()).min()
     }
 
     /// Follower: the long-polling Fetch to `to` failed (its session did, or its connection).
@@ -111,6 +127,7 @@ impl Raft {
     pub(super) fn leader_vouched(&self, leader: i32) -> bool {
         let window = self.config.fetch_timeout_ms;
         leader >= 0
+            && self.now_ms < self.rest_limit_ms()
             && self
                 .liveness
                 .as_ref()
@@ -202,16 +219,62 @@ mod tests {
             .count()
     }
 
+    /// The leader's empty answer to a Fetch of epoch 5.
+    fn empty_answer() -> Response {
+        Response::Fetch(crate::raft::message::FetchResponse {
+            error: crate::protocol::ErrorCode::NONE,
+            partition_error: crate::protocol::ErrorCode::NONE,
+            high_watermark: 0,
+            log_start_offset: 0,
+            diverging_epoch: None,
+            leader_id: 1,
+            leader_epoch: 5,
+            snapshot_id: None,
+            records: crate::raft::message::Records::None,
+            leader_endpoints: Vec::new(),
+        })
+    }
+
+    fn fetch_id(out: &[Outbound]) -> Option<RequestId> {
+        out.iter().find_map(|o| match o {
+            Outbound::Request {
+                id,
+                request: Request::Fetch(_),
+                ..
+            } => Some(*id),
+            _ => None,
+        })
+    }
+
     #[test]
-    fn a_vouched_follower_neither_campaigns_nor_fetches_again() {
-        let (mut raft, fetch) = follower();
+    fn a_vouched_follower_fetches_only_when_answered() {
+        let (mut raft, first) = follower();
         let s = switch(&mut raft);
-        // Well past the fetch timeout (2 s) and the request timeout.
+        // Well past the fetch timeout (2 s) and the request timeout; the leader answers each
+        // Fetch 6 s after it came, as a leader resting on the session does (`rest_max_ms`).
+        let (mut fetch, mut sent_at, mut answers) = (first, 0, 0);
         for t in (100..=20_000).step_by(100) {
-            let out = tick(&mut raft, t);
+            let mut out = tick(&mut raft, t);
+            if t >= sent_at + 6_000 {
+                let answer = Input::Response {
+                    id: fetch,
+                    response: empty_answer(),
+                };
+                raft.step(Time::simulated(t), answer);
+                answers += 1;
+                out.extend(outbound(&mut raft));
+                fetch = fetch_id(&out).expect("the next Fetch follows the answer");
+                sent_at = t;
+            }
             assert_eq!(raft.state_name(), "Follower", "at {t} ms");
-            assert_eq!(requests(&out), 0, "at {t} ms: {out:?}");
+            let sent = requests(&out);
+            assert!(sent <= 1, "at {t} ms: {out:?}");
+            assert!(
+                sent == 0 || sent_at == t,
+                "a Fetch not after an answer at {t} ms"
+            );
         }
+        assert_eq!(answers, 3);
         // The session fails, and with it the Fetch it held: one fetch timeout from then (the
         // Fetch sent again after the backoff goes unanswered).
         s.alive.set(false);
@@ -229,20 +292,20 @@ mod tests {
     }
 
     #[test]
-    fn a_follower_whose_session_stops_vouching_times_out_within_the_vouched_wait() {
+    fn a_follower_whose_leader_never_answers_campaigns_when_its_rest_runs_out() {
         let (mut raft, _) = follower();
-        let s = switch(&mut raft);
-        for t in (100..=20_000).step_by(100) {
-            tick(&mut raft, t);
-        }
-        s.alive.set(false);
-        let mut t = 20_000;
+        switch(&mut raft);
+        let mut t = 0;
         while raft.state_name() == "Follower" && t < 40_000 {
             t += 100;
             tick(&mut raft, t);
         }
-        let wait = super::VOUCHED_TIMEOUTS * 2_000;
-        assert!(t <= 20_000 + wait + 200, "campaigned only at {t} ms");
+        // The session vouches throughout; the leader's own answer never comes.
+        let limit = super::VOUCHED_TIMEOUTS * 2_000;
+        assert!(
+            (limit - 100..=limit + 300).contains(&t),
+            "campaigned at {t} ms"
+        );
     }
 
     #[test]
@@ -292,21 +355,30 @@ mod tests {
     }
 
     #[test]
-    fn a_vouched_parked_fetch_keeps_its_leader_and_stays_parked() {
+    fn a_vouched_parked_fetch_keeps_its_leader_and_is_answered_only_when_its_rest_ends() {
         let (mut raft, start) = leader_with_parked_fetch();
         let s = switch(&mut raft);
         // Past check-quorum's 3 s many times over: node 2's parked Fetch is a fetching voter.
+        // Each is answered 6 s after it was parked, and node 2 sends the next at once.
+        let (mut token, mut parked_at) = (77, start);
         for t in (start + 100..start + 20_000).step_by(100) {
             let out = tick(&mut raft, t);
             assert!(raft.is_leader(), "resigned at {t} ms");
-            assert!(!answered(&out, 77), "answered empty at {t} ms");
+            if answered(&out, token) {
+                assert_eq!(t - parked_at, 6_000, "answered at {t} ms");
+                let high_watermark = raft.high_watermark();
+                token += 1;
+                parked_at = t;
+                raft = park(raft, t, token, high_watermark).0;
+            }
         }
+        assert_eq!(token, 80, "three answers in 20 s");
         s.alive.set(false);
         let mut t = start + 20_000;
         let mut expired = false;
         while raft.is_leader() && t < start + 30_000 {
             t += 100;
-            expired |= answered(&tick(&mut raft, t), 77);
+            expired |= answered(&tick(&mut raft, t), token);
         }
         assert!(expired, "an unvouched parked fetch never expired");
         assert!(!raft.is_leader(), "check-quorum never resigned");

@@ -76,6 +76,8 @@ impl Raft {
             FetchDecision::Park { deadline_ms } => {
                 let parked_high_watermark = self.high_watermark();
                 let read_round = self.fences.round;
+                let parked_at = self.now_ms;
+                self.answer_replaced_fetches(r.replica);
                 if let Some(s) = self.leader_mut() {
                     s.parked.push(Parked {
                         token,
@@ -83,6 +85,7 @@ impl Raft {
                         deadline: deadline_ms,
                         high_watermark: parked_high_watermark,
                         read_round,
+                        parked_at,
                     });
                 }
             }
@@ -243,17 +246,45 @@ impl Raft {
         }
     }
 
+    /// A replica with a Fetch parked sent another: it gave the first up (a membership or
+    /// adoption turn came, say). With sessions (`liveness`) the first would otherwise stay
+    /// parked, put off, for nothing; it is answered now, as a lone answer the follower drops,
+    /// without counting for the read fence.
+    fn answer_replaced_fetches(&mut self, replica: ReplicaKey) {
+        if self.liveness.is_none() || replica.id < 0 {
+            return;
+        }
+        let facts = self.facts();
+        let Some(s) = (match &mut self.role {
+            Role::Leader(s) => Some(s),
+            _ => None,
+        }) else {
+            return;
+        };
+        let (replaced, kept): (Vec<Parked>, Vec<Parked>) = std::mem::take(&mut s.parked)
+            .into_iter()
+            .partition(|p| p.request.replica.id == replica.id);
+        s.parked = kept;
+        for p in replaced {
+            let answer = serve::parked_answer(&facts, &self.log, &p.request);
+            self.respond_fetch(p.token, answer);
+        }
+    }
+
     /// Parked fetches that expired but whose session is alive stay parked (`liveness`): the
     /// follower rests on the session, and an empty answer would only start another round trip.
     /// Only a follower that knows our high watermark rests: one that does not (just
-    /// restarted, say) is answered at its MaxWaitMs, and learns it.
+    /// restarted, say) is answered at its MaxWaitMs, and learns it. And only for so long
+    /// (`liveness::REST_MAX_MS`): each idle group still has a round trip of its own every few
+    /// fetch timeouts, the proof that its two executors are alive, not only their nodes.
     fn put_off_vouched_expiries(&mut self) {
         let now = self.now_ms;
+        let rest_until = |p: &Parked| p.parked_at + self.rest_max_ms();
         let expired: Vec<Token> = match &self.role {
             Role::Leader(s) if self.liveness.is_some() => s
                 .parked
                 .iter()
-                .filter(|p| p.deadline <= now)
+                .filter(|p| p.deadline <= now && now < rest_until(p))
                 .filter(|p| {
                     let theirs = p.request.high_watermark;
                     theirs.is_some_and(|t| s.high_watermark.is_none_or(|ours| t >= ours))
@@ -266,9 +297,10 @@ impl Raft {
             .into_iter()
             .filter(|t| self.fetch_vouched(*t))
             .collect();
+        let rest_max = self.rest_max_ms();
         if let Some(s) = self.leader_mut() {
             for p in s.parked.iter_mut().filter(|p| vouched.contains(&p.token)) {
-                p.deadline = now + super::liveness::VOUCHED_PARK_MS;
+                p.deadline = (now + super::liveness::VOUCHED_PARK_MS).min(p.parked_at + rest_max);
             }
         }
     }
@@ -449,6 +481,7 @@ impl Raft {
                 s.fetch_deadline = deadline;
                 s.has_fetched = true;
                 self.witness.leader_heard_ms = self.now_ms;
+                self.leader_answered_ms = self.now_ms;
             }
         }
         if let Some(diverging) = r.diverging_epoch.filter(|d| d.epoch >= 0) {
@@ -596,6 +629,7 @@ impl Raft {
         if !self.follower_of(from) {
             return;
         }
+        self.leader_answered_ms = self.now_ms;
         let deadline = self.random_fetch_deadline(self.now_ms);
         let Role::Follower(s) = &mut self.role else {
             return;
