@@ -122,18 +122,21 @@ impl Raft {
         }
     }
 
-    /// When adoption next wants a turn in place of a Fetch: now while a download runs, else
-    /// at its next probe (`liveness`: a follower resting on its session gives its held Fetch
-    /// up then).
+    /// When adoption next wants a turn in place of a Fetch (`liveness`: a follower resting on
+    /// its session gives its held Fetch up then): now while a download runs, at its next probe
+    /// while the leader's log starts past our latest snapshot (it has one we lack), else
+    /// never: the periodic probe finds nothing new on an idle group, and the leader's next
+    /// answer says if its log start moved.
     pub(super) fn adoption_turn_at(&self) -> Option<u64> {
         let a = &self.adoption;
-        a.enabled.then(|| {
-            if a.download.is_some() {
-                self.now_ms
-            } else {
-                a.next_probe_ms
-            }
-        })
+        let ours = self.log.latest_snapshot().map_or(0, |s| s.offset);
+        if !a.enabled {
+            None
+        } else if a.download.is_some() {
+            Some(self.now_ms)
+        } else {
+            (a.leader_start_seen > ours).then_some(a.next_probe_ms)
+        }
     }
 
     /// The request adoption wants sent to the leader next, if any; sent in place of one

@@ -286,6 +286,13 @@ impl Raft {
         let Some((from, flight)) = self.take_inflight(id) else {
             return; // Timed out, or sent in a state we have left.
         };
+        if self.follower_of(from) {
+            // Any answer of the leader's group, an adoption probe's or a voter change's as
+            // much as a Fetch's, shows its executor alive: the rest on the session may go on
+            // (`liveness`). Such a request replaces the Fetch held, and the leader's own
+            // answer to the next one comes only a rest later.
+            self.leader_answered_ms = self.now_ms;
+        }
         if self.is_adoption_request(id) {
             let usable = self.handle_response_common(from, &response);
             self.handle_adoption_response(from, response, usable);
