@@ -1199,8 +1199,9 @@ mod tests {
     /// Like a Kafka 4.1+ follower (KAFKA-16538), a static voter sends UpdateRaftVoter one fetch
     /// timeout after it starts following, in place of a Fetch, and again one fetch timeout after
     /// a refusal it may retry; NONE ends it for the epoch.
-    #[test]
-    fn a_follower_sends_update_voter_one_fetch_timeout_after_it_starts_following() {
+    /// Voter 1 of three, with listeners of its own (so it has an UpdateRaftVoter to send),
+    /// following voter 2 in epoch 3; and its fetch timeout.
+    fn follower_of_two() -> (Raft, u64) {
         let set = VoterSet::new(
             (1..=3)
                 .map(|id| Voter::new(ReplicaKey::new(id, None), endpoint(id)))
@@ -1217,13 +1218,19 @@ mod tests {
             leader_id: Some(2),
             voted_key: None,
         };
-        let mut raft = Raft::new(
+        let raft = Raft::new(
             config,
             history,
             Some(stored),
             &LogInfo::default(),
             Time::simulated(0),
         );
+        (raft, timeout)
+    }
+
+    #[test]
+    fn a_follower_sends_update_voter_one_fetch_timeout_after_it_starts_following() {
+        let (mut raft, timeout) = follower_of_two();
         let mut now = 0;
         let (mut updates, mut first_update) = (0, None);
         // The leader answers every Fetch at once; UpdateRaftVoter with REQUEST_TIMED_OUT twice
@@ -1293,29 +1300,7 @@ mod tests {
                 true
             }
         }
-        let set = VoterSet::new(
-            (1..=3)
-                .map(|id| Voter::new(ReplicaKey::new(id, None), endpoint(id)))
-                .collect(),
-        )
-        .unwrap();
-        let history = VoterHistory::from_records(set, &[]).unwrap();
-        let mut config = RaftConfig::new(key(1), "c".into(), 7);
-        config.listener_name = Some("CONTROLLER".into());
-        config.local_endpoints = endpoint(1);
-        let timeout = config.fetch_timeout_ms;
-        let stored = crate::raft::ElectionState {
-            epoch: 3,
-            leader_id: Some(2),
-            voted_key: None,
-        };
-        let mut raft = Raft::new(
-            config,
-            history,
-            Some(stored),
-            &LogInfo::default(),
-            Time::simulated(0),
-        );
+        let (mut raft, timeout) = follower_of_two();
         raft.set_liveness(SessionLiveness(std::rc::Rc::new(Always)));
         // The leader answers the first Fetch; every later one it holds, its session vouching.
         let (mut now, mut fetches, mut first_update) = (0, 0, None);
