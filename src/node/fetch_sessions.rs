@@ -27,7 +27,8 @@ use tracing::{debug, trace, Instrument};
 
 use super::handle::ExecutorInput;
 use super::metrics::SharedMetrics;
-use crate::net::fetch_session::{self, At};
+use super::session_book::SessionBook;
+use crate::net::fetch_session::At;
 use crate::net::peer::{strip_response_header, PeerConnection, Target};
 use crate::net::raft_rpc;
 use crate::net::stop::StopSignal;
@@ -106,9 +107,9 @@ pub struct FetchSessions {
 #[derive(Default)]
 pub struct SessionView {
     /// Each partition's fetch held, by the number of the request that carried it.
-    held: RefCell<HashMap<At, u64>>,
+    pub(super) held: RefCell<HashMap<At, u64>>,
     /// The last request answered, and when.
-    answered: Cell<Option<(u64, Instant)>>,
+    pub(super) answered: Cell<Option<(u64, Instant)>>,
 }
 
 impl SessionView {
@@ -172,31 +173,19 @@ impl FetchSessions {
     }
 }
 
-/// A fetch the leader holds: where its answer goes, and which request carried it.
-struct Held {
-    id: RequestId,
-    reply: mpsc::UnboundedSender<ExecutorInput>,
-    /// The session request that carried it (`Session::sent`).
-    request: u64,
-}
+/// Where a fetch's answer goes: its request id and its group's executor.
+type Reply = (RequestId, mpsc::UnboundedSender<ExecutorInput>);
 
 /// One session's state between its connection's requests and answers.
 struct Session {
     setup: SessionSetup,
     conn: Option<PeerConnection>,
     version: i16,
-    /// Fetches not sent yet.
-    queued: Vec<Carried>,
-    held: HashMap<At, Held>,
-    /// `held` as the groups' cores see it.
-    view: Rc<SessionView>,
-    /// Requests on the wire, oldest first: correlation id, request number, and when it fails
-    /// the session if not answered (its request timeout).
-    in_flight: VecDeque<(i32, u64, Instant)>,
-    /// Requests sent so far (the next one's number).
-    sent: u64,
-    /// A fetch of this node, for the top-level fields of a poll.
-    template: Option<FetchRequest>,
+    /// The fetches queued, held and in flight (`session_book`).
+    book: SessionBook<Reply>,
+    /// Requests on the wire, oldest first (the book's in-flight requests): correlation id,
+    /// and when it fails the session if not answered (its request timeout).
+    in_flight: VecDeque<(i32, Instant)>,
     reconnect_at: Instant,
     backoff: Duration,
 }
@@ -218,17 +207,16 @@ async fn session_task(
     loop {
         // Fetches queued while the session backs off wait for the backoff to end (well within
         // their request timeout): failed at once, their groups would send them again at once.
-        let reconnect = (!s.queued.is_empty() && s.conn.is_none()).then_some(s.reconnect_at);
+        let reconnect = (s.book.has_queued() && s.conn.is_none()).then_some(s.reconnect_at);
         if reconnect.is_some_and(|at| at <= Instant::now()) {
             Box::pin(s.connect(&endpoint)).await;
         }
-        let due = !s.queued.is_empty() || (s.in_flight.is_empty() && !s.held.is_empty());
-        if due && s.conn.is_some() {
+        if s.book.request_due() && s.conn.is_some() {
             Box::pin(s.send()).await;
         }
         // A held fetch has no deadline of its own once the leader node acknowledged it: the
         // session's requests, one always in flight while fetches are held, each have theirs.
-        let answer_due = s.in_flight.front().map(|(_, _, due)| *due);
+        let answer_due = s.in_flight.front().map(|(_, due)| *due);
         let deadline = answer_due.into_iter().chain(reconnect).min();
         let event = {
             let carried = async { Event::Carried(input.next().await) };
@@ -283,7 +271,7 @@ async fn session_task(
             }
             Event::Deadline => {
                 let now = Instant::now();
-                if s.in_flight.front().is_some_and(|(_, _, due)| *due <= now) {
+                if s.in_flight.front().is_some_and(|(_, due)| *due <= now) {
                     debug!("a request of the session had no answer within the request timeout");
                     s.fail_all();
                 }
@@ -298,26 +286,17 @@ impl Session {
             setup,
             conn: None,
             version: 0,
-            queued: Vec::new(),
-            held: HashMap::new(),
-            view,
+            book: SessionBook::new(view),
             in_flight: VecDeque::new(),
-            sent: 0,
-            template: None,
             reconnect_at: Instant::now(),
             backoff: Duration::from_millis(50),
         }
     }
 
-    fn queue(&mut self, carried: Carried) {
-        // Polls take a long poll's top-level fields when there has been one.
-        let long_poll = carried.fetch.max_wait_ms > 0 && carried.fetch.replica.id >= 0;
-        if long_poll || self.template.is_none() {
-            self.template = Some(carried.fetch.clone());
-        }
-        trace!(group = %carried.group, id = carried.id, offset = carried.fetch.fetch_offset,
-            replica = carried.fetch.replica.id, wait = carried.fetch.max_wait_ms, "queued");
-        self.queued.push(carried);
+    fn queue(&mut self, c: Carried) {
+        trace!(group = %c.group, id = c.id, offset = c.fetch.fetch_offset,
+            replica = c.fetch.replica.id, wait = c.fetch.max_wait_ms, "queued");
+        self.book.queue(c.group, c.fetch, (c.id, c.reply));
     }
 
     /// Connects; when it cannot, the fetches queued fail, as a lone Fetch to an unreachable
@@ -369,102 +348,48 @@ impl Session {
         self.backoff = (self.backoff * 2).min(Duration::from_millis(500));
     }
 
-    /// Sends the queued fetches (none: a poll) in one request.
+    /// Sends the queued fetches (none: a poll), one request per kind (`SessionBook::requests`).
     async fn send(&mut self) {
-        let queued = std::mem::take(&mut self.queued);
-        if queued.is_empty() {
-            if let Some(template) = self.template.clone() {
-                self.send_one(&template, Vec::new()).await;
-            }
-            return;
-        }
-        // A request's replica id and MaxWaitMs are its fetches': one request per kind (the
-        // groups' long polls; adoption's anonymous probes, answered at once).
-        let mut kinds: Vec<((i32, i32), Vec<Carried>)> = Vec::new();
-        for c in queued {
-            let kind = (c.fetch.replica.id, c.fetch.max_wait_ms);
-            match kinds.iter_mut().find(|(k, _)| *k == kind) {
-                Some((_, batch)) => batch.push(c),
-                None => kinds.push((kind, vec![c])),
-            }
-        }
-        for (_, batch) in kinds {
-            if self.conn.is_none() {
-                self.queued = batch;
-                self.fail_queued(Failure::Disconnected);
-                continue;
-            }
-            let template = batch[0].fetch.clone();
-            self.send_one(&template, batch).await;
-        }
-    }
-
-    /// Sends `queued` (none: a poll) in one request whose top-level fields are `template`'s.
-    async fn send_one(&mut self, template: &FetchRequest, queued: Vec<Carried>) {
-        let parts: Vec<(GroupKey, FetchRequest)> = queued
-            .iter()
-            .map(|c| (c.group.clone(), c.fetch.clone()))
-            .collect();
-        let number = self.sent;
-        self.sent += 1;
-        let epoch = i32::try_from(number % (i32::MAX as u64)).unwrap_or(0);
-        // The leader holds each fetch as long as a group's own Fetch would be held
-        // (`groups::group_fetch_max_wait_ms`).
-        let wait = template.max_wait_ms;
-        let request = fetch_session::request(template, wait, epoch, &parts, self.version);
-        let mut w = Writer::new();
-        request.encode(&mut w, self.version);
-        let due = Instant::now() + self.setup.request_timeout;
-        for c in queued {
-            let at = (c.group.topic_id(), c.group.partition());
-            let held = Held {
-                id: c.id,
-                reply: c.reply,
-                request: number,
-            };
-            // A fetch held for the same partition is replaced: its group moved on.
-            self.held.insert(at, held);
-            self.view.held.borrow_mut().insert(at, number);
-        }
         let flexible_from = apis::served(ApiKey::FETCH).map_or(0, |s| s.flexible_from);
-        let Some(conn) = self.conn.as_mut() else {
-            return;
-        };
-        if let Some(m) = &self.setup.metrics {
-            m.session_requests.inc();
-            if !self.in_flight.is_empty() {
-                m.session_requests_pipelined.inc();
-            }
-        }
-        match conn
-            .send_only(ApiKey::FETCH, self.version, flexible_from, &w.into_vec())
-            .await
-        {
-            Ok(correlation_id) => {
-                trace!(
-                    number,
-                    correlation_id,
-                    parts = parts.len(),
-                    held = self.held.len(),
-                    "sent"
-                );
-                self.in_flight.push_back((correlation_id, number, due));
-                if let Some(m) = &self.setup.metrics {
-                    m.sent(ApiKey::FETCH.name(), self.version);
+        for request in self.book.requests(self.version) {
+            let mut w = Writer::new();
+            request.encode(&mut w, self.version);
+            let due = Instant::now() + self.setup.request_timeout;
+            let Some(conn) = self.conn.as_mut() else {
+                self.fail_all();
+                return;
+            };
+            if let Some(m) = &self.setup.metrics {
+                m.session_requests.inc();
+                if !self.in_flight.is_empty() {
+                    m.session_requests_pipelined.inc();
                 }
             }
-            Err(e) => {
-                debug!(error = %e, "the session's request failed");
-                self.fail_all();
+            let parts: usize = request.topics.iter().map(|t| t.partitions.len()).sum();
+            match conn
+                .send_only(ApiKey::FETCH, self.version, flexible_from, &w.into_vec())
+                .await
+            {
+                Ok(correlation_id) => {
+                    trace!(correlation_id, parts, held = self.book.held(), "sent");
+                    self.in_flight.push_back((correlation_id, due));
+                    if let Some(m) = &self.setup.metrics {
+                        m.sent(ApiKey::FETCH.name(), self.version);
+                    }
+                }
+                Err(e) => {
+                    debug!(error = %e, "the session's request failed");
+                    self.fail_all();
+                    return;
+                }
             }
         }
     }
 
-    /// An answer: each partition's part to its group, when it answers the fetch held.
     /// An answer: each partition's part to its group, when it answers the fetch held. Returns
     /// how many fetches it answered.
     fn answered(&mut self, frame: &Bytes) -> usize {
-        let Some((correlation_id, number, _)) = self.in_flight.pop_front() else {
+        let Some((correlation_id, _)) = self.in_flight.pop_front() else {
             self.fail_all();
             return 0;
         };
@@ -486,80 +411,51 @@ impl Session {
             self.fail_all();
             return 0;
         };
-        self.view.answered.set(Some((number, Instant::now())));
-        let deliver = |held: Held, answer| {
+        let Some(answers) = self.book.answered(&response, Instant::now()) else {
+            self.fail_all();
+            return 0;
+        };
+        let delivered = answers.len();
+        for ((id, reply), answer) in answers {
+            trace!(id, "delivered");
             let input = ExecutorInput::Peer {
-                id: held.id,
+                id,
                 result: Ok(Response::Fetch(answer)),
             };
-            let _ = held.reply.unbounded_send(input);
-        };
-        if let Some(error) = fetch_session::error_for_all(&response) {
-            let answered: Vec<At> = self
-                .held
-                .iter()
-                .filter(|(_, h)| h.request <= number)
-                .map(|(at, _)| *at)
-                .collect();
-            for at in &answered {
-                if let Some(held) = self.held.remove(at) {
-                    self.view.held.borrow_mut().remove(at);
-                    deliver(held, error.clone());
-                }
-            }
-            return answered.len();
-        }
-        let mut delivered = 0;
-        for (at, answer) in fetch_session::answers(&response) {
-            // An answer to an earlier request is for a fetch since replaced.
-            if self.held.get(&at).is_some_and(|h| h.request <= number) {
-                let held = self.held.remove(&at).expect("checked");
-                self.view.held.borrow_mut().remove(&at);
-                trace!(number, partition = at.1, id = held.id, "delivered");
-                deliver(held, answer);
-                delivered += 1;
-            } else {
-                trace!(number, partition = at.1, held = ?self.held.get(&at).map(|h| (h.id, h.request)), "dropped");
-            }
+            let _ = reply.unbounded_send(input);
         }
         delivered
     }
 
     fn fail_queued(&mut self, failure: Failure) {
-        for c in self.queued.drain(..) {
+        for (id, reply) in self.book.fail_queued() {
             let input = ExecutorInput::Peer {
-                id: c.id,
+                id,
                 result: Err(failure),
             };
-            let _ = c.reply.unbounded_send(input);
+            let _ = reply.unbounded_send(input);
         }
     }
 
     /// The connection is gone: every fetch it held or would carry fails.
     fn fail_all(&mut self) {
-        debug!(
-            held = self.held.len(),
-            queued = self.queued.len(),
-            "failing all"
-        );
+        debug!(held = self.book.held(), "failing all");
         self.conn = None;
         self.in_flight.clear();
-        self.view.held.borrow_mut().clear();
-        self.view.answered.set(None);
-        for (_, held) in self.held.drain() {
+        for (id, reply) in self.book.fail_all() {
             let input = ExecutorInput::Peer {
-                id: held.id,
+                id,
                 result: Err(Failure::Disconnected),
             };
-            let _ = held.reply.unbounded_send(input);
+            let _ = reply.unbounded_send(input);
         }
-        self.fail_queued(Failure::Disconnected);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::net::fetch_session;
     use crate::protocol::errors::ErrorCode;
     use crate::protocol::request::encode_response_frame_parts;
     use crate::raft::message::{FetchResponse, Records};
@@ -609,49 +505,6 @@ mod tests {
         let frame = encode_response_frame_parts(correlation_id, 1, |w| response.encode(w, 17));
         // Without the size prefix, as `read_answer` returns it.
         Bytes::from(frame.bytes[4..].to_vec())
-    }
-
-    #[test]
-    fn an_answer_counts_only_for_the_fetch_its_request_carried() {
-        let (a, b) = (
-            GroupKey::new("kv", 0).unwrap(),
-            GroupKey::new("kv", 1).unwrap(),
-        );
-        let (tx, mut rx) = mpsc::unbounded();
-        let mut s = session();
-        let hold = |s: &mut Session, g: &GroupKey, id: u64, request: u64| {
-            let held = Held {
-                id,
-                reply: tx.clone(),
-                request,
-            };
-            s.held.insert((g.topic_id(), g.partition()), held);
-        };
-        // Request 0 carried a's first fetch and b's; request 1 a's second fetch (the first
-        // was failed and sent again).
-        hold(&mut s, &a, 20, 1);
-        hold(&mut s, &b, 21, 0);
-        let due = Instant::now() + Duration::from_secs(2);
-        s.in_flight.extend([(5, 0, due), (6, 1, due)]);
-        // The answer to request 0 names both: b's counts, a's is for the fetch replaced.
-        s.answered(&answer_frame(5, &[(&a, 100), (&b, 200)], ErrorCode::NONE));
-        let got = rx.try_recv().unwrap();
-        assert!(matches!(
-            got,
-            ExecutorInput::Peer { id: 21, result: Ok(Response::Fetch(ref r)) } if r.high_watermark == 200
-        ));
-        assert!(
-            rx.try_recv().is_err(),
-            "a's answer to request 0 went nowhere"
-        );
-        assert!(s.held.contains_key(&(a.topic_id(), a.partition())));
-        // The answer to request 1 answers a.
-        s.answered(&answer_frame(6, &[(&a, 101)], ErrorCode::NONE));
-        assert!(matches!(
-            rx.try_recv().unwrap(),
-            ExecutorInput::Peer { id: 20, result: Ok(Response::Fetch(ref r)) } if r.high_watermark == 101
-        ));
-        assert!(s.held.is_empty());
     }
 
     /// A peer that accepts connections and closes them at once (a node coming up, or going
@@ -742,27 +595,29 @@ mod tests {
         assert!(attempts >= 3, "{attempts} connection attempts in 1.5 s");
     }
 
+    fn fetch(max_wait_ms: i32) -> FetchRequest {
+        FetchRequest {
+            cluster_id: Some("c".into()),
+            replica: crate::raft::ReplicaKey::new(2, None),
+            max_wait_ms,
+            fetch_offset: 0,
+            last_fetched_epoch: 0,
+            current_leader_epoch: 1,
+            max_bytes: 1 << 20,
+            high_watermark: None,
+        }
+    }
+
     #[test]
-    fn a_top_level_error_or_a_wrong_correlation_id_fails_what_was_held() {
+    fn an_answer_with_another_requests_correlation_id_fails_what_was_held() {
         let a = GroupKey::new("kv", 0).unwrap();
         let (tx, mut rx) = mpsc::unbounded();
         let mut s = session();
-        let held = |id| Held {
-            id,
-            reply: tx.clone(),
-            request: 0,
-        };
-        s.held.insert((a.topic_id(), a.partition()), held(1));
+        s.book.queue(a.clone(), fetch(800), (2, tx.clone()));
+        assert_eq!(s.book.requests(17).len(), 1);
         let due = Instant::now() + Duration::from_secs(2);
-        s.in_flight.push_back((5, 0, due));
-        s.answered(&answer_frame(5, &[], ErrorCode::INVALID_REQUEST));
-        assert!(matches!(
-            rx.try_recv().unwrap(),
-            ExecutorInput::Peer { id: 1, result: Ok(Response::Fetch(ref r)) } if r.error == ErrorCode::INVALID_REQUEST
-        ));
-        // An answer with another request's correlation id: the connection cannot be trusted.
-        s.held.insert((a.topic_id(), a.partition()), held(2));
-        s.in_flight.push_back((6, 1, due));
+        s.in_flight.push_back((6, due));
+        // The connection cannot be trusted.
         s.answered(&answer_frame(9, &[(&a, 1)], ErrorCode::NONE));
         assert!(matches!(
             rx.try_recv().unwrap(),
@@ -771,7 +626,7 @@ mod tests {
                 result: Err(Failure::Disconnected)
             }
         ));
-        assert!(s.held.is_empty() && s.in_flight.is_empty());
+        assert!(s.book.held() == 0 && s.in_flight.is_empty() && s.book.in_flight() == 0);
     }
 
     #[test]
@@ -781,25 +636,23 @@ mod tests {
             GroupKey::new("kv", 1).unwrap(),
         );
         let (at_a, at_b) = ((a.topic_id(), a.partition()), (b.topic_id(), b.partition()));
-        let (tx, _rx) = mpsc::unbounded();
-        let mut s = session();
-        let view = s.view.clone();
+        let view = Rc::new(SessionView::default());
+        let mut book = SessionBook::new(view.clone());
         let window = Duration::from_secs(2);
-        // a's fetch went in request 0, b's in request 1.
-        for (at, id, request) in [(at_a, 1, 0), (at_b, 2, 1)] {
-            let held = Held {
-                id,
-                reply: tx.clone(),
-                request,
-            };
-            s.held.insert(at, held);
-            view.held.borrow_mut().insert(at, request);
-        }
-        let due = Instant::now() + window;
-        s.in_flight.extend([(5, 0, due), (6, 1, due)]);
+        // a's fetch goes in request 0, b's in request 1.
+        book.queue(a.clone(), fetch(800), 1);
+        book.requests(17);
+        book.queue(b.clone(), fetch(800), 2);
+        book.requests(17);
+        let answer = |parts: &[(&GroupKey, i64)]| {
+            let frame = answer_frame(5, parts, ErrorCode::NONE);
+            let (_, body) = strip_response_header(&frame, 1).unwrap();
+            let mut r = Reader::new(&body);
+            crate::protocol::fetch::FetchResponse::decode(&mut r, 17, &body).unwrap()
+        };
         assert!(!view.vouches(&at_a, window), "nothing answered yet");
         // Request 0 answered without a's part: the leader node holds a's fetch, not yet b's.
-        s.answered(&answer_frame(5, &[], ErrorCode::NONE));
+        book.answered(&answer(&[]), Instant::now()).unwrap();
         assert!(view.vouches(&at_a, window));
         assert!(!view.vouches(&at_b, window), "request 1 is not answered");
         let answered = view.answered.get();
@@ -807,10 +660,10 @@ mod tests {
             .set(answered.map(|(n, at)| (n, at - window - window)));
         assert!(!view.vouches(&at_a, window), "the last answer is too old");
         view.answered.set(answered);
-        s.answered(&answer_frame(6, &[(&a, 7)], ErrorCode::NONE));
+        book.answered(&answer(&[(&a, 7)]), Instant::now()).unwrap();
         assert!(!view.vouches(&at_a, window), "a's fetch was answered");
         assert!(view.vouches(&at_b, window));
-        s.fail_all();
+        book.fail_all();
         assert!(!view.vouches(&at_b, window), "the connection failed");
     }
 }

@@ -303,7 +303,7 @@ impl HeldFetches {
         }
         held.waker.borrow_mut().take();
         held.collect(&mut Context::from_waker(Waker::noop()));
-        encode(to, held.take())
+        session_answer(to, held.take())
     }
 
     /// The next request on `connection` arrived: its parked request is answered now.
@@ -340,8 +340,9 @@ fn unknown_partition() -> FetchResponse {
     }
 }
 
-/// The session answer: each partition's answer, its records in a hole of their own.
-fn encode(to: &ReplyTo, answers: Vec<(At, Option<Answer>)>) -> LocalFrame {
+/// The session answer: each partition's answer, its records in a hole of their own (the
+/// simulator encodes its leaders' session answers with it too).
+pub fn session_answer(to: &ReplyTo, answers: Vec<(At, Option<Answer>)>) -> LocalFrame {
     let mut parts: Vec<(At, FetchResponse, Vec<Bytes>)> = Vec::with_capacity(answers.len());
     for (at, answer) in answers {
         match answer {
