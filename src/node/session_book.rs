@@ -23,9 +23,12 @@ struct Held<R> {
     request: u64,
 }
 
+/// A fetch to send: its group, the fetch, and where its answer goes.
+type Queued<R> = (GroupKey, FetchRequest, R);
+
 /// One session's fetches, each with its answer address `R`.
 pub struct SessionBook<R> {
-    queued: Vec<(GroupKey, FetchRequest, R)>,
+    queued: Vec<Queued<R>>,
     held: HashMap<At, Held<R>>,
     /// `held` as the groups' cores see it, and when the session last had an answer.
     view: Rc<SessionView>,
@@ -97,17 +100,22 @@ impl<R> SessionBook<R> {
             };
             return vec![self.request(&template, Vec::new(), version)];
         }
-        let mut kinds: Vec<((i32, i32), Vec<(GroupKey, FetchRequest, R)>)> = Vec::new();
+        // In the order each kind first came.
+        let mut kinds: Vec<(i32, i32)> = Vec::new();
+        let mut batches: Vec<Vec<Queued<R>>> = Vec::new();
         for q in queued {
             let kind = (q.1.replica.id, q.1.max_wait_ms);
-            match kinds.iter_mut().find(|(k, _)| *k == kind) {
-                Some((_, batch)) => batch.push(q),
-                None => kinds.push((kind, vec![q])),
+            match kinds.iter().position(|k| *k == kind) {
+                Some(i) => batches[i].push(q),
+                None => {
+                    kinds.push(kind);
+                    batches.push(vec![q]);
+                }
             }
         }
-        kinds
+        batches
             .into_iter()
-            .map(|(_, batch)| {
+            .map(|batch| {
                 let template = batch[0].1.clone();
                 self.request(&template, batch, version)
             })
@@ -119,7 +127,7 @@ impl<R> SessionBook<R> {
     fn request(
         &mut self,
         template: &FetchRequest,
-        batch: Vec<(GroupKey, FetchRequest, R)>,
+        batch: Vec<Queued<R>>,
         version: i16,
     ) -> fetch::FetchRequest {
         let number = self.sent;

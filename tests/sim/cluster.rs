@@ -237,6 +237,30 @@ impl Disk {
 pub const LISTENER: &str = "CONTROLLER";
 /// The requester id of the operator's requests (kafka-metadata-quorum, not a node).
 pub const OPERATOR: i32 = i32::MIN;
+
+/// The requester of a Fetch that came in a Fetch session (`groups.rs`): its answer goes to the
+/// session layer, not over this cluster's network.
+pub const SESSION: i32 = i32::MIN + 1;
+
+/// What a group's cluster hands the session layer (`groups.rs`) when its Fetches travel in
+/// sessions.
+#[derive(Debug)]
+pub enum SessionOut {
+    /// A follower's executor sent a Fetch.
+    Fetch {
+        from: i32,
+        to: i32,
+        incarnation: u64,
+        id: u64,
+        fetch: ringraft::raft::message::FetchRequest,
+    },
+    /// A leader's executor (or fetch shard) answered a Fetch a session carried.
+    Answer {
+        token: u64,
+        response: Response,
+        data: Vec<Bytes>,
+    },
+}
 /// The first CONTROLLER port; a node's port moves up when its endpoint is changed.
 pub const BASE_PORT: u16 = 9093;
 
@@ -531,6 +555,12 @@ pub struct Cluster {
     /// Fetches fetch shards answered, and answers rebuilt after a rewrite.
     pub fetch_shard_answers: u64,
     pub fetch_shard_retries: u64,
+    /// Multi-group runs (`groups.rs`): Fetches and their answers leave through `session_out`
+    /// instead of this cluster's network.
+    pub sessions: bool,
+    pub session_out: Vec<SessionOut>,
+    /// Multi-group runs: every record appended carries this key (its group).
+    pub record_key: Option<Vec<u8>>,
 }
 
 pub const CLUSTER_ID: &str = "sim-cluster-id-AAAAAAAA";
@@ -601,6 +631,9 @@ impl Cluster {
             publication_due: vec![0; size],
             fetch_shard_answers: 0,
             fetch_shard_retries: 0,
+            sessions: false,
+            session_out: Vec::new(),
+            record_key: None,
         }
     }
 
@@ -1037,7 +1070,8 @@ impl Cluster {
             }
             self.appended_values += 1;
             let mut builder = BatchBuilder::new(0, 0, now as i64, false);
-            builder.append(None, Some(&self.appended_values.to_be_bytes()));
+            let key = self.record_key.as_deref();
+            builder.append(key, Some(&self.appended_values.to_be_bytes()));
             let (reply, _) = futures_channel::oneshot::channel();
             let batch = builder.finish();
             self.input(
@@ -1050,6 +1084,65 @@ impl Cluster {
             )?;
         }
         Ok(())
+    }
+
+    /// A Fetch a session carried from node `from` to node `to` (running): handed to `to`'s
+    /// fetch shard or executor as a lone Fetch would be. Returns the token its answer will
+    /// carry in `session_out`.
+    pub fn session_fetch(
+        &mut self,
+        from: i32,
+        to: i32,
+        fetch: ringraft::raft::message::FetchRequest,
+    ) -> Result<u64, String> {
+        let token = self.next_token;
+        self.next_token += 1;
+        let request = Request::Fetch(fetch.clone());
+        self.tokens.insert(token, (SESSION, 0, 0, request.clone()));
+        if self.trace {
+            eprintln!(
+                "{} ms: to {to} in a session from {from}: {request:?}",
+                self.now
+            );
+        }
+        let node = &self.nodes[to as usize];
+        if node.exec.as_ref().is_some_and(|e| e.fetch.is_some()) {
+            let incarnation = node.incarnation;
+            self.fetch_shard(to, incarnation, |shard, disk, now| {
+                shard.fetch(token, fetch, disk, now)
+            })?;
+        } else {
+            self.request(to, token, request)?;
+        }
+        Ok(token)
+    }
+
+    /// The session layer's answer to request `id` of node `to`'s incarnation `incarnation`.
+    pub fn session_answer(
+        &mut self,
+        to: i32,
+        incarnation: u64,
+        id: u64,
+        result: Result<Response, ringraft::raft::Failure>,
+    ) -> Result<(), String> {
+        if self.nodes[to as usize].incarnation != incarnation {
+            return Ok(());
+        }
+        if self.trace {
+            eprintln!("{} ms: to {to} from a session: {id} {result:?}", self.now);
+        }
+        self.input(to, ExecutorInput::Peer { id, result })
+    }
+
+    /// Every invariant, now (after the session layer handed nodes something).
+    pub fn check_now(&mut self) -> Result<(), String> {
+        let static_voters = (!self.dynamic).then_some(&self.voters);
+        self.checker.check(self.now, &self.nodes, static_voters)
+    }
+
+    /// When this cluster's next event is due.
+    pub fn next_event_at(&self) -> Option<u64> {
+        self.queue.peek().map(|Reverse((at, _, _))| *at)
     }
 
     /// Hands `request` to node `id`'s executor under `token`.
@@ -1250,6 +1343,22 @@ impl Cluster {
             Outgoing::Request {
                 id,
                 to,
+                request: Request::Fetch(fetch),
+                ..
+            } if self.sessions => {
+                let out = SessionOut::Fetch {
+                    from,
+                    to,
+                    incarnation,
+                    id,
+                    fetch,
+                };
+                self.session_out.push(out);
+                return Ok(());
+            }
+            Outgoing::Request {
+                id,
+                to,
                 address,
                 request,
             } => match self.route(from, to, address) {
@@ -1278,6 +1387,18 @@ impl Cluster {
                 let Some((to, _, _, request)) = self.tokens.get(&token).cloned() else {
                     return Ok(());
                 };
+                if to == SESSION {
+                    // Encoded with the session's other answers by the session layer.
+                    self.tokens.remove(&token);
+                    self.checker.response_sent(from, &request, &response)?;
+                    let out = SessionOut::Answer {
+                        token,
+                        response,
+                        data,
+                    };
+                    self.session_out.push(out);
+                    return Ok(());
+                }
                 let response = over_the_wire(&request, response, data)
                     .map_err(|e| format!("node {from}'s answer to {request:?}: {e}"))?;
                 let response = self.maybe_corrupt(response);

@@ -16,9 +16,15 @@
 //! too), UpdateRaftVoter after a listener moves, directories wiped and re-added, and the same
 //! faults. A quarter of them run with auto-join. After healing, the voter sets and endpoints
 //! must converge as well. Replay one with `RINGRAFT_SIM_DYNAMIC=1` added to the command.
+//!
+//! Multi-group runs (issue 25, `groups.rs`) host 4 or 16 groups on 3 nodes, their Fetches
+//! coalesced in Fetch sessions, the same faults hitting every group of a node; every group's
+//! invariants hold, and no group's log holds another group's records. Replay one with
+//! `RINGRAFT_SIM_GROUPS=<count>` added to the command.
 
 mod cluster;
 mod fetch;
+mod groups;
 mod invariants;
 mod operator;
 mod runtime;
@@ -174,6 +180,109 @@ pub fn random_run(seed: u64, size: usize, mutations: Mutations) -> Result<RunSta
             .sum(),
         split_votes: c.checker.split_votes(),
     })
+}
+
+/// What a multi-group run did.
+pub struct GroupRunStats {
+    pub events: u64,
+    pub committed_batches: usize,
+    pub truncations: u64,
+    pub snapshot_downloads: u64,
+    pub sessions: groups::GroupStats,
+}
+
+/// One seeded run of `count` groups on `size` nodes (`groups.rs`): the seed picks the network,
+/// the disk delay, fetch shards, linger and snapshots as `random_run` does (the same for every
+/// group), and one schedule of node faults that hits every group at once.
+pub fn random_groups_run(
+    seed: u64,
+    size: usize,
+    count: usize,
+    misroute: bool,
+) -> Result<GroupRunStats, String> {
+    let mut rng = Prng::new(seed);
+    let net_seed = rng.below(u64::MAX);
+    let mut s = groups::Groups::new(seed, size, count, || random_net(&mut Prng::new(net_seed)));
+    s.misroute = misroute;
+    let snapshots = rng.below(2) == 0;
+    let snapshot_interval = 300 + rng.below(1_500);
+    for c in &mut s.groups {
+        with_fetch_shards(c, seed);
+        with_linger(c, seed);
+        if snapshots {
+            c.snapshot_interval_ms = snapshot_interval;
+        }
+    }
+    s.start_all()?;
+    for (at, fault) in random_faults(&mut rng, size) {
+        s.schedule_fault(at, fault);
+    }
+    let end = 300 + FAULT_WINDOW_MS + 3_200;
+    s.run_until(end)?;
+    s.heal()?;
+    s.check_liveness(LIVENESS_BOUND_MS)?;
+    Ok(GroupRunStats {
+        events: s.groups.iter().map(|c| c.events_run).sum(),
+        committed_batches: s.groups.iter().map(|c| c.checker.committed_batches).sum(),
+        truncations: s.groups.iter().map(|c| c.truncations).sum(),
+        snapshot_downloads: s.groups.iter().map(|c| c.snapshot_downloads).sum(),
+        sessions: s.stats.clone(),
+    })
+}
+
+fn replay_groups_command(seed: u64, size: usize, count: usize) -> String {
+    format!("RINGRAFT_SIM_GROUPS={count} {}", replay_command(seed, size))
+}
+
+/// Runs `count` multi-group seeds from `base`; panics with the first failure and its replay
+/// command; prints what the runs did and checks that they reached the session paths.
+fn run_group_seeds(size: usize, groups: usize, count: u64) {
+    let base = env_u64("RINGRAFT_SIM_BASE", 0);
+    let (mut events, mut committed, mut truncations, mut downloads) = (0u64, 0usize, 0u64, 0u64);
+    let mut sessions = groups::GroupStats::default();
+    for seed in base..base + count {
+        match random_groups_run(seed, size, groups, false) {
+            Ok(stats) => {
+                events += stats.events;
+                committed += stats.committed_batches;
+                truncations += stats.truncations;
+                downloads += stats.snapshot_downloads;
+                sessions.session_requests += stats.sessions.session_requests;
+                sessions.session_answers += stats.sessions.session_answers;
+                sessions.coalesced_requests += stats.sessions.coalesced_requests;
+                sessions.broken_connections += stats.sessions.broken_connections;
+                sessions.records_checked += stats.sessions.records_checked;
+            }
+            Err(why) => panic!(
+                "seed {seed}, {size} nodes × {groups} groups: {why}\nreplay: {}",
+                replay_groups_command(seed, size, groups)
+            ),
+        }
+    }
+    println!(
+        "{count} seeds × {size} nodes × {groups} groups: 0 violations, {events} events, \
+         {committed} committed batches, {truncations} divergence truncations, {downloads} \
+         snapshot downloads; sessions: {} requests ({} carrying two or more groups), {} answers, \
+         {} connections broken; {} records checked for their group",
+        sessions.session_requests,
+        sessions.coalesced_requests,
+        sessions.session_answers,
+        sessions.broken_connections,
+        sessions.records_checked,
+    );
+    assert!(
+        committed as u64 >= count,
+        "the runs committed almost nothing"
+    );
+    assert!(
+        sessions.coalesced_requests > 0,
+        "no session request carried two groups"
+    );
+    assert!(
+        sessions.broken_connections > 0,
+        "no session connection broke"
+    );
+    assert!(truncations > 0, "no run truncated a divergent suffix");
 }
 
 /// What a dynamic run did beyond a static one.
@@ -335,6 +444,14 @@ pub fn describe(c: &Cluster) -> String {
 
 /// Up to 13 faults inside the fault window, each healed (restart, heal) after a while.
 fn schedule_random_faults(c: &mut Cluster, rng: &mut Prng, size: usize) {
+    for (at, fault) in random_faults(rng, size) {
+        schedule_fault(c, at, fault);
+    }
+}
+
+/// `schedule_random_faults`' faults, with when each comes.
+fn random_faults(rng: &mut Prng, size: usize) -> Vec<(u64, Fault)> {
+    let mut out = Vec::new();
     let n = size as u64;
     let faults = rng.below(14);
     for _ in 0..faults {
@@ -343,36 +460,37 @@ fn schedule_random_faults(c: &mut Cluster, rng: &mut Prng, size: usize) {
         let lasting = 100 + rng.below(3_000);
         match rng.below(7) {
             0 | 1 => {
-                schedule_fault(c, at, Fault::Crash(node));
-                schedule_fault(c, at + lasting, Fault::Restart(node));
+                out.push((at, Fault::Crash(node)));
+                out.push((at + lasting, Fault::Restart(node)));
             }
             2 => {
-                schedule_fault(c, at, Fault::Isolate(node));
-                schedule_fault(c, at + lasting, Fault::HealAll);
+                out.push((at, Fault::Isolate(node)));
+                out.push((at + lasting, Fault::HealAll));
             }
             3 => {
                 let other = ((node as u64 + 1 + rng.below(n - 1)) % n) as i32;
-                schedule_fault(c, at, Fault::Block(node, other));
-                schedule_fault(c, at + lasting, Fault::HealAll);
+                out.push((at, Fault::Block(node, other)));
+                out.push((at + lasting, Fault::HealAll));
             }
-            4 => schedule_fault(c, at, Fault::ClockJump(node, 50 + rng.below(4_000))),
+            4 => out.push((at, Fault::ClockJump(node, 50 + rng.below(4_000)))),
             5 => {
-                schedule_fault(c, at, Fault::Shutdown(node));
-                schedule_fault(c, at + 300, Fault::Crash(node));
-                schedule_fault(c, at + 300 + lasting, Fault::Restart(node));
+                out.push((at, Fault::Shutdown(node)));
+                out.push((at + 300, Fault::Crash(node)));
+                out.push((at + 300 + lasting, Fault::Restart(node)));
             }
             _ => {
                 // A majority partition: the first half cut from the rest, both ways.
                 for a in 0..size as i32 / 2 {
                     for b in size as i32 / 2..size as i32 {
-                        schedule_fault(c, at, Fault::Block(a, b));
-                        schedule_fault(c, at, Fault::Block(b, a));
+                        out.push((at, Fault::Block(a, b)));
+                        out.push((at, Fault::Block(b, a)));
                     }
                 }
-                schedule_fault(c, at + lasting, Fault::HealAll);
+                out.push((at + lasting, Fault::HealAll));
             }
         }
     }
+    out
 }
 
 fn schedule_fault(c: &mut Cluster, at: u64, fault: Fault) {
@@ -563,6 +681,97 @@ fn five_voters_many_seeds() {
 }
 
 #[test]
+fn groups_three_nodes_four_groups_many_seeds() {
+    run_group_seeds(3, 4, env_u64("RINGRAFT_SIM_GROUP_SEEDS", 500));
+}
+
+#[test]
+fn groups_three_nodes_sixteen_groups_many_seeds() {
+    run_group_seeds(3, 16, env_u64("RINGRAFT_SIM_GROUP_SEEDS", 500));
+}
+
+#[test]
+#[ignore = "long: 10,000 seeds per multi-group configuration; run with --release"]
+fn groups_ten_thousand_seeds_per_configuration() {
+    run_group_seeds(3, 4, 10_000);
+    run_group_seeds(3, 16, 10_000);
+}
+
+#[test]
+fn broken_session_routing_an_answer_to_another_group_is_caught() {
+    // A misrouted answer shows up as another group's records in a log (NoForeignBytes), or
+    // as a high watermark or a divergence a group's own invariants refuse, or as a group whose
+    // follower stalls on offsets it cannot match. Most seeds catch it; NoForeignBytes must be
+    // among the checkers that do.
+    let seeds = 10;
+    let caught: Vec<(u64, String)> = (0..seeds)
+        .filter_map(|seed| random_groups_run(seed, 3, 4, true).err().map(|e| (seed, e)))
+        .collect();
+    for (seed, why) in &caught {
+        println!("seed {seed}: {}", &why[..why.len().min(160)]);
+    }
+    assert!(
+        caught.len() as u64 * 2 > seeds,
+        "only {} of {seeds} seeds caught a session book routing answers to the wrong group",
+        caught.len()
+    );
+    assert!(
+        caught.iter().any(|(_, why)| why.contains("NoForeignBytes")),
+        "NoForeignBytes never caught another group's records in a log"
+    );
+}
+
+/// A group's commits never wait on another group's flush: beside a group whose disk takes up to
+/// 400 ms per flush, a group's appends wait for their commit no longer than beside groups on a
+/// fast disk. The measure is the records appended and not committed yet (the leader's log end
+/// less its high watermark), summed over samples every 10 ms.
+#[test]
+fn a_slow_disk_under_one_group_does_not_slow_the_others() {
+    let backlog = |c: &Cluster| -> i64 {
+        c.leader()
+            .and_then(|(id, _)| {
+                let raft = c.nodes[id as usize].raft()?;
+                Some(raft.log_end_offset() - raft.high_watermark()?)
+            })
+            .unwrap_or(0)
+    };
+    let run = |slow: bool| -> Result<(i64, i64), String> {
+        let net = || NetConfig {
+            drop_per_mille: 0,
+            duplicate_per_mille: 0,
+            delay_min_ms: 1,
+            delay_max_ms: 5,
+            disk_delay_ms: 2,
+            corrupt_per_mille: 0,
+        };
+        let mut s = groups::Groups::new(7, 3, 4, net);
+        if slow {
+            s.groups[1].net.disk_delay_ms = 400;
+        }
+        s.start_all()?;
+        s.run_until(2_000)?;
+        let mut sums = (0, 0);
+        s.run_while(10_000, |s| {
+            sums.0 += backlog(&s.groups[0]);
+            sums.1 += backlog(&s.groups[1]);
+            true
+        })?;
+        Ok(sums)
+    };
+    let (fast0, fast1) = run(false).unwrap();
+    let (slow0, slow1) = run(true).unwrap();
+    println!("waiting records × samples: group 0 {fast0} → {slow0}; group 1 (its disk slowed) {fast1} → {slow1}");
+    assert!(
+        slow1 > 3 * fast1,
+        "the slow disk did not slow its own group"
+    );
+    assert!(
+        slow0 * 4 <= fast0 * 5 + 20,
+        "group 0's appends waited {slow0} beside a slow group, {fast0} beside fast ones"
+    );
+}
+
+#[test]
 #[ignore = "long: 10,000 seeds per cluster size; run with --release"]
 fn ten_thousand_seeds_per_size() {
     run_seeds(3, 10_000);
@@ -580,6 +789,13 @@ fn replay() {
         return;
     }
     let size = env_u64("RINGRAFT_SIM_SIZE", 3) as usize;
+    if let Some(groups) = std::env::var_os("RINGRAFT_SIM_GROUPS") {
+        let groups = groups.to_string_lossy().parse().expect("a group count");
+        if let Err(why) = random_groups_run(seed, size, groups, false) {
+            panic!("seed {seed}, {size} nodes × {groups} groups: {why}");
+        }
+        return;
+    }
     if let Err(why) = random_run(seed, size, Mutations::default()) {
         panic!("seed {seed}, {size} nodes: {why}");
     }
