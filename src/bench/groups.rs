@@ -92,7 +92,8 @@ pub fn run(args: GroupsBenchArgs) -> Result<(), BenchError> {
     report::apply_overrides(&mut goals, &args.common)?;
     let ladder = (args.rates.len() as u64 * (args.seconds + 2) + 15) * 2;
     let idle = if args.idle_groups > 0 {
-        args.idle_seconds + 60
+        // Starting, electing, settling (phase (b)), then (c) and (d).
+        args.idle_seconds + 90
     } else {
         0
     };
@@ -774,10 +775,40 @@ fn idle_groups(
     let started = Instant::now();
     cluster.leaders(3)?;
     say(format!(
-        "  every group has a leader after {:.1} s; settling 5 s",
+        "  every group has a leader after {:.1} s",
         started.elapsed().as_secs_f64()
     ));
-    std::thread::sleep(Duration::from_secs(5));
+    // Idle means settled: preferred-leader transfers move leaderships for a while after the
+    // elections, and each move is a new follower's first Fetches.
+    let settling = Instant::now();
+    let (mut last, mut stable) = (None, 0);
+    while stable < IDLE_STABLE_SECONDS && settling.elapsed() < IDLE_SETTLE_MAX {
+        std::thread::sleep(Duration::from_secs(1));
+        let leading: Option<Vec<u64>> = (cluster.admin_ports.iter())
+            .map(|port| {
+                Some(gauge_sum(
+                    &scrape_metrics(*port)?,
+                    "ringraft_shard_groups_leading",
+                ))
+            })
+            .collect();
+        stable = if leading.is_some() && leading == last {
+            stable + 1
+        } else {
+            0
+        };
+        last = leading;
+    }
+    say(format!(
+        "  groups led per node {:?}, {} after {:.1} s more",
+        last.unwrap_or_default(),
+        if stable >= IDLE_STABLE_SECONDS {
+            "unchanged for 5 s"
+        } else {
+            "still moving"
+        },
+        settling.elapsed().as_secs_f64()
+    ));
     let pids = cluster.pids();
     let ticks = |pid: u32| crate::sys::process_cpu_ticks(pid).unwrap_or(0);
     let sessions = |cluster: &Cluster| -> Option<Vec<(u64, u64)>> {
@@ -881,6 +912,25 @@ fn scrape_metrics(port: u16) -> Option<String> {
 }
 
 /// A counter's value in a `/metrics` text (a series without labels).
+/// How long the groups each node leads must stay the same before phase (b) measures, and how
+/// long it waits for that at most.
+const IDLE_STABLE_SECONDS: u32 = 5;
+const IDLE_SETTLE_MAX: Duration = Duration::from_secs(90);
+
+/// The sum of a gauge's series (every label set) in a `/metrics` text.
+fn gauge_sum(text: &str, name: &str) -> u64 {
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            let value = match rest.strip_prefix('{') {
+                Some(labelled) => labelled.split_once("} ")?.1,
+                None => rest.strip_prefix(' ')?,
+            };
+            value.trim().parse::<f64>().ok()
+        })
+        .sum::<f64>() as u64
+}
+
 fn counter(text: &str, name: &str) -> Option<u64> {
     text.lines().find_map(|l| {
         let value = l.strip_prefix(name)?.strip_prefix(' ')?;

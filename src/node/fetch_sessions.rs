@@ -348,10 +348,11 @@ impl Session {
         self.backoff = (self.backoff * 2).min(Duration::from_millis(500));
     }
 
-    /// Sends the queued fetches (none: a poll), one request per kind (`SessionBook::requests`).
+    /// Sends the next request, if one is due (`SessionBook::next_request`): one in flight at
+    /// a time.
     async fn send(&mut self) {
         let flexible_from = apis::served(ApiKey::FETCH).map_or(0, |s| s.flexible_from);
-        for request in self.book.requests(self.version) {
+        while let Some(request) = self.book.next_request(self.version) {
             let mut w = Writer::new();
             request.encode(&mut w, self.version);
             let due = Instant::now() + self.setup.request_timeout;
@@ -614,7 +615,7 @@ mod tests {
         let (tx, mut rx) = mpsc::unbounded();
         let mut s = session();
         s.book.queue(a.clone(), fetch(800), (2, tx.clone()));
-        assert_eq!(s.book.requests(17).len(), 1);
+        assert!(s.book.next_request(17).is_some());
         let due = Instant::now() + Duration::from_secs(2);
         s.in_flight.push_back((6, due));
         // The connection cannot be trusted.
@@ -639,11 +640,11 @@ mod tests {
         let view = Rc::new(SessionView::default());
         let mut book = SessionBook::new(view.clone());
         let window = Duration::from_secs(2);
-        // a's fetch goes in request 0, b's in request 1.
+        // a's fetch goes in request 0; b's first fetch waits for its answer.
         book.queue(a.clone(), fetch(800), 1);
-        book.requests(17);
+        assert!(book.next_request(17).is_some());
         book.queue(b.clone(), fetch(800), 2);
-        book.requests(17);
+        assert!(book.next_request(17).is_none());
         let answer = |parts: &[(&GroupKey, i64)]| {
             let frame = answer_frame(5, parts, ErrorCode::NONE);
             let (_, body) = strip_response_header(&frame, 1).unwrap();
@@ -654,6 +655,8 @@ mod tests {
         // Request 0 answered without a's part: the leader node holds a's fetch, not yet b's.
         book.answered(&answer(&[]), Instant::now()).unwrap();
         assert!(view.vouches(&at_a, window));
+        assert!(!view.vouches(&at_b, window), "b's fetch was not sent");
+        assert!(book.next_request(17).is_some(), "request 1 carries b's");
         assert!(!view.vouches(&at_b, window), "request 1 is not answered");
         let answered = view.answered.get();
         view.answered

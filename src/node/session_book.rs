@@ -7,7 +7,7 @@
 //! connection). A partition's answer counts only in the answer to the request that carried its
 //! current fetch or a later one: an answer to an earlier request is for a fetch since replaced.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -16,6 +16,14 @@ use crate::net::fetch_session::{self, At};
 use crate::protocol::fetch;
 use crate::protocol::group::GroupKey;
 use crate::raft::message::{FetchRequest, FetchResponse};
+
+/// An answer after which its follower fetches again at once, with something to report:
+/// records, a divergence to truncate to, a snapshot to fetch.
+fn carries_something(answer: &FetchResponse) -> bool {
+    !matches!(answer.records, crate::raft::message::Records::None)
+        || answer.diverging_epoch.is_some()
+        || answer.snapshot_id.is_some()
+}
 
 /// A fetch the leader node holds: where its answer goes, and which request carried it.
 struct Held<R> {
@@ -38,6 +46,8 @@ pub struct SessionBook<R> {
     sent: u64,
     /// A fetch of this node, for the top-level fields of a poll.
     template: Option<FetchRequest>,
+    /// Partitions whose last answer carried records, a divergence or a snapshot.
+    busy: HashSet<At>,
     /// Tests only (the `mutations` feature): an answer with records goes to another partition's
     /// held fetch, the bug a coalesced answer invites.
     #[cfg(feature = "mutations")]
@@ -53,6 +63,7 @@ impl<R> SessionBook<R> {
             in_flight: VecDeque::new(),
             sent: 0,
             template: None,
+            busy: HashSet::new(),
             #[cfg(feature = "mutations")]
             misroute: false,
         }
@@ -72,10 +83,29 @@ impl<R> SessionBook<R> {
         !self.queued.is_empty()
     }
 
-    /// Whether a request is due: fetches are queued, or the leader holds fetches and has no
-    /// request to answer them in.
+    /// Whether a request is due. With none in flight: when fetches are queued, or the leader
+    /// holds fetches and has no request to answer them in. With one in flight, only for a
+    /// fetch that must not wait: the leader holds nothing of its partition, and its last
+    /// answer carried records, a divergence or a snapshot (a busy group's next fetch after its
+    /// append). The others (a group's rest limit or retry replacing a held fetch, an idle
+    /// group's next fetch after an empty answer, a new follower's first fetch, a retry after
+    /// an error) wait for the answer in flight, which the leader sends as soon as one of the
+    /// session's groups answers, and at the latest at the request's MaxWaitMs. So a session
+    /// whose groups write nothing keeps one request in flight.
     pub fn request_due(&self) -> bool {
-        !self.queued.is_empty() || (self.in_flight.is_empty() && !self.held.is_empty())
+        if self.in_flight.is_empty() {
+            !self.queued.is_empty() || !self.held.is_empty()
+        } else {
+            self.queued.iter().any(|q| self.may_overtake(q))
+        }
+    }
+
+    /// A queued fetch that may go while a request is in flight: the leader holds nothing of
+    /// its partition, and the partition's last answer carried records (or a divergence or a
+    /// snapshot to fetch).
+    fn may_overtake(&self, q: &Queued<R>) -> bool {
+        let at = (q.0.topic_id(), q.0.partition());
+        !self.held.contains_key(&at) && self.busy.contains(&at)
     }
 
     /// Requests sent and not answered.
@@ -88,38 +118,34 @@ impl<R> SessionBook<R> {
         self.held.len()
     }
 
-    /// The requests to send now, in order, at Fetch `version`: the queued fetches, one request
-    /// per kind (a request's replica id and MaxWaitMs are its fetches': the groups' long polls,
-    /// adoption's anonymous probes answered at once), or a poll when nothing is queued. Each is
-    /// counted as sent: the caller sends them all in this order, or fails the session.
-    pub fn requests(&mut self, version: i16) -> Vec<fetch::FetchRequest> {
+    /// The request to send now, if one is due (`request_due`), at Fetch `version`: the queued
+    /// fetches that may go (all of them with nothing in flight) of the kind queued first (a
+    /// request's replica id and MaxWaitMs are its fetches': the groups' long polls, adoption's
+    /// anonymous probes answered at once; other kinds wait for the next request), or a poll
+    /// when nothing is queued. It is counted as sent: the caller sends it, or fails the
+    /// session.
+    pub fn next_request(&mut self, version: i16) -> Option<fetch::FetchRequest> {
+        if !self.request_due() {
+            return None;
+        }
+        if self.queued.is_empty() {
+            let template = self.template.clone()?;
+            return Some(self.request(&template, Vec::new(), version));
+        }
+        let idle = self.in_flight.is_empty();
+        let first = self
+            .queued
+            .iter()
+            .find(|q| idle || self.may_overtake(q))
+            .expect("due");
+        let kind = (first.1.replica.id, first.1.max_wait_ms);
         let queued = std::mem::take(&mut self.queued);
-        if queued.is_empty() {
-            let Some(template) = self.template.clone() else {
-                return Vec::new();
-            };
-            return vec![self.request(&template, Vec::new(), version)];
-        }
-        // In the order each kind first came.
-        let mut kinds: Vec<(i32, i32)> = Vec::new();
-        let mut batches: Vec<Vec<Queued<R>>> = Vec::new();
-        for q in queued {
-            let kind = (q.1.replica.id, q.1.max_wait_ms);
-            match kinds.iter().position(|k| *k == kind) {
-                Some(i) => batches[i].push(q),
-                None => {
-                    kinds.push(kind);
-                    batches.push(vec![q]);
-                }
-            }
-        }
-        batches
-            .into_iter()
-            .map(|batch| {
-                let template = batch[0].1.clone();
-                self.request(&template, batch, version)
-            })
-            .collect()
+        let (batch, rest): (Vec<Queued<R>>, Vec<Queued<R>>) = queued.into_iter().partition(|q| {
+            (q.1.replica.id, q.1.max_wait_ms) == kind && (idle || self.may_overtake(q))
+        });
+        self.queued = rest;
+        let template = batch[0].1.clone();
+        Some(self.request(&template, batch, version))
     }
 
     /// Request number `self.sent` carrying `batch` (none: a poll), with `template`'s top-level
@@ -183,6 +209,11 @@ impl<R> SessionBook<R> {
             // An answer to an earlier request is for a fetch since replaced.
             if self.held.get(&at).is_some_and(|h| h.request <= number) {
                 let held = self.take(&at).expect("checked");
+                if carries_something(&answer) {
+                    self.busy.insert(at);
+                } else {
+                    self.busy.remove(&at);
+                }
                 out.push((held.reply, answer));
             } else {
                 tracing::trace!(number, partition = at.1, "dropped");
@@ -290,27 +321,24 @@ mod tests {
     }
 
     #[test]
-    fn an_answer_counts_only_for_the_fetch_its_request_carried() {
+    fn each_part_goes_to_the_fetch_its_partition_holds_now() {
         let (a, b) = (key(0), key(1));
         let mut s = book();
-        // Request 0 carries a's first fetch and b's; request 1 a's next fetch (the first was
-        // failed and sent again).
+        // Request 0 carries a's first fetch and b's; a's next fetch (the first failed in its
+        // group and was sent again) waits for request 0's answer.
         s.queue(a.clone(), fetch(2, 800), 10);
         s.queue(b.clone(), fetch(2, 800), 21);
-        assert_eq!(s.requests(17).len(), 1);
+        assert!(s.next_request(17).is_some());
         s.queue(a.clone(), fetch(2, 800), 20);
-        assert_eq!(s.requests(17).len(), 1);
-        assert_eq!((s.in_flight(), s.held()), (2, 2));
-        // The answer to request 0 names both: b's counts, a's is for the fetch replaced.
+        assert!(s.next_request(17).is_none(), "request 0 is in flight");
         let got = s
-            .answered(
-                &answer(&[(&a, 100), (&b, 200)], ErrorCode::NONE),
-                Instant::now(),
-            )
+            .answered(&answer(&[(&b, 200)], ErrorCode::NONE), Instant::now())
             .unwrap();
         let got: Vec<(u64, i64)> = got.iter().map(|(r, f)| (*r, f.high_watermark)).collect();
         assert_eq!(got, vec![(21, 200)]);
-        assert_eq!(s.held(), 1, "a's second fetch is still held");
+        // Request 1 carries a's second fetch, which replaces the first.
+        assert!(s.next_request(17).is_some());
+        assert_eq!(s.held(), 1);
         let got = s
             .answered(&answer(&[(&a, 101)], ErrorCode::NONE), Instant::now())
             .unwrap();
@@ -330,51 +358,93 @@ mod tests {
         let (a, b) = (key(0), key(1));
         let mut s = book();
         s.queue(a.clone(), fetch(2, 800), 1);
-        s.requests(17);
+        s.next_request(17);
+        // b's first fetch waits for request 0's answer.
         s.queue(b.clone(), fetch(2, 800), 2);
-        s.requests(17);
+        assert!(s.next_request(17).is_none());
         let got = s
             .answered(&answer(&[], ErrorCode::INVALID_REQUEST), Instant::now())
             .unwrap();
-        assert_eq!(got.len(), 1, "b's fetch came in the next request");
+        assert_eq!(got.len(), 1, "b's fetch was not sent");
         assert_eq!(got[0].0, 1);
         assert_eq!(got[0].1.error, ErrorCode::INVALID_REQUEST);
         assert_eq!(s.fail_all(), vec![2]);
     }
 
     #[test]
-    fn one_request_per_kind_and_a_poll_while_fetches_are_held() {
+    fn a_fetch_replacing_a_held_one_waits_for_the_answer_and_kinds_go_apart() {
         let mut s = book();
         assert!(
-            s.requests(17).is_empty(),
+            s.next_request(17).is_none(),
             "no fetch yet: nothing to poll with"
         );
         s.queue(key(0), fetch(2, 800), 1);
         s.queue(key(1), fetch(-1, 0), 2);
         s.queue(key(2), fetch(2, 800), 3);
-        let sent = s.requests(17);
-        let shape: Vec<(i32, i32, usize)> = sent
-            .iter()
-            .map(|r| {
-                let parts = r.topics.iter().map(|t| t.partitions.len()).sum();
-                (r.replica_state.replica_id, r.max_wait_ms, parts)
-            })
-            .collect();
-        assert_eq!(shape, vec![(2, 800, 2), (-1, 0, 1)]);
-        assert_eq!(
-            sent.iter().map(|r| r.session_epoch).collect::<Vec<_>>(),
-            vec![0, 1]
-        );
+        let shape = |r: &fetch::FetchRequest| {
+            let parts: usize = r.topics.iter().map(|t| t.partitions.len()).sum();
+            (
+                r.replica_state.replica_id,
+                r.max_wait_ms,
+                parts,
+                r.session_epoch,
+            )
+        };
+        let first = s.next_request(17).expect("due");
+        assert_eq!(shape(&first), (2, 800, 2, 0), "the long polls first");
+        // A fetch that would replace a held one waits for the answer, as the probe does.
+        s.queue(key(0), fetch(2, 800), 4);
+        assert!(!s.request_due() && s.next_request(17).is_none());
         s.answered(&answer(&[], ErrorCode::NONE), Instant::now());
+        let second = s.next_request(17).expect("due");
+        assert_eq!(shape(&second), (-1, 0, 1, 1), "the probe, queued first");
+        s.answered(&answer(&[], ErrorCode::NONE), Instant::now());
+        let third = s.next_request(17).expect("due");
+        assert_eq!(shape(&third), (2, 800, 1, 2));
         s.answered(&answer(&[], ErrorCode::NONE), Instant::now());
         assert!(
             s.request_due(),
             "fetches held and no request to answer them in"
         );
-        let poll = s.requests(17);
-        assert_eq!(poll.len(), 1);
-        assert!(poll[0].topics.is_empty(), "a poll carries nothing");
-        assert_eq!(poll[0].max_wait_ms, 800, "it waits as the long polls do");
-        assert_eq!(s.fail_all(), vec![1, 2, 3]);
+        let poll = s.next_request(17).expect("a poll");
+        assert!(poll.topics.is_empty(), "a poll carries nothing");
+        assert_eq!(poll.max_wait_ms, 800, "it waits as the long polls do");
+        assert!(s.next_request(17).is_none(), "one poll at a time");
+        assert_eq!(s.fail_all(), vec![4, 2, 3]);
+    }
+
+    #[test]
+    fn after_records_a_groups_next_fetch_goes_at_once_and_after_an_empty_answer_it_waits() {
+        let (a, b, c) = (key(0), key(1), key(2));
+        let mut s = book();
+        s.queue(a.clone(), fetch(2, 800), 1);
+        s.queue(b.clone(), fetch(2, 800), 2);
+        s.next_request(17).expect("request 0");
+        // a's answer is empty; b's carries records.
+        let mut response = answer(&[(&a, 5), (&b, 5)], ErrorCode::NONE);
+        response.responses[0].partitions[1].records = Some(bytes::Bytes::from_static(b"batch"));
+        let got = s.answered(&response, Instant::now()).unwrap();
+        assert_eq!(got.len(), 2);
+        // Request 1 carries c's fetch and stays in flight.
+        s.queue(c.clone(), fetch(2, 800), 3);
+        s.next_request(17).expect("request 1");
+        s.queue(a.clone(), fetch(2, 800), 4);
+        assert!(
+            !s.request_due(),
+            "an idle group's next fetch waits for the answer"
+        );
+        s.queue(key(3), fetch(2, 800), 6);
+        assert!(!s.request_due(), "so does a new follower's first");
+        s.queue(b.clone(), fetch(2, 800), 5);
+        let busy = s
+            .next_request(17)
+            .expect("a busy group's next fetch goes at once");
+        let parts: Vec<i32> = busy.topics[0]
+            .partitions
+            .iter()
+            .map(|p| p.partition)
+            .collect();
+        assert_eq!(parts, vec![1]);
+        assert_eq!(s.fail_all(), vec![5, 3, 4, 6]);
     }
 }

@@ -526,8 +526,7 @@ impl Groups {
             }
             let s = self.sessions.get_mut(&(follower, leader)).expect("listed");
             let conn = s.conn;
-            let requests = s.book.requests(VERSION);
-            for r in requests {
+            if let Some(r) = s.book.next_request(VERSION) {
                 let groups: BTreeSet<i32> = r
                     .topics
                     .iter()
