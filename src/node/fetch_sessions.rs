@@ -456,10 +456,9 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::fetch_session;
+    use crate::node::session_book::tests::{answer, fetch};
     use crate::protocol::errors::ErrorCode;
     use crate::protocol::request::encode_response_frame_parts;
-    use crate::raft::message::{FetchResponse, Records};
 
     fn setup() -> SessionSetup {
         SessionSetup {
@@ -480,31 +479,10 @@ mod tests {
         }
     }
 
+    /// `session_book`'s test answer, framed as `read_answer` returns it (no size prefix).
     fn answer_frame(correlation_id: i32, parts: &[(&GroupKey, i64)], top: ErrorCode) -> Bytes {
-        let answers: Vec<FetchResponse> = parts
-            .iter()
-            .map(|(_, hw)| FetchResponse {
-                error: ErrorCode::NONE,
-                partition_error: ErrorCode::NONE,
-                high_watermark: *hw,
-                log_start_offset: 0,
-                diverging_epoch: None,
-                leader_id: 1,
-                leader_epoch: 1,
-                snapshot_id: None,
-                records: Records::None,
-                leader_endpoints: Vec::new(),
-            })
-            .collect();
-        let wire: Vec<(At, &FetchResponse, usize)> = parts
-            .iter()
-            .zip(&answers)
-            .map(|((g, _), a)| ((g.topic_id(), g.partition()), a, 0))
-            .collect();
-        let mut response = fetch_session::response(&wire, 17);
-        response.error_code = top;
+        let response = answer(parts, top);
         let frame = encode_response_frame_parts(correlation_id, 1, |w| response.encode(w, 17));
-        // Without the size prefix, as `read_answer` returns it.
         Bytes::from(frame.bytes[4..].to_vec())
     }
 
@@ -551,16 +529,7 @@ mod tests {
                     port,
                 };
                 let group = GroupKey::new("kv", 0).unwrap();
-                let fetch = FetchRequest {
-                    cluster_id: Some("c".into()),
-                    replica: crate::raft::ReplicaKey::new(2, None),
-                    max_wait_ms: 800,
-                    fetch_offset: 0,
-                    last_fetched_epoch: 0,
-                    current_leader_epoch: 1,
-                    max_bytes: 1 << 20,
-                    high_watermark: None,
-                };
+                let fetch = fetch(2, 800);
                 let (tx, mut rx) = mpsc::unbounded();
                 let started = Instant::now();
                 let mut id = 0;
@@ -596,25 +565,12 @@ mod tests {
         assert!(attempts >= 3, "{attempts} connection attempts in 1.5 s");
     }
 
-    fn fetch(max_wait_ms: i32) -> FetchRequest {
-        FetchRequest {
-            cluster_id: Some("c".into()),
-            replica: crate::raft::ReplicaKey::new(2, None),
-            max_wait_ms,
-            fetch_offset: 0,
-            last_fetched_epoch: 0,
-            current_leader_epoch: 1,
-            max_bytes: 1 << 20,
-            high_watermark: None,
-        }
-    }
-
     #[test]
     fn an_answer_with_another_requests_correlation_id_fails_what_was_held() {
         let a = GroupKey::new("kv", 0).unwrap();
         let (tx, mut rx) = mpsc::unbounded();
         let mut s = session();
-        s.book.queue(a.clone(), fetch(800), (2, tx.clone()));
+        s.book.queue(a.clone(), fetch(2, 800), (2, tx.clone()));
         assert!(s.book.next_request(17).is_some());
         let due = Instant::now() + Duration::from_secs(2);
         s.in_flight.push_back((6, due));
@@ -641,9 +597,9 @@ mod tests {
         let mut book = SessionBook::new(view.clone());
         let window = Duration::from_secs(2);
         // a's fetch goes in request 0; b's first fetch waits for its answer.
-        book.queue(a.clone(), fetch(800), 1);
+        book.queue(a.clone(), fetch(2, 800), 1);
         assert!(book.next_request(17).is_some());
-        book.queue(b.clone(), fetch(800), 2);
+        book.queue(b.clone(), fetch(2, 800), 2);
         assert!(book.next_request(17).is_none());
         let answer = |parts: &[(&GroupKey, i64)]| {
             let frame = answer_frame(5, parts, ErrorCode::NONE);

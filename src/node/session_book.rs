@@ -265,8 +265,9 @@ impl<R> SessionBook<R> {
     }
 }
 
+/// The tests' fetches and answers, shared with `fetch_sessions`' tests.
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::protocol::errors::ErrorCode;
     use crate::raft::message::Records;
@@ -276,7 +277,8 @@ mod tests {
         GroupKey::new("kv", partition).unwrap()
     }
 
-    fn fetch(replica: i32, max_wait_ms: i32) -> FetchRequest {
+    /// A fetch of replica `replica` waiting at most `max_wait_ms`.
+    pub(crate) fn fetch(replica: i32, max_wait_ms: i32) -> FetchRequest {
         FetchRequest {
             cluster_id: Some("c".into()),
             replica: ReplicaKey::new(replica, None),
@@ -290,7 +292,7 @@ mod tests {
     }
 
     /// A session answer naming `parts` (group, high watermark), with top-level error `top`.
-    fn answer(parts: &[(&GroupKey, i64)], top: ErrorCode) -> fetch::FetchResponse {
+    pub(crate) fn answer(parts: &[(&GroupKey, i64)], top: ErrorCode) -> fetch::FetchResponse {
         let answers: Vec<FetchResponse> = parts
             .iter()
             .map(|(_, hw)| FetchResponse {

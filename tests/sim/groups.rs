@@ -199,6 +199,16 @@ pub struct GroupStats {
     pub records_checked: u64,
 }
 
+impl GroupStats {
+    pub fn add(&mut self, other: &GroupStats) {
+        self.session_requests += other.session_requests;
+        self.session_answers += other.session_answers;
+        self.coalesced_requests += other.coalesced_requests;
+        self.broken_connections += other.broken_connections;
+        self.records_checked += other.records_checked;
+    }
+}
+
 /// The key every record of group `g` carries.
 fn record_key(g: usize) -> Vec<u8> {
     format!("group-{g}").into_bytes()

@@ -247,11 +247,7 @@ fn run_group_seeds(size: usize, groups: usize, count: u64) {
                 committed += stats.committed_batches;
                 truncations += stats.truncations;
                 downloads += stats.snapshot_downloads;
-                sessions.session_requests += stats.sessions.session_requests;
-                sessions.session_answers += stats.sessions.session_answers;
-                sessions.coalesced_requests += stats.sessions.coalesced_requests;
-                sessions.broken_connections += stats.sessions.broken_connections;
-                sessions.records_checked += stats.sessions.records_checked;
+                sessions.add(&stats.sessions);
             }
             Err(why) => panic!(
                 "seed {seed}, {size} nodes × {groups} groups: {why}\nreplay: {}",
