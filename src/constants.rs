@@ -184,6 +184,13 @@ pub const GROUP_PEER_READ_BUFFER_BYTES: usize = 8 * 1024;
 /// scrape small whatever the number of groups.
 pub const METRICS_GROUP_SERIES_DEFAULT: i32 = 16;
 
+/// `ringraft.recovery.bytes.per.second`: the bytes a second a node's group leaders serve to
+/// followers behind the committed tail (`node::recovery_budget`), 100 MiB/s as Redpanda's
+/// learner recovery rate: a fifth of what this class of disk reads sequentially, so a node
+/// catching up thousands of groups leaves the rest of the disk and the cores to the groups that
+/// are up to date. 0: no bound.
+pub const RECOVERY_BYTES_PER_SECOND_DEFAULT: i64 = 100 * 1024 * 1024;
+
 /// `ringraft_group_home_info` is exported for group 0 and at most this many other groups (by
 /// topic and partition); every group's home is logged.
 pub const GROUP_HOME_SERIES_MAX: usize = 64;

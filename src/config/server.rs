@@ -133,6 +133,10 @@ pub struct ServerConfig {
     /// `ringraft.metrics.group.series`: how many of the busiest groups `/metrics` shows per-group
     /// gauges for (`node::metrics::groups`; a scrape may name more with `?group=T-P`).
     pub metrics_group_series: usize,
+    /// `ringraft.recovery.bytes.per.second`: what this node's group leaders serve a second to
+    /// followers behind the committed tail, shared by its shards (`node::recovery_budget`);
+    /// 0: no bound.
+    pub recovery_bytes_per_second: u64,
     /// Keys that were set but that ringraft does not know: logged as warnings at start.
     pub unknown_keys: Vec<String>,
 }
@@ -179,6 +183,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "ringraft.snapshot.adopt",
     "ringraft.groups",
     "ringraft.metrics.group.series",
+    "ringraft.recovery.bytes.per.second",
 ];
 
 /// The known key an unknown `key` was probably meant to be: the closest by edit distance,
@@ -484,6 +489,11 @@ impl ServerConfig {
                 },
             )?,
             metrics_group_series: metrics_group_series(&l)?,
+            recovery_bytes_per_second: l.long(
+                "ringraft.recovery.bytes.per.second",
+                c::RECOVERY_BYTES_PER_SECOND_DEFAULT,
+                0,
+            )? as u64,
             tls: None,
             unknown_keys: props
                 .keys()
@@ -973,6 +983,19 @@ mod tests {
             [PathBuf::from("./data")],
             "no /tmp/kafka-logs"
         );
+    }
+
+    #[test]
+    fn recovery_budget_is_a_rate_or_none() {
+        let base = embedded_default_properties();
+        assert_eq!(load(&base).unwrap().recovery_bytes_per_second, 100 << 20);
+        let none = format!("{base}ringraft.recovery.bytes.per.second=0\n");
+        assert_eq!(load(&none).unwrap().recovery_bytes_per_second, 0);
+        for bad in ["-1", "fast", "1e9"] {
+            let text = format!("{base}ringraft.recovery.bytes.per.second={bad}\n");
+            let e = load(&text).unwrap_err();
+            assert_eq!(e.key, "ringraft.recovery.bytes.per.second", "{bad}");
+        }
     }
 
     #[test]

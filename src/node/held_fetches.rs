@@ -8,9 +8,16 @@
 //! stuck behind a session answer that waits for idle groups. Fetches not answered yet stay
 //! held for a later answer of the session; a new fetch for the same partition replaces the
 //! held one, whose answer is dropped.
+//!
+//! A fetch from a follower behind its group's committed tail is recovery
+//! (`node::recovery_budget`): it is handed to its group only once the shard's share of the
+//! node's recovery budget grants it, reads at most one chunk, and waits at most
+//! `DEFERRED_MAX` for its grant (then it goes with one batch's worth, so that its group's
+//! leader keeps hearing from the follower). Fetches waiting for the budget are granted in the
+//! order they came.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -25,13 +32,14 @@ use futures_util::stream::{FuturesUnordered, Stream};
 
 use super::call::Answer;
 use super::groups::GroupTable;
+use super::recovery_budget::{Grant, RecoveryBudget};
 use crate::net::fetch_session::{self, At};
 use crate::net::frame_out::{Chunk, LocalFrame};
 use crate::protocol::errors::ErrorCode;
 use crate::protocol::fetch;
-use crate::protocol::group::WireTopic;
+use crate::protocol::group::{WirePartition, WireTopic};
 use crate::protocol::request::encode_response_frame_parts;
-use crate::raft::message::{FetchResponse, Records};
+use crate::raft::message::{FetchRequest, FetchResponse, Records};
 use crate::raft::Response;
 
 use super::route::ReplyTo;
@@ -46,6 +54,13 @@ const SESSION_WAIT_MIN_MS: i32 = 100;
 /// count, and an idle follower hears from its leader this much later than it would have,
 /// far inside its fetch timeout. Answers that carry anything are sent at once.
 const QUIET_WINDOW: Duration = Duration::from_millis(20);
+
+/// The longest a recovery fetch waits for the budget. Its group's leader does not see the
+/// fetch meanwhile, and counts a follower silent after about 2.5 fetch timeouts (5 s by
+/// default), so this stays well inside: past it the fetch goes with a `max_bytes` of 1 (one
+/// batch), charged as debt. The budget can so be exceeded by one batch a second per group
+/// catching up.
+const DEFERRED_MAX: Duration = Duration::from_secs(1);
 
 /// A session connection's heartbeat, seen by the groups whose fetches it carried (on their
 /// home shards, so atomic): when its last request came, or that it closed. A group's leader
@@ -88,15 +103,28 @@ pub struct HeldFetches {
     by_connection: RefCell<HashMap<u64, Rc<Held>>>,
     /// `QUIET_WINDOW`, longer in tests.
     quiet_window: Duration,
+    /// The node's recovery budget and this shard's share of it.
+    budget: Arc<RecoveryBudget>,
+    shard: usize,
 }
 
 impl Default for HeldFetches {
     fn default() -> Self {
-        HeldFetches {
-            by_connection: RefCell::default(),
-            quiet_window: QUIET_WINDOW,
-        }
+        HeldFetches::new(Arc::new(RecoveryBudget::new(0, 1)), 0)
     }
+}
+
+/// What a partition's first recovery fetch in a session may read, and reserves. Each answer
+/// that fills at least half of it lets the next read four times as much, up to the budget's
+/// chunk: a group a few records behind costs the budget a few KiB, not a chunk, and one far
+/// behind reaches whole chunks in a few round trips.
+const WINDOW_FIRST: usize = 16 * 1024;
+
+/// A recovery fetch waiting for the budget.
+struct Deferred {
+    at: WirePartition,
+    request: FetchRequest,
+    since: Instant,
 }
 
 /// A held fetch's answer to come: its partition, which of its fetches it answers, the answer
@@ -121,6 +149,14 @@ struct Held {
     high_watermarks: RefCell<HashMap<At, i64>>,
     /// The connection's next request arrived: answer now.
     cut: Cell<bool>,
+    /// Recovery fetches waiting for the budget, oldest first.
+    deferred: RefCell<VecDeque<Deferred>>,
+    /// When to ask the budget again for the first of them.
+    budget_due: Cell<Option<Instant>>,
+    /// The budget's grants of fetches handed over, by number, settled by their answers.
+    grants: RefCell<HashMap<u64, Grant>>,
+    /// What each partition's next recovery fetch may read (`WINDOW_FIRST`).
+    windows: RefCell<HashMap<At, usize>>,
     /// The parked request's task, for `cut_short`.
     waker: RefCell<Option<Waker>>,
 }
@@ -137,31 +173,58 @@ impl Default for Held {
             quiet_since: Cell::default(),
             high_watermarks: RefCell::default(),
             cut: Cell::default(),
+            deferred: RefCell::default(),
+            budget_due: Cell::default(),
+            grants: RefCell::default(),
+            windows: RefCell::default(),
             waker: RefCell::default(),
         }
     }
 }
 
 impl Held {
-    /// Keeps `answer` as where `at`'s fetch is answered, instead of any fetch held for it.
-    fn hold(&self, at: At, answer: oneshot::Receiver<Answer>) {
+    /// Keeps `answer` as where `at`'s fetch is answered, instead of any fetch held for it;
+    /// `grant` is what the recovery budget reserved for it.
+    fn hold(&self, at: At, answer: oneshot::Receiver<Answer>, grant: Option<Grant>) {
         let number = self.numbered.get();
         self.numbered.set(number + 1);
+        self.forget(at);
         self.current.borrow_mut().insert(at, number);
-        // An answer to the fetch this one replaces, not sent yet, would be taken for its own.
-        self.answered.borrow_mut().retain(|(a, _)| *a != at);
+        if let Some(grant) = grant {
+            self.grants.borrow_mut().insert(number, grant);
+        }
         let coming = async move { (at, number, answer.await.ok()) };
         self.waiting.borrow_mut().push(Box::pin(coming));
     }
 
+    /// A new fetch for `at` came: an answer to the one it replaces, not sent yet, would be
+    /// taken for its own, and a deferred one is not wanted any more.
+    fn forget(&self, at: At) {
+        self.current.borrow_mut().remove(&at);
+        self.answered.borrow_mut().retain(|(a, _)| *a != at);
+        self.deferred
+            .borrow_mut()
+            .retain(|d| key_of(&d.at).is_none_or(|k| k != at));
+    }
+
     /// Moves every answer that came into `answered`; true when one of them says something,
-    /// or the wait was cut short.
-    fn collect(&self, cx: &mut Context<'_>) -> bool {
+    /// or the wait was cut short. Each answer settles its fetch's grant.
+    fn collect(&self, cx: &mut Context<'_>, budget: &RecoveryBudget) -> bool {
         let mut answered = self.answered.borrow_mut();
         let mut current = self.current.borrow_mut();
         let mut waiting = self.waiting.borrow_mut();
         let mut high_watermarks = self.high_watermarks.borrow_mut();
         while let Poll::Ready(Some((at, number, got))) = Pin::new(&mut *waiting).poll_next(cx) {
+            if let Some(grant) = self.grants.borrow_mut().remove(&number) {
+                let used = fetch_answer(&got)
+                    .map_or(0, |(_, data)| data.iter().map(Bytes::len).sum::<usize>());
+                budget.settle(grant, used);
+                if used * 2 >= grant.bytes() {
+                    let mut windows = self.windows.borrow_mut();
+                    let window = windows.entry(at).or_insert(WINDOW_FIRST);
+                    *window = window.saturating_mul(4).min(budget.chunk());
+                }
+            }
             if current.get(&at) == Some(&number) {
                 current.remove(&at);
                 let last = high_watermarks.get(&at).copied();
@@ -225,6 +288,16 @@ fn fetch_answer(answer: &Option<Answer>) -> Option<(&FetchResponse, &[Bytes])> {
 }
 
 impl HeldFetches {
+    /// The held fetches of shard `shard`, whose recovery fetches draw on `budget`.
+    pub fn new(budget: Arc<RecoveryBudget>, shard: usize) -> Self {
+        HeldFetches {
+            by_connection: RefCell::default(),
+            quiet_window: QUIET_WINDOW,
+            budget,
+            shard,
+        }
+    }
+
     /// Answers session request `r` on `connection`: its fetches handed to their groups, then
     /// the answers that came within its MaxWaitMs (at least one, unless none came).
     pub async fn serve(
@@ -242,31 +315,26 @@ impl HeldFetches {
             .clone();
         held.cut.set(false);
         held.pulse.beat();
+        let now = Instant::now();
         for (at, request) in fetch_session::fetches(r) {
-            let WireTopic::Id(topic_id) = at.topic else {
+            let Some(key) = key_of(&at) else {
                 continue;
             };
-            let key = (topic_id, at.partition);
-            let offset = request.fetch_offset;
-            let answer = groups
+            held.forget(key);
+            // Behind the committed tail: recovery, handed over when the budget grants it.
+            let behind = groups
                 .find(&at)
-                .and_then(|hosted| hosted.raft.submit_held(request, held.pulse.clone()));
-            tracing::trace!(
-                connection,
-                partition = at.partition,
-                offset,
-                submitted = answer.is_some(),
-                "carried"
-            );
-            match answer {
-                Some(answer) => held.hold(key, answer),
-                // Not hosted here (or stopped): said at once, as a lone Fetch would hear it.
-                None => {
-                    held.answered.borrow_mut().push((key, None));
-                    held.urgent.set(true);
-                }
+                .is_some_and(|h| request.fetch_offset < h.gauges.read().high_watermark);
+            if behind {
+                let since = now;
+                held.deferred
+                    .borrow_mut()
+                    .push_back(Deferred { at, request, since });
+            } else {
+                self.submit(groups, &held, at, request, None);
             }
         }
+        self.release(groups, &held, now);
         // The request waits its MaxWaitMs for an answer (at least a moment, for fetches
         // answered at once: MaxWaitMs 0, adoption's probes). The groups' fetches may stay
         // parked longer while the session beats (`raft::liveness`): an idle session is
@@ -278,12 +346,17 @@ impl HeldFetches {
         let end = Instant::now() + Duration::from_millis(wait as u64);
         loop {
             // Until an answer says something, the quiet ones have waited their window, or
-            // the request's wait is over.
+            // the request's wait is over; meanwhile deferred fetches are handed over as the
+            // budget grants them.
             let quiet_due = held.quiet_due(self.quiet_window);
-            let until = quiet_due.map_or(end, |due| due.min(end));
+            let answer_at = quiet_due.map_or(end, |due| due.min(end));
+            let until = held
+                .budget_due
+                .get()
+                .map_or(answer_at, |due| due.min(answer_at));
             let answered = std::future::poll_fn(|cx| {
                 *held.waker.borrow_mut() = Some(cx.waker().clone());
-                if held.collect(cx) {
+                if held.collect(cx, &self.budget) {
                     Poll::Ready(true)
                 } else if held.quiet_due(self.quiet_window) != quiet_due {
                     // The first quiet answer: wait until its window ends.
@@ -297,13 +370,134 @@ impl HeldFetches {
                 true
             })
             .await;
-            if done {
+            let now = Instant::now();
+            if done && now < answer_at && held.budget_due.get().is_some_and(|d| d <= now) {
+                self.release(groups, &held, now);
+            } else if done {
                 break;
             }
         }
         held.waker.borrow_mut().take();
-        held.collect(&mut Context::from_waker(Waker::noop()));
+        held.collect(&mut Context::from_waker(Waker::noop()), &self.budget);
         session_answer(to, held.take())
+    }
+
+    /// Hands `request` to its group's executor (`grant`: what the budget reserved for it).
+    fn submit(
+        &self,
+        groups: &GroupTable,
+        held: &Held,
+        at: WirePartition,
+        request: FetchRequest,
+        grant: Option<Grant>,
+    ) {
+        let Some(key) = key_of(&at) else {
+            return;
+        };
+        let offset = request.fetch_offset;
+        let answer = groups
+            .find(&at)
+            .and_then(|hosted| hosted.raft.submit_held(request, held.pulse.clone()));
+        tracing::trace!(
+            partition = at.partition,
+            offset,
+            submitted = answer.is_some(),
+            "carried"
+        );
+        match answer {
+            Some(answer) => held.hold(key, answer, grant),
+            // Not hosted here (or stopped): said at once, as a lone Fetch would hear it.
+            None => {
+                if let Some(grant) = grant {
+                    self.budget.settle(grant, 0);
+                }
+                held.answered.borrow_mut().push((key, None));
+                held.urgent.set(true);
+            }
+        }
+    }
+
+    /// Hands over the deferred fetches the budget grants now, oldest first, each reading at
+    /// most one chunk; one that waited `DEFERRED_MAX` goes with one batch's worth.
+    fn release(&self, groups: &GroupTable, held: &Held, now: Instant) {
+        loop {
+            let Some(first) = held.deferred.borrow_mut().pop_front() else {
+                held.budget_due.set(None);
+                return;
+            };
+            let Deferred {
+                at,
+                mut request,
+                since,
+            } = first;
+            // Windows pace a budget; with none, a fetch reads what it asks for.
+            let window = match key_of(&at) {
+                _ if !self.budget.is_bounded() => Some(usize::MAX),
+                Some(k) => held.windows.borrow().get(&k).copied(),
+                None => None,
+            }
+            .unwrap_or(WINDOW_FIRST);
+            let want = usize::try_from(request.max_bytes.max(1))
+                .unwrap_or(1)
+                .min(self.budget.chunk())
+                .min(window);
+            match self.budget.reserve(self.shard, want, now) {
+                Ok(grant) => {
+                    request.max_bytes = i32::try_from(want).unwrap_or(i32::MAX);
+                    self.submit(groups, held, at, request, Some(grant));
+                }
+                Err(_) if now >= since + DEFERRED_MAX => {
+                    request.max_bytes = 1;
+                    let grant = self.budget.overdraw(self.shard);
+                    self.submit(groups, held, at, request, Some(grant));
+                }
+                Err(again) => {
+                    // The fetches that came with this request and must wait.
+                    let queued = held.deferred.borrow();
+                    let new = queued.iter().filter(|d| d.since == now).count();
+                    drop(queued);
+                    self.budget
+                        .deferred
+                        .inc_by((new + usize::from(since == now)) as u64);
+                    held.budget_due.set(Some(again.min(since + DEFERRED_MAX)));
+                    held.deferred
+                        .borrow_mut()
+                        .push_front(Deferred { at, request, since });
+                    return;
+                }
+            }
+        }
+    }
+
+    /// A grant of the recovery budget for a group's FetchSnapshot, waited for (at most
+    /// `DEFERRED_MAX`, then overdrawn); `max_bytes` is cut to one chunk.
+    pub async fn snapshot_grant(&self, max_bytes: &mut i32) -> Grant {
+        let want = usize::try_from((*max_bytes).max(1))
+            .unwrap_or(1)
+            .min(self.budget.chunk());
+        *max_bytes = i32::try_from(want).unwrap_or(i32::MAX);
+        let since = Instant::now();
+        let mut counted = false;
+        loop {
+            let now = Instant::now();
+            match self.budget.reserve(self.shard, want, now) {
+                Ok(grant) => return grant,
+                Err(_) if now >= since + DEFERRED_MAX => return self.budget.overdraw(self.shard),
+                Err(again) => {
+                    if !counted {
+                        self.budget.deferred.inc();
+                        counted = true;
+                    }
+                    let until = again.min(since + DEFERRED_MAX);
+                    glommio::timer::sleep(until.saturating_duration_since(now)).await;
+                }
+            }
+        }
+    }
+
+    /// The fetch granted `grant` carried `used` bytes.
+    pub fn settle(&self, grant: Grant, used: usize) {
+        self.budget.settle(grant, used);
     }
 
     /// The next request on `connection` arrived: its parked request is answered now.
@@ -321,6 +515,14 @@ impl HeldFetches {
         if let Some(held) = self.by_connection.borrow_mut().remove(&connection) {
             held.pulse.close();
         }
+    }
+}
+
+/// The session's key of a partition named by topic id (sessions name no other way).
+fn key_of(at: &WirePartition) -> Option<At> {
+    match at.topic {
+        WireTopic::Id(id) => Some((id, at.partition)),
+        WireTopic::Name(_) => None,
     }
 }
 
@@ -407,11 +609,16 @@ mod tests {
     }
 
     fn session_request(groups: &[&GroupKey], offset: i64) -> fetch::FetchRequest {
+        session_request_at(&groups.iter().map(|g| (*g, offset)).collect::<Vec<_>>())
+    }
+
+    /// A session request with each group's fetch at its own offset.
+    fn session_request_at(groups: &[(&GroupKey, i64)]) -> fetch::FetchRequest {
         let fetch = FetchRequest {
             cluster_id: Some("c".into()),
             replica: ReplicaKey::new(2, None),
             max_wait_ms: 800,
-            fetch_offset: offset,
+            fetch_offset: 0,
             last_fetched_epoch: 1,
             current_leader_epoch: 1,
             max_bytes: 1 << 20,
@@ -419,7 +626,13 @@ mod tests {
         };
         let parts: Vec<_> = groups
             .iter()
-            .map(|g| ((*g).clone(), fetch.clone()))
+            .map(|(g, offset)| {
+                let fetch = FetchRequest {
+                    fetch_offset: *offset,
+                    ..fetch.clone()
+                };
+                ((*g).clone(), fetch)
+            })
             .collect();
         fetch_session::request(&fetch, 800, 0, &parts, 17)
     }
@@ -445,6 +658,16 @@ mod tests {
             } else {
                 vec![Bytes::from_static(records)]
             },
+        }
+    }
+
+    fn answer_of(high_watermark: i64, records: Vec<u8>) -> Answer {
+        Answer::Raft {
+            response: Response::Fetch(FetchResponse {
+                high_watermark,
+                ..unknown_partition_with(ErrorCode::NONE)
+            }),
+            data: vec![Bytes::from(records)],
         }
     }
 
@@ -612,6 +835,77 @@ mod tests {
                     "answered after {:?}",
                     at.elapsed()
                 );
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+
+    #[test]
+    fn a_follower_behind_the_committed_tail_waits_for_the_recovery_budget() {
+        glommio::LocalExecutorBuilder::default()
+            .spawn(|| async {
+                let mut table = GroupTable::default();
+                let [(behind, mut behind_in), (current, mut current_in)] = [0, 1].map(|p| {
+                    let key = GroupKey::new("kv", p).unwrap();
+                    let (hosted, inputs) = crate::node::groups::testing::hosted(&key);
+                    // Both groups committed up to 100 here.
+                    hosted.gauges.set_high_watermark(100);
+                    table.insert(hosted);
+                    (key, inputs)
+                });
+                // 640 KiB/s on one shard: a bucket of 64 KiB, chunks of 64 KiB.
+                let budget = Arc::new(RecoveryBudget::new(640 << 10, 1));
+                let held = Rc::new(HeldFetches::new(budget.clone(), 0));
+                let serve = |r: fetch::FetchRequest| {
+                    let (held, table) = (held.clone(), table.clone());
+                    glommio::spawn_local(async move { held.serve(&table, 1, &TO, &r).await })
+                };
+
+                // A fetch at 10 is behind: granted from the full bucket, cut to the first
+                // window.
+                let first = serve(session_request_at(&[(&behind, 10)]));
+                let (f, reply) = next_fetch(&mut behind_in).await;
+                assert_eq!(f.max_bytes as usize, WINDOW_FIRST);
+                // Its answer carries twenty chunks' worth (one big batch): the budget is in
+                // debt for about 1.9 s.
+                reply
+                    .send(answer_of(100, vec![7; 1280 << 10]))
+                    .ok()
+                    .unwrap();
+                assert_eq!(parts_of(&first.await)[0].0, 0);
+                assert_eq!(budget.served.get(), 1280 << 10);
+
+                // The next request: the follower at the tail is handed over and answered at
+                // once, the one behind waits.
+                let asked = Instant::now();
+                let second = serve(session_request_at(&[(&behind, 20), (&current, 100)]));
+                let (f, reply) = next_fetch(&mut current_in).await;
+                assert_eq!((f.fetch_offset, f.max_bytes), (100, 1 << 20));
+                assert!(
+                    futures_lite::future::poll_once(next_fetch(&mut behind_in))
+                        .await
+                        .is_none(),
+                    "the fetch behind must wait for the budget"
+                );
+                reply.send(answer(100, b"")).ok().unwrap();
+                assert_eq!(parts_of(&second.await), vec![(1, 100, Vec::new())]);
+                assert_eq!(budget.deferred.get(), 1);
+
+                // The follower's next poll (waiting up to 2 s) carries it on: the fetch behind
+                // goes at `DEFERRED_MAX`, before its debt is repaid, with one batch's worth.
+                let poll = {
+                    let mut r = session_request_at(&[]);
+                    r.max_wait_ms = 2_000;
+                    serve(r)
+                };
+                let (f, reply) = next_fetch(&mut behind_in).await;
+                let waited = asked.elapsed();
+                assert!(waited >= DEFERRED_MAX, "handed over after {waited:?}");
+                assert_eq!((f.fetch_offset, f.max_bytes), (20, 1));
+                reply.send(answer(100, b"rec")).ok().unwrap();
+                assert_eq!(parts_of(&poll.await), vec![(0, 100, b"rec".to_vec())]);
+                assert_eq!(budget.served.get(), (1280 << 10) + 3);
             })
             .unwrap()
             .join()

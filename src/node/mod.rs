@@ -30,6 +30,7 @@ pub mod produce;
 pub mod publish;
 pub mod raft_shard;
 pub mod raft_storage;
+pub mod recovery_budget;
 pub mod route;
 pub mod rpc_batches;
 pub mod session_book;
@@ -116,6 +117,8 @@ struct ShardContext {
     group_commands: group_control::CommandReceivers,
     /// `ringraft.metrics.group.series`.
     metrics_group_series: usize,
+    /// The node's recovery budget, one share per shard.
+    recovery: Arc<recovery_budget::RecoveryBudget>,
 }
 
 impl ShardContext {

@@ -225,8 +225,23 @@ impl Service for NodeService {
         };
         let request = match decode(body, version, &groups) {
             Routed::Call(Call::Raft(request)) => request,
-            Routed::Group(hosted, call) => {
-                let mut answer = hosted.raft.request(call).await?;
+            Routed::Group(hosted, mut call) => {
+                // A snapshot chunk is recovery: it waits for the node's recovery budget.
+                let grant = match &mut call {
+                    Call::Raft(Request::FetchSnapshot(r)) => {
+                        Some(self.sessions.snapshot_grant(&mut r.max_bytes).await)
+                    }
+                    _ => None,
+                };
+                let answer = hosted.raft.request(call).await;
+                if let Some(grant) = grant {
+                    let used = match &answer {
+                        Some(Answer::Raft { data, .. }) => data.iter().map(Bytes::len).sum(),
+                        _ => 0,
+                    };
+                    self.sessions.settle(grant, used);
+                }
+                let mut answer = answer?;
                 if let Answer::DescribeQuorum(r) = &mut answer {
                     say_home(r, hosted);
                 }

@@ -292,7 +292,7 @@ fn connections(
         remote_snapshot,
         log_append_enable: ctx.log_append_enable,
         groups: ctx.groups.clone(),
-        sessions: Default::default(),
+        sessions: super::held_fetches::HeldFetches::new(ctx.recovery.clone(), ctx.index),
     };
     let connections = server::Connections::with_metrics(
         service,

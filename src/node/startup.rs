@@ -349,6 +349,12 @@ fn spawn_shards(
         },
         log_append_enable: config.log_append_enable,
         metrics_group_series: config.metrics_group_series,
+        recovery: Arc::new(super::recovery_budget::RecoveryBudget::with_counters(
+            config.recovery_bytes_per_second,
+            tuning.shards.len(),
+            metrics.recovery_bytes.clone(),
+            metrics.recovery_deferred.clone(),
+        )),
         state: ServerState::default(),
         stop_flag: stop_flag.clone(),
         mesh: MeshBuilder::full(n, c::SHARD_CHANNEL_CAPACITY),

@@ -127,6 +127,12 @@ impl GroupGauges {
         self.recent.store(recent, Ordering::Relaxed);
     }
 
+    /// Tests only: a group whose executor committed up to `hw`.
+    #[cfg(test)]
+    pub fn set_high_watermark(&self, hw: i64) {
+        self.high_watermark.store(hw, Ordering::Relaxed);
+    }
+
     pub fn read(&self) -> GroupReading {
         let r = Ordering::Relaxed;
         GroupReading {

@@ -95,6 +95,10 @@ pub struct Metrics {
     /// session was unanswered (`node::fetch_sessions`): an idle node sends none of the latter.
     pub session_requests: Counter,
     pub session_requests_pipelined: Counter,
+    /// Bytes served to followers behind the committed tail, and the fetches that waited for
+    /// the recovery budget (`node::recovery_budget`).
+    pub recovery_bytes: Counter,
+    pub recovery_deferred: Counter,
     pub request_bytes: Family<Labels, Counter>,
     pub response_bytes: Family<Labels, Counter>,
     /// Per shard, sampled every second: busy ratio, tasks run, ring reads and writes.
@@ -175,6 +179,8 @@ impl Metrics {
             peer_requests: Family::default(),
             session_requests: Counter::default(),
             session_requests_pipelined: Counter::default(),
+            recovery_bytes: Counter::default(),
+            recovery_deferred: Counter::default(),
             request_bytes: Family::default(),
             response_bytes: Family::default(),
             shard_busy_ratio: Family::default(),

@@ -155,6 +155,16 @@ pub(super) fn register_ringraft(r: &mut Registry, m: &Metrics) {
         m.session_requests_pipelined.clone(),
     );
     r.register(
+        "ringraft_recovery_bytes",
+        "Bytes this node's group leaders served to followers behind the committed tail",
+        m.recovery_bytes.clone(),
+    );
+    r.register(
+        "ringraft_recovery_fetches_deferred",
+        "Fetches of followers behind the committed tail that waited for the recovery budget",
+        m.recovery_deferred.clone(),
+    );
+    r.register(
         "ringraft_request_bytes",
         "Request bytes received, by API",
         m.request_bytes.clone(),
