@@ -83,6 +83,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 const LEADERS_TIMEOUT: Duration = Duration::from_secs(180);
 /// Phase (c)'s rate.
 const BUSY_RATE: u64 = 2_000;
+/// How long phase (a) waits for every group to be led by its preferred leader.
+const PREFERRED_WAIT: Duration = Duration::from_secs(60);
 
 pub fn run(args: GroupsBenchArgs) -> Result<(), BenchError> {
     if args.groups == 0 || args.rates.is_empty() || args.rates.contains(&0) || args.seconds == 0 {
@@ -90,7 +92,8 @@ pub fn run(args: GroupsBenchArgs) -> Result<(), BenchError> {
     }
     let mut goals = goal_list(&Measured::default());
     report::apply_overrides(&mut goals, &args.common)?;
-    let ladder = (args.rates.len() as u64 * (args.seconds + 2) + 15) * 2;
+    // Each run: starting and settling on preferred leaders (about 25 s here), then the rates.
+    let ladder = (args.rates.len() as u64 * (args.seconds + 2) + 25) * 2;
     let idle = if args.idle_groups > 0 {
         // Starting, electing, settling (phase (b)), then (c) and (d).
         args.idle_seconds + 90
@@ -555,7 +558,24 @@ fn throughput(
     say: &dyn Fn(String),
 ) -> Result<(u64, Option<u64>), BenchError> {
     let mut cluster = Cluster::start(exe, dir, groups)?;
-    let leaders = cluster.leaders(3)?;
+    // The ladder starts once every group is led by its preferred leader: a preferred-leader
+    // transfer during a rate fails the records in flight and is not what the rate measures.
+    let settling = Instant::now();
+    let mut leaders = cluster.leaders(3)?;
+    let preferred = |g: usize| crate::config::groups::preferred_leader(&[1, 2, 3], g as i32);
+    while (0..groups).any(|g| leaders[g] as i32 + 1 != preferred(g))
+        && settling.elapsed() < PREFERRED_WAIT
+    {
+        std::thread::sleep(Duration::from_secs(1));
+        leaders = cluster.leaders(3)?;
+    }
+    let astray = (0..groups)
+        .filter(|g| leaders[*g] as i32 + 1 != preferred(*g))
+        .count();
+    say(format!(
+        "  {astray} groups not led by their preferred leader after {:.1} s",
+        settling.elapsed().as_secs_f64()
+    ));
     let spread = (0..3).map(|n| leaders.iter().filter(|l| **l == n).count());
     say(format!(
         "  leaders per node: {:?}",
@@ -779,10 +799,21 @@ fn idle_groups(
         started.elapsed().as_secs_f64()
     ));
     // Idle means settled: preferred-leader transfers move leaderships for a while after the
-    // elections, and each move is a new follower's first Fetches.
+    // elections, and each move is a new follower's first Fetches. Settled is every node leading
+    // the groups it prefers, for 5 s (transfers come in waves, with pauses between them).
+    let preferred: Vec<u64> = (1..=3)
+        .map(|node| {
+            let prefers =
+                |p: &usize| crate::config::groups::preferred_leader(&[1, 2, 3], *p as i32) == node;
+            (0..args.idle_groups).filter(prefers).count() as u64
+        })
+        .collect();
     let settling = Instant::now();
     let (mut last, mut stable) = (None, 0);
-    while stable < IDLE_STABLE_SECONDS && settling.elapsed() < IDLE_SETTLE_MAX {
+    let settled = |last: &Option<Vec<u64>>, stable| {
+        stable >= IDLE_STABLE_SECONDS && last.as_ref() == Some(&preferred)
+    };
+    while !settled(&last, stable) && settling.elapsed() < IDLE_SETTLE_MAX {
         std::thread::sleep(Duration::from_secs(1));
         let leading: Option<Vec<u64>> = (cluster.admin_ports.iter())
             .map(|port| {
@@ -801,11 +832,11 @@ fn idle_groups(
     }
     say(format!(
         "  groups led per node {:?}, {} after {:.1} s more",
-        last.unwrap_or_default(),
-        if stable >= IDLE_STABLE_SECONDS {
-            "unchanged for 5 s"
+        last.clone().unwrap_or_default(),
+        if settled(&last, stable) {
+            "each by its preferred leader for 5 s"
         } else {
-            "still moving"
+            "NOT SETTLED (measured anyway)"
         },
         settling.elapsed().as_secs_f64()
     ));
@@ -947,6 +978,19 @@ fn restart(
     say: &dyn Fn(String),
 ) -> Result<(f64, usize), BenchError> {
     const NODE: usize = 2;
+    // What the nodes that stay up serve it under their recovery budgets.
+    let recovery = |cluster: &Cluster| -> (u64, u64) {
+        let texts: Vec<String> = (0..3)
+            .filter(|n| *n != NODE)
+            .filter_map(|n| scrape_metrics(cluster.admin_ports[n]))
+            .collect();
+        let sum = |name| texts.iter().filter_map(|t| counter(t, name)).sum();
+        (
+            sum("ringraft_recovery_bytes_total"),
+            sum("ringraft_recovery_fetches_deferred_total"),
+        )
+    };
+    let recovery_before = recovery(cluster);
     cluster.stop_node(NODE);
     let ports = cluster.ports.clone();
     let groups = cluster.groups.clone();
@@ -976,6 +1020,12 @@ fn restart(
         Ok(())
     })??;
     let catch_up = started.elapsed().as_secs_f64();
+    let recovery_after = recovery(cluster);
+    say(format!(
+        "  the other nodes served it {} recovery bytes; {} of its fetches waited for their budget",
+        recovery_after.0.saturating_sub(recovery_before.0),
+        recovery_after.1.saturating_sub(recovery_before.1)
+    ));
     let after = cluster.leaders(3)?;
     let changes = (0..groups.len())
         .filter(|g| before[*g] != NODE && after[*g] != before[*g])
