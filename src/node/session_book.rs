@@ -29,6 +29,9 @@ fn carries_something(answer: &FetchResponse) -> bool {
 struct Held<R> {
     reply: R,
     request: u64,
+    /// A replica's fetch, whose records its group appends (not adoption's anonymous probe,
+    /// which reads the log's first batch and appends nothing).
+    replicating: bool,
 }
 
 /// A fetch to send: its group, the fetch, and where its answer goes.
@@ -46,7 +49,7 @@ pub struct SessionBook<R> {
     sent: u64,
     /// A fetch of this node, for the top-level fields of a poll.
     template: Option<FetchRequest>,
-    /// Partitions whose last answer carried records, a divergence or a snapshot.
+    /// Partitions whose replica's last answer carried records, a divergence or a snapshot.
     busy: HashSet<At>,
     /// Tests only (the `mutations` feature): an answer with records goes to another partition's
     /// held fetch, the bug a coalesced answer invites.
@@ -168,6 +171,7 @@ impl<R> SessionBook<R> {
                 Held {
                     reply,
                     request: number,
+                    replicating: fetch.replica.id >= 0,
                 },
             );
             self.view.held.borrow_mut().insert(at, number);
@@ -209,10 +213,14 @@ impl<R> SessionBook<R> {
             // An answer to an earlier request is for a fetch since replaced.
             if self.held.get(&at).is_some_and(|h| h.request <= number) {
                 let held = self.take(&at).expect("checked");
-                if carries_something(&answer) {
-                    self.busy.insert(at);
-                } else {
-                    self.busy.remove(&at);
+                // A probe's answer says nothing of whether its group is busy: it carries the
+                // log's first batch every time, and the group appends none of it.
+                if held.replicating {
+                    if carries_something(&answer) {
+                        self.busy.insert(at);
+                    } else {
+                        self.busy.remove(&at);
+                    }
                 }
                 out.push((held.reply, answer));
             } else {
@@ -448,5 +456,27 @@ pub(crate) mod tests {
             .collect();
         assert_eq!(parts, vec![1]);
         assert_eq!(s.fail_all(), vec![5, 3, 4, 6]);
+    }
+
+    #[test]
+    fn a_probes_answer_with_records_does_not_make_its_group_busy() {
+        let (a, b) = (key(0), key(1));
+        let mut s = book();
+        // a's adoption probe (anonymous, answered at once) in place of its held fetch; the
+        // leader answers it with the log's first batch, as it answers every probe.
+        s.queue(a.clone(), fetch(-1, 0), 1);
+        s.next_request(17).expect("request 0");
+        let mut response = answer(&[(&a, 5)], ErrorCode::NONE);
+        response.responses[0].partitions[0].records = Some(bytes::Bytes::from_static(b"batch"));
+        assert_eq!(s.answered(&response, Instant::now()).unwrap().len(), 1);
+        // Request 1 carries b's long poll and stays in flight; a's next long poll waits for it.
+        s.queue(b.clone(), fetch(2, 800), 2);
+        s.next_request(17).expect("request 1");
+        s.queue(a.clone(), fetch(2, 800), 3);
+        assert!(
+            !s.request_due(),
+            "a group whose probe read a batch is not busy: its next fetch waits"
+        );
+        assert_eq!(s.fail_all(), vec![2, 3]);
     }
 }
