@@ -9,12 +9,12 @@
 //! held for a later answer of the session; a new fetch for the same partition replaces the
 //! held one, whose answer is dropped.
 //!
-//! A fetch from a follower behind its group's committed tail is recovery
+//! A fetch from a follower that is catching up (`is_behind`) is recovery
 //! (`node::recovery_budget`): it is handed to its group only once the shard's share of the
 //! node's recovery budget grants it, reads at most one chunk, and waits at most
-//! `DEFERRED_MAX` for its grant (then it goes with one batch's worth, so that its group's
-//! leader keeps hearing from the follower). Fetches waiting for the budget are granted in the
-//! order they came.
+//! `recovery_budget::WAIT_MAX` for its grant (then it goes with one batch's worth, so that its
+//! group's leader keeps hearing from the follower). Fetches waiting for the budget are granted
+//! in the order they came.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
@@ -31,7 +31,7 @@ use futures_channel::oneshot;
 use futures_util::stream::{FuturesUnordered, Stream};
 
 use super::call::Answer;
-use super::groups::GroupTable;
+use super::groups::{GroupTable, Hosted};
 use super::recovery_budget::{Grant, RecoveryBudget};
 use crate::net::fetch_session::{self, At};
 use crate::net::frame_out::{Chunk, LocalFrame};
@@ -54,13 +54,6 @@ const SESSION_WAIT_MIN_MS: i32 = 100;
 /// count, and an idle follower hears from its leader this much later than it would have,
 /// far inside its fetch timeout. Answers that carry anything are sent at once.
 const QUIET_WINDOW: Duration = Duration::from_millis(20);
-
-/// The longest a recovery fetch waits for the budget. Its group's leader does not see the
-/// fetch meanwhile, and counts a follower silent after about 2.5 fetch timeouts (5 s by
-/// default), so this stays well inside: past it the fetch goes with a `max_bytes` of 1 (one
-/// batch), charged as debt. The budget can so be exceeded by one batch a second per group
-/// catching up.
-const DEFERRED_MAX: Duration = Duration::from_secs(1);
 
 /// A session connection's heartbeat, seen by the groups whose fetches it carried (on their
 /// home shards, so atomic): when its last request came, or that it closed. A group's leader
@@ -145,7 +138,8 @@ struct Held {
     urgent: Cell<bool>,
     /// When the oldest quiet answer in `answered` came.
     quiet_since: Cell<Option<Instant>>,
-    /// The high watermark each partition was last answered with, to tell quiet answers.
+    /// The high watermark each partition's last answer sent told its follower: to tell quiet
+    /// answers, and followers catching up (`is_behind`).
     high_watermarks: RefCell<HashMap<At, i64>>,
     /// The connection's next request arrived: answer now.
     cut: Cell<bool>,
@@ -213,13 +207,14 @@ impl Held {
         let mut answered = self.answered.borrow_mut();
         let mut current = self.current.borrow_mut();
         let mut waiting = self.waiting.borrow_mut();
-        let mut high_watermarks = self.high_watermarks.borrow_mut();
+        let told = self.high_watermarks.borrow();
         while let Poll::Ready(Some((at, number, got))) = Pin::new(&mut *waiting).poll_next(cx) {
             if let Some(grant) = self.grants.borrow_mut().remove(&number) {
                 let used = fetch_answer(&got)
                     .map_or(0, |(_, data)| data.iter().map(Bytes::len).sum::<usize>());
                 budget.settle(grant, used);
-                if used * 2 >= grant.bytes() {
+                // An overdraft's single batch says nothing of how far behind its follower is.
+                if !grant.is_overdraft() && used * 2 >= grant.bytes() {
                     let mut windows = self.windows.borrow_mut();
                     let window = windows.entry(at).or_insert(WINDOW_FIRST);
                     *window = window.saturating_mul(4).min(budget.chunk());
@@ -227,18 +222,13 @@ impl Held {
             }
             if current.get(&at) == Some(&number) {
                 current.remove(&at);
-                let last = high_watermarks.get(&at).copied();
-                if is_quiet(&got, last) {
+                if is_quiet(&got, told.get(&at).copied()) {
                     if self.quiet_since.get().is_none() {
                         self.quiet_since.set(Some(Instant::now()));
                     }
                 } else {
                     self.urgent.set(true);
                 }
-                match fetch_answer(&got) {
-                    Some((r, _)) => high_watermarks.insert(at, r.high_watermark),
-                    None => high_watermarks.remove(&at),
-                };
                 tracing::trace!(partition = at.1, number, some = got.is_some(), "answered");
                 answered.push((at, got));
             } else {
@@ -253,11 +243,20 @@ impl Held {
         self.quiet_since.get().map(|since| since + window)
     }
 
-    /// Takes the answers to send.
+    /// Takes the answers to send, noting what each tells its follower. (An answer dropped
+    /// before it was sent, replaced by a newer fetch, told nothing.)
     fn take(&self) -> Vec<(At, Option<Answer>)> {
         self.urgent.set(false);
         self.quiet_since.set(None);
-        std::mem::take(&mut *self.answered.borrow_mut())
+        let answers = std::mem::take(&mut *self.answered.borrow_mut());
+        let mut told = self.high_watermarks.borrow_mut();
+        for (at, answer) in &answers {
+            match fetch_answer(answer) {
+                Some((r, _)) => told.insert(*at, r.high_watermark),
+                None => told.remove(at),
+            };
+        }
+        answers
     }
 }
 
@@ -316,25 +315,31 @@ impl HeldFetches {
         held.cut.set(false);
         held.pulse.beat();
         let now = Instant::now();
+        let mut recovering = 0;
         for (at, request) in fetch_session::fetches(r) {
             let Some(key) = key_of(&at) else {
                 continue;
             };
             held.forget(key);
-            // Behind the committed tail: recovery, handed over when the budget grants it.
-            let behind = groups
-                .find(&at)
-                .is_some_and(|h| request.fetch_offset < h.gauges.read().high_watermark);
-            if behind {
+            let hosted = groups.find(&at);
+            let told = held.high_watermarks.borrow().get(&key).copied();
+            let committed = hosted.map(|h| h.gauges.read().high_watermark);
+            if is_behind(request.fetch_offset, told, committed) {
+                // Recovery: handed over when the budget grants it.
+                recovering += 1;
                 let since = now;
                 held.deferred
                     .borrow_mut()
                     .push_back(Deferred { at, request, since });
             } else {
-                self.submit(groups, &held, at, request, None);
+                self.submit(hosted, &held, key, request, None);
             }
         }
         self.release(groups, &held, now);
+        // This request's recovery fetches that the budget did not grant at once (they are
+        // the queue's last ones).
+        let waiting = recovering.min(held.deferred.borrow().len());
+        self.budget.deferred.inc_by(waiting as u64);
         // The request waits its MaxWaitMs for an answer (at least a moment, for fetches
         // answered at once: MaxWaitMs 0, adoption's probes). The groups' fetches may stay
         // parked longer while the session beats (`raft::liveness`): an idle session is
@@ -382,24 +387,20 @@ impl HeldFetches {
         session_answer(to, held.take())
     }
 
-    /// Hands `request` to its group's executor (`grant`: what the budget reserved for it).
+    /// Hands `request` to its group's executor, `hosted` (`grant`: what the budget reserved
+    /// for it).
     fn submit(
         &self,
-        groups: &GroupTable,
+        hosted: Option<&Hosted>,
         held: &Held,
-        at: WirePartition,
+        key: At,
         request: FetchRequest,
         grant: Option<Grant>,
     ) {
-        let Some(key) = key_of(&at) else {
-            return;
-        };
         let offset = request.fetch_offset;
-        let answer = groups
-            .find(&at)
-            .and_then(|hosted| hosted.raft.submit_held(request, held.pulse.clone()));
+        let answer = hosted.and_then(|h| h.raft.submit_held(request, held.pulse.clone()));
         tracing::trace!(
-            partition = at.partition,
+            partition = key.1,
             offset,
             submitted = answer.is_some(),
             "carried"
@@ -418,7 +419,7 @@ impl HeldFetches {
     }
 
     /// Hands over the deferred fetches the budget grants now, oldest first, each reading at
-    /// most one chunk; one that waited `DEFERRED_MAX` goes with one batch's worth.
+    /// most its partition's window; one that waited its longest goes with one batch's worth.
     fn release(&self, groups: &GroupTable, held: &Held, now: Instant) {
         loop {
             let Some(first) = held.deferred.borrow_mut().pop_front() else {
@@ -430,36 +431,34 @@ impl HeldFetches {
                 mut request,
                 since,
             } = first;
+            let Some(key) = key_of(&at) else {
+                continue;
+            };
             // Windows pace a budget; with none, a fetch reads what it asks for.
-            let window = match key_of(&at) {
-                _ if !self.budget.is_bounded() => Some(usize::MAX),
-                Some(k) => held.windows.borrow().get(&k).copied(),
-                None => None,
-            }
-            .unwrap_or(WINDOW_FIRST);
+            let window = if self.budget.is_bounded() {
+                held.windows
+                    .borrow()
+                    .get(&key)
+                    .copied()
+                    .unwrap_or(WINDOW_FIRST)
+            } else {
+                usize::MAX
+            };
             let want = usize::try_from(request.max_bytes.max(1))
                 .unwrap_or(1)
                 .min(self.budget.chunk())
                 .min(window);
-            match self.budget.reserve(self.shard, want, now) {
+            match self.budget.grant(self.shard, want, since, now) {
                 Ok(grant) => {
-                    request.max_bytes = i32::try_from(want).unwrap_or(i32::MAX);
-                    self.submit(groups, held, at, request, Some(grant));
-                }
-                Err(_) if now >= since + DEFERRED_MAX => {
-                    request.max_bytes = 1;
-                    let grant = self.budget.overdraw(self.shard);
-                    self.submit(groups, held, at, request, Some(grant));
+                    request.max_bytes = if grant.is_overdraft() {
+                        1
+                    } else {
+                        i32::try_from(want).unwrap_or(i32::MAX)
+                    };
+                    self.submit(groups.find(&at), held, key, request, Some(grant));
                 }
                 Err(again) => {
-                    // The fetches that came with this request and must wait.
-                    let queued = held.deferred.borrow();
-                    let new = queued.iter().filter(|d| d.since == now).count();
-                    drop(queued);
-                    self.budget
-                        .deferred
-                        .inc_by((new + usize::from(since == now)) as u64);
-                    held.budget_due.set(Some(again.min(since + DEFERRED_MAX)));
+                    held.budget_due.set(Some(again));
                     held.deferred
                         .borrow_mut()
                         .push_front(Deferred { at, request, since });
@@ -469,27 +468,24 @@ impl HeldFetches {
         }
     }
 
-    /// A grant of the recovery budget for a group's FetchSnapshot, waited for (at most
-    /// `DEFERRED_MAX`, then overdrawn); `max_bytes` is cut to one chunk.
+    /// A grant of the recovery budget for a group's FetchSnapshot, waited for (an overdraft
+    /// once it waited its longest); `max_bytes` is cut to one chunk.
     pub async fn snapshot_grant(&self, max_bytes: &mut i32) -> Grant {
         let want = usize::try_from((*max_bytes).max(1))
             .unwrap_or(1)
             .min(self.budget.chunk());
         *max_bytes = i32::try_from(want).unwrap_or(i32::MAX);
         let since = Instant::now();
-        let mut counted = false;
+        let mut now = since;
         loop {
-            let now = Instant::now();
-            match self.budget.reserve(self.shard, want, now) {
+            match self.budget.grant(self.shard, want, since, now) {
                 Ok(grant) => return grant,
-                Err(_) if now >= since + DEFERRED_MAX => return self.budget.overdraw(self.shard),
                 Err(again) => {
-                    if !counted {
+                    if now == since {
                         self.budget.deferred.inc();
-                        counted = true;
                     }
-                    let until = again.min(since + DEFERRED_MAX);
-                    glommio::timer::sleep(until.saturating_duration_since(now)).await;
+                    glommio::timer::sleep(again.saturating_duration_since(now)).await;
+                    now = Instant::now();
                 }
             }
         }
@@ -515,6 +511,20 @@ impl HeldFetches {
         if let Some(held) = self.by_connection.borrow_mut().remove(&connection) {
             held.pulse.close();
         }
+    }
+}
+
+/// Whether a follower fetching at `offset` is catching up. Once the session has sent its
+/// partition an answer, against the high watermark that answer `told` it: an answer reads up to
+/// the log's end unless its `max_bytes` cuts it short, so a follower at the tail fetches at or
+/// above what it was told, even one that lags the other follower by a batch under load (it is
+/// then below the group's high watermark, which is why that is not the test). Before that (a
+/// session new after a restart), against the group's `committed` high watermark.
+fn is_behind(offset: i64, told: Option<i64>, committed: Option<i64>) -> bool {
+    match (told, committed) {
+        (Some(told), _) => offset < told,
+        (None, Some(committed)) => offset < committed,
+        (None, None) => false,
     }
 }
 
@@ -586,6 +596,7 @@ pub fn session_answer(to: &ReplyTo, answers: Vec<(At, Option<Answer>)>) -> Local
 mod tests {
     use super::*;
     use crate::node::handle::ExecutorInput;
+    use crate::node::recovery_budget::WAIT_MAX;
     use crate::protocol::group::GroupKey;
     use crate::protocol::Reader;
     use crate::raft::message::FetchRequest;
@@ -842,6 +853,20 @@ mod tests {
     }
 
     #[test]
+    fn behind_means_below_what_the_session_said_or_else_below_the_committed_tail() {
+        // A follower at the tail that lags the other one under load: it was told 105 and
+        // fetches at 105 while the group has committed 110. Not recovery.
+        assert!(!is_behind(105, Some(105), Some(110)));
+        // An answer cut short by its max_bytes: told 5,000, fetching at 300.
+        assert!(is_behind(300, Some(5_000), Some(5_000)));
+        // A session new after a restart: nothing told yet, the committed tail decides.
+        assert!(is_behind(300, None, Some(5_000)));
+        assert!(!is_behind(5_000, None, Some(5_000)));
+        // A group not hosted here.
+        assert!(!is_behind(0, None, None));
+    }
+
+    #[test]
     fn a_follower_behind_the_committed_tail_waits_for_the_recovery_budget() {
         glommio::LocalExecutorBuilder::default()
             .spawn(|| async {
@@ -867,14 +892,14 @@ mod tests {
                 let first = serve(session_request_at(&[(&behind, 10)]));
                 let (f, reply) = next_fetch(&mut behind_in).await;
                 assert_eq!(f.max_bytes as usize, WINDOW_FIRST);
-                // Its answer carries twenty chunks' worth (one big batch): the budget is in
-                // debt for about 1.9 s.
+                // Its answer carries a hundred chunks' worth (one big batch): the budget is in
+                // debt for its longest, 5 s.
                 reply
-                    .send(answer_of(100, vec![7; 1280 << 10]))
+                    .send(answer_of(100, vec![7; 6400 << 10]))
                     .ok()
                     .unwrap();
                 assert_eq!(parts_of(&first.await)[0].0, 0);
-                assert_eq!(budget.served.get(), 1280 << 10);
+                assert_eq!(budget.served.get(), 6400 << 10);
 
                 // The next request: the follower at the tail is handed over and answered at
                 // once, the one behind waits.
@@ -893,7 +918,8 @@ mod tests {
                 assert_eq!(budget.deferred.get(), 1);
 
                 // The follower's next poll (waiting up to 2 s) carries it on: the fetch behind
-                // goes at `DEFERRED_MAX`, before its debt is repaid, with one batch's worth.
+                // goes when it has waited its longest, long before its debt is repaid, with one
+                // batch's worth.
                 let poll = {
                     let mut r = session_request_at(&[]);
                     r.max_wait_ms = 2_000;
@@ -901,11 +927,11 @@ mod tests {
                 };
                 let (f, reply) = next_fetch(&mut behind_in).await;
                 let waited = asked.elapsed();
-                assert!(waited >= DEFERRED_MAX, "handed over after {waited:?}");
+                assert!(waited >= WAIT_MAX, "handed over after {waited:?}");
                 assert_eq!((f.fetch_offset, f.max_bytes), (20, 1));
                 reply.send(answer(100, b"rec")).ok().unwrap();
                 assert_eq!(parts_of(&poll.await), vec![(0, 100, b"rec".to_vec())]);
-                assert_eq!(budget.served.get(), (1280 << 10) + 3);
+                assert_eq!(budget.served.get(), (6400 << 10) + 3);
             })
             .unwrap()
             .join()

@@ -12,8 +12,10 @@
 //! together get equal parts.
 //!
 //! A grant is made while the bucket holds anything and reserves the most the fetch may read;
-//! what the answer did carry is settled when it is known. A bucket may go into debt by up to
-//! one answer, which the refill pays back before the next grant.
+//! what the answer did carry is settled when it is known. A bucket goes into debt when an
+//! answer carries more than its reservation (one batch past it), or when a fetch that waited
+//! `WAIT_MAX` goes anyway; the refill pays the debt back before the next grant, and it never
+//! goes deeper than `DEBT_MAX` of the share.
 //!
 //! Every decision takes `now`, so the arithmetic is tested without a clock. Group 0
 //! (`__cluster_metadata-0`, which Kafka's voters fetch alone) is never counted.
@@ -29,6 +31,16 @@ const BURST: Duration = Duration::from_millis(100);
 /// A waiting shard asks again at least this often, even when its debt takes longer to repay
 /// (another shard may lend meanwhile).
 const ASK_AGAIN_MAX: Duration = Duration::from_millis(50);
+
+/// The longest a recovery fetch waits for a grant. Its group's leader does not see it while it
+/// waits, and counts its follower silent after about 2.5 fetch timeouts; so after this long it
+/// goes anyway, reading one batch, charged as debt (`RecoveryBudget::grant`).
+pub const WAIT_MAX: Duration = Duration::from_secs(1);
+
+/// The deepest a bucket's debt goes: this long of its share. Fetches that waited `WAIT_MAX` go
+/// anyway, so a storm of groups catching up can overdraw the budget; after it, recovery is
+/// throttled for at most this long.
+const DEBT_MAX: Duration = Duration::from_secs(5);
 
 /// A shard that was refused within this long is waiting: nobody borrows its bucket.
 const WAITING_FOR: Duration = Duration::from_millis(250);
@@ -77,6 +89,12 @@ impl Grant {
     /// The bytes it reserved.
     pub fn bytes(&self) -> usize {
         self.bytes
+    }
+
+    /// Made after the fetch waited `WAIT_MAX`: it reads one batch, whatever the budget holds
+    /// (a reservation is never of 0 bytes).
+    pub fn is_overdraft(&self) -> bool {
+        self.bytes == 0
     }
 }
 
@@ -134,6 +152,11 @@ impl RecoveryBudget {
         self.share_rate() * BURST.as_secs_f64()
     }
 
+    /// The least one bucket holds (`DEBT_MAX` of debt).
+    fn debt_floor(&self) -> f64 {
+        -self.share_rate() * DEBT_MAX.as_secs_f64()
+    }
+
     /// The most one recovery fetch may read (no bound when the budget has none).
     pub fn chunk(&self) -> usize {
         if self.rate == 0 {
@@ -142,9 +165,26 @@ impl RecoveryBudget {
         ((self.share_rate() * CHUNK_TIME.as_secs_f64()) as usize).max(CHUNK_MIN)
     }
 
+    /// A grant for shard `shard`'s fetch of `want` bytes that has waited since `since`: the
+    /// bytes reserved, or once it has waited `WAIT_MAX` an overdraft (`Grant::is_overdraft`);
+    /// else when to ask again.
+    pub fn grant(
+        &self,
+        shard: usize,
+        want: usize,
+        since: Instant,
+        now: Instant,
+    ) -> Result<Grant, Instant> {
+        match self.reserve(shard, want.max(1), now) {
+            Ok(grant) => Ok(grant),
+            Err(_) if now >= since + WAIT_MAX => Ok(self.overdraw(shard)),
+            Err(again) => Err(again.min(since + WAIT_MAX)),
+        }
+    }
+
     /// A grant of nothing from `shard`'s own bucket, made whatever it holds: settling it
-    /// charges what the fetch carried as debt (a fetch that waited too long goes anyway).
-    pub fn overdraw(&self, shard: usize) -> Grant {
+    /// charges what the fetch carried as debt.
+    fn overdraw(&self, shard: usize) -> Grant {
         Grant {
             payer: shard % self.shards,
             bytes: 0,
@@ -162,13 +202,15 @@ impl RecoveryBudget {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let shards = self.shards;
         let own = shard % shards;
-        if let Some(then) = state.refilled {
-            let add = now.saturating_duration_since(then).as_secs_f64() * share;
+        // Shards ask with their own clock readings, which may come out of order: the refill
+        // mark only moves forward, so no interval is counted twice.
+        if let Some(then) = state.refilled.filter(|then| *then < now) {
+            let add = (now - then).as_secs_f64() * share;
             for b in &mut state.buckets {
                 b.tokens = (b.tokens + add).min(cap);
             }
         }
-        state.refilled = Some(now);
+        state.refilled = Some(state.refilled.map_or(now, |then| then.max(now)));
         let waiting = |b: &Bucket| b.refused.is_some_and(|t| now < t + WAITING_FOR);
         let payer = if state.buckets[own].tokens > 0.0 {
             Some(own)
@@ -179,7 +221,8 @@ impl RecoveryBudget {
         };
         match payer {
             Some(payer) => {
-                state.buckets[payer].tokens -= bytes as f64;
+                let b = &mut state.buckets[payer];
+                b.tokens = (b.tokens - bytes as f64).max(self.debt_floor());
                 Ok(Grant { payer, bytes })
             }
             None => {
@@ -199,10 +242,10 @@ impl RecoveryBudget {
         if self.rate == 0 {
             return;
         }
-        let cap = self.cap();
+        let (floor, cap) = (self.debt_floor(), self.cap());
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let b = &mut state.buckets[grant.payer];
-        b.tokens = (b.tokens + grant.bytes as f64 - used as f64).min(cap);
+        b.tokens = (b.tokens + grant.bytes as f64 - used as f64).clamp(floor, cap);
     }
 }
 
@@ -299,6 +342,54 @@ mod tests {
         // 250 ms after its refusal shard 0 no longer waits: what it holds is lent to shard 1,
         // still in debt.
         assert_eq!(budget.reserve(1, MIB, ms(450)).map(|g| g.payer), Ok(0));
+    }
+
+    #[test]
+    fn debt_is_repaid_within_its_bound_and_clocks_may_come_out_of_order() {
+        let budget = RecoveryBudget::new(MIB as u64, 1);
+        let t0 = Instant::now();
+        // 1 GiB served on one grant (a storm of overdrafts): the debt stops at 5 s.
+        let g = budget.reserve(0, 1024, t0).expect("full bucket");
+        budget.settle(g, 1 << 30);
+        assert!(budget
+            .reserve(0, 1, t0 + Duration::from_millis(4900))
+            .is_err());
+        assert!(budget
+            .reserve(0, 1, t0 + Duration::from_millis(5100))
+            .is_ok());
+        // A reading 1 s older than the last adds nothing, and then nothing is counted twice:
+        // 1.9 MiB of debt at 1 MiB/s is repaid 1.9 s after t1, not 1 s sooner.
+        let budget = RecoveryBudget::new(MIB as u64, 1);
+        let t1 = t0 + Duration::from_secs(10);
+        budget.settle(budget.reserve(0, 1024, t1).unwrap(), 2 * MIB);
+        assert!(budget.reserve(0, 1, t1 - Duration::from_secs(1)).is_err());
+        assert!(budget
+            .reserve(0, 1, t1 + Duration::from_millis(1500))
+            .is_err());
+        assert!(budget
+            .reserve(0, 1, t1 + Duration::from_millis(2100))
+            .is_ok());
+    }
+
+    #[test]
+    fn a_fetch_that_waited_its_longest_goes_as_an_overdraft() {
+        let budget = RecoveryBudget::new(MIB as u64, 1);
+        let t0 = Instant::now();
+        budget.settle(budget.reserve(0, 1024, t0).unwrap(), 4 * MIB);
+        // In debt for about 4 s: a fetch that came at t0 is told to ask again, never later
+        // than when it has waited its longest...
+        let again = budget.grant(0, 4096, t0, t0).expect_err("in debt");
+        assert!(again > t0 && again <= t0 + WAIT_MAX, "{again:?}");
+        let again = budget
+            .grant(0, 4096, t0, t0 + Duration::from_millis(990))
+            .expect_err("in debt");
+        assert_eq!(again, t0 + WAIT_MAX);
+        // ...and then goes with nothing reserved, what it reads charged as debt.
+        let g = budget.grant(0, 4096, t0, t0 + WAIT_MAX).expect("overdraft");
+        assert!(g.is_overdraft());
+        // A budget that grants is no overdraft.
+        let fresh = RecoveryBudget::new(MIB as u64, 1);
+        assert!(!fresh.grant(0, 4096, t0, t0).unwrap().is_overdraft());
     }
 
     #[test]
