@@ -77,7 +77,7 @@ pub fn for_shard(listener: &std::net::TcpListener) -> std::io::Result<TcpListene
 /// reports through this, and does not know the node's metrics.
 pub trait ServerProbe {
     /// One request of `api` at `version`, `bytes` long, answered with `answered` bytes.
-    fn request(&self, api: &str, version: i16, bytes: usize, answered: usize);
+    fn request(&self, api: &'static str, version: i16, bytes: usize, answered: usize);
 }
 
 /// The version an ApiVersions request answered before raft names in its header, for the
