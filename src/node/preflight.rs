@@ -24,6 +24,8 @@ pub fn check(shards: usize, io_memory_bytes: usize) -> Result<(), PreflightError
     let _ = crate::sys::raise_nofile_soft();
     // Large blocks back to the kernel when freed: memory flat under load (`bench soak`).
     crate::sys::pin_malloc_mmap_threshold();
+    // And freed heap memory back after bursts (start-up elections, catch-ups).
+    crate::sys::start_heap_trimmer();
     check_memlock(shards, io_memory_bytes)?;
     check_io_uring()
 }
