@@ -30,7 +30,7 @@ use clap::Args;
 use hdrhistogram::Histogram;
 use serde_json::json;
 
-use super::harness::{free_ports, node_properties, own_binary, Scratch};
+use super::harness::{free_ports, node_log_filter, node_properties, own_binary, Scratch};
 use super::report::{self, BenchCommon, Goal};
 use super::BenchError;
 use crate::net::peer::PeerConnection;
@@ -407,7 +407,7 @@ impl Cluster {
             .arg(dir.join("server.properties"))
             .arg("--tuning")
             .arg(dir.join("tuning.toml"))
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", node_log_filter())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

@@ -358,6 +358,12 @@ pub(super) fn unescape_mount_field(field: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// The log filter of the nodes a bench starts: warnings only, unless
+/// `RINGRAFT_BENCH_RUST_LOG` names one (`info` for a post-mortem with `RINGRAFT_BENCH_KEEP`).
+pub fn node_log_filter() -> String {
+    std::env::var("RINGRAFT_BENCH_RUST_LOG").unwrap_or_else(|_| "warn".into())
+}
+
 impl Drop for Scratch {
     /// `RINGRAFT_BENCH_KEEP=1` keeps it (the nodes' logs and stderr) for a post-mortem.
     fn drop(&mut self) {
@@ -482,7 +488,7 @@ impl Bench<'_> {
                 .arg(format!("--load-warmup-ms={}", a.warmup_ms))
                 .arg(format!("--load-report-ms={}", a.report_ms))
                 .args(extra(&node_dir))
-                .env("RUST_LOG", "warn");
+                .env("RUST_LOG", node_log_filter());
             procs.spawn(format!("node {id}"), cmd, &node_dir, i, &tx)?;
             dirs.push(node_dir);
         }
