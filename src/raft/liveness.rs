@@ -388,6 +388,37 @@ mod tests {
     }
 
     #[test]
+    fn a_vouched_fetch_answered_at_its_rest_counts_until_the_next_one_comes() {
+        // Node 3 never fetches: node 2 alone keeps the leader's majority. Its parked Fetch is
+        // answered when its rest ends, and its next one comes 2.9 s later (a session's wait
+        // and an adoption probe's turn before it). Check-quorum (3 s) looks in between.
+        let (mut raft, start) = leader_with_parked_fetch();
+        switch(&mut raft);
+        let rest = (super::VOUCHED_TIMEOUTS - 1) * 2_000;
+        let mut t = start;
+        while !answered(&tick(&mut raft, t), 77) {
+            t += 100;
+            assert!(t <= start + rest, "never answered");
+        }
+        let answered_at = t;
+        while t < answered_at + 2_900 {
+            t += 100;
+            tick(&mut raft, t);
+            assert!(
+                raft.is_leader(),
+                "resigned at {} ms after the answer",
+                t - answered_at
+            );
+        }
+        let high_watermark = raft.high_watermark();
+        raft = park(raft, t, 78, high_watermark).0;
+        for t in (t + 100..t + 6_000).step_by(100) {
+            tick(&mut raft, t);
+            assert!(raft.is_leader(), "resigned at {t} ms");
+        }
+    }
+
+    #[test]
     fn a_follower_that_does_not_know_the_high_watermark_is_answered_at_its_wait() {
         let (raft, now) = leader_with_parked_fetch();
         let (mut raft, start) = park(raft, now, 78, None);

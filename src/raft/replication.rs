@@ -239,10 +239,31 @@ impl Raft {
                     )
             });
         s.parked = waiting;
+        // A Fetch held in a live session until this answer is its replica fetching now, as
+        // `note_vouched_fetchers` counts it while it waits. Otherwise check-quorum, looking
+        // between this answer and the replica's next Fetch (a session's wait, an adoption
+        // probe's turn), finds it silent since its last look: with the other follower down,
+        // the leader resigned (`bench groups` (d), a restarted node).
+        let vouched: Vec<(ReplicaKey, i64)> = ready
+            .iter()
+            .filter(|p| p.request.replica.id >= 0 && self.fetch_vouched(p.token))
+            .map(|p| (p.request.replica, p.request.fetch_offset))
+            .collect();
         for p in ready {
             let resp = serve::parked_answer(&facts, &self.log, &p.request);
             self.note_answered(p.request.replica.id);
             self.respond_fetch(p.token, resp);
+        }
+        let leader_end = self.log.end_offset();
+        for (replica, fetch_offset) in vouched {
+            // Round 0: the read fence counted this Fetch when it came.
+            self.note_replica_fetch(serve::Progress {
+                replica,
+                fetch_offset,
+                leader_epoch: self.epoch,
+                leader_end,
+                answered_round: 0,
+            });
         }
     }
 
