@@ -254,16 +254,8 @@ impl Raft {
             self.note_answered(p.request.replica.id);
             self.respond_fetch(p.token, resp);
         }
-        let leader_end = self.log.end_offset();
         for (replica, fetch_offset) in vouched {
-            // Round 0: the read fence counted this Fetch when it came.
-            self.note_replica_fetch(serve::Progress {
-                replica,
-                fetch_offset,
-                leader_epoch: self.epoch,
-                leader_end,
-                answered_round: 0,
-            });
+            self.note_vouched_fetch(replica, fetch_offset);
         }
     }
 
@@ -340,22 +332,26 @@ impl Raft {
                 .collect(),
             _ => return vouched,
         };
-        let leader_end = self.log.end_offset();
         for (token, replica, fetch_offset) in parked {
             if !self.fetch_vouched(token) {
                 continue;
             }
             vouched.push(replica.id);
-            // Round 0: the read fence counted this Fetch when it came, and learns nothing new.
-            self.note_replica_fetch(serve::Progress {
-                replica,
-                fetch_offset,
-                leader_epoch: self.epoch,
-                leader_end,
-                answered_round: 0,
-            });
+            self.note_vouched_fetch(replica, fetch_offset);
         }
         vouched
+    }
+
+    /// `replica`'s Fetch at `fetch_offset`, held in a live session, counts as a Fetch now.
+    fn note_vouched_fetch(&mut self, replica: ReplicaKey, fetch_offset: i64) {
+        // Round 0: the read fence counted this Fetch when it came, and learns nothing new.
+        self.note_replica_fetch(serve::Progress {
+            replica,
+            fetch_offset,
+            leader_epoch: self.epoch,
+            leader_end: self.log.end_offset(),
+            answered_round: 0,
+        });
     }
 
     /// The core answers replica `id`'s Fetch in the current read-fence round.
