@@ -3,13 +3,19 @@
 //! A voter's Fetch is answered as soon as there is something to send: the commit waits on it.
 //! An observer's is not on any commit path, and at one answer per commit a thousand observers
 //! cost a leader a thousand answers per commit. So once an observer has caught up (its last
-//! answer was not cut short by its `max_bytes`), its next Fetch waits for the shard's next
-//! *tick*, and observers parked for records are woken at ticks rather than at every
-//! publication. Ticks come at most once per interval and only while some observer waits for
-//! one, so every tail observer gets at most one answer per interval, all of them in the same
-//! turn, from the same view (their reads hit the same cache entries). An observer that is
-//! catching up is answered at once, every time: pacing it would cap catch-up at `max_bytes`
-//! per interval.
+//! answer was not cut short by its `max_bytes`), its next Fetch waits for its *turn*, and
+//! observers parked for records are woken at their turns rather than at every publication.
+//!
+//! Turns are spread over the interval: the shard ticks `slots` times per interval (while some
+//! observer waits), and each observer owns one slot (its id modulo `slots`). An observer's turn
+//! is its slot's first tick at least `slots` ticks after the tick its last caught-up answer was
+//! released at, so it gets at most one answer per interval; a thousand observers are answered
+//! a sixteenth at a time, not all in one turn. One turn for all of them made a burst of a
+//! thousand answers every interval, on the shard's core and on the cores of whoever reads
+//! them, and the voters' commits that fell into it waited (`ringraft bench fetch`).
+//!
+//! An observer that is catching up is answered at once, every time: pacing it would cap
+//! catch-up at `max_bytes` per interval.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -21,25 +27,44 @@ use std::time::{Duration, Instant};
 /// answer).
 const CAUGHT_UP_MAX: usize = 16_384;
 
-#[derive(Debug, Default)]
+/// Ticks per interval at most: each observer's turn comes at one of them. Fewer when the
+/// interval is short, so that ticks stay at least a millisecond apart.
+const SLOTS_MAX: u64 = 16;
+
+#[derive(Debug)]
 pub struct Pacing {
     interval: Duration,
+    /// Ticks per interval (`SLOTS_MAX`, or the interval in whole milliseconds when that is
+    /// fewer); at least 1.
+    slots: u64,
     ticks: Cell<u64>,
-    waiters: RefCell<Vec<Waker>>,
+    /// Per slot: Fetches waiting for their turn, with the tick it comes at.
+    waiters: RefCell<Vec<Vec<(u64, Waker)>>>,
     /// Someone waits for a tick; the ticker sleeps until then.
     due: Cell<bool>,
     ticker: RefCell<Option<Waker>>,
     last_tick: Cell<Option<Instant>>,
-    /// Per observer id: the tick count when its last caught-up answer was sent.
+    /// Ticks go on until this one while observers are parked: a publication owes every
+    /// slot's parked observers their tick (`publication`).
+    round_until: Cell<u64>,
+    /// Per observer id: the tick its last caught-up answer was released at.
     caught_up: RefCell<HashMap<i32, u64>>,
 }
 
 impl Pacing {
     /// `interval` zero: no pacing (every answer goes at once, as a voter's does).
     pub fn new(interval: Duration) -> Self {
+        let slots = (interval.as_millis() as u64).clamp(1, SLOTS_MAX);
         Pacing {
             interval,
-            ..Pacing::default()
+            slots,
+            ticks: Cell::new(0),
+            waiters: RefCell::new((0..slots).map(|_| Vec::new()).collect()),
+            due: Cell::new(false),
+            ticker: RefCell::new(None),
+            last_tick: Cell::new(None),
+            round_until: Cell::new(0),
+            caught_up: RefCell::new(HashMap::new()),
         }
     }
 
@@ -51,6 +76,24 @@ impl Pacing {
         self.ticks.get()
     }
 
+    /// The slot `observer`'s turns come at.
+    fn slot(&self, observer: i32) -> u64 {
+        i64::from(observer).rem_euclid(self.slots as i64) as u64
+    }
+
+    /// Whether tick `tick` is `observer`'s slot: a parked observer is woken only then.
+    pub fn is_slot(&self, observer: i32, tick: u64) -> bool {
+        tick % self.slots == self.slot(observer)
+    }
+
+    /// The first tick of `observer`'s slot at least a whole interval (`slots` ticks) after
+    /// `released`.
+    fn turn(&self, observer: i32, released: u64) -> u64 {
+        let earliest = released + self.slots;
+        let behind = (self.slot(observer) + self.slots - earliest % self.slots) % self.slots;
+        earliest + behind
+    }
+
     /// Asks for a tick (parked observers, or an observer waiting for its turn).
     pub fn request_tick(&self) {
         if !self.due.replace(true) {
@@ -60,8 +103,15 @@ impl Pacing {
         }
     }
 
-    /// Waits until a tick has been asked for, and until at least `interval` has passed since
-    /// the last one; the caller then ticks (`tick`). Returns at once when pacing is off.
+    /// Records were published while observers are parked: tick through a whole round of
+    /// slots, so that each parked observer is woken at its own.
+    pub fn publication(&self) {
+        self.round_until.set(self.ticks.get() + self.slots);
+        self.request_tick();
+    }
+
+    /// Waits until a tick has been asked for, and until at least an interval's slot has passed
+    /// since the last one; the caller then ticks (`tick`). Returns at once when pacing is off.
     pub async fn next_tick_due(&self) {
         std::future::poll_fn(|cx| {
             if self.due.get() {
@@ -71,11 +121,8 @@ impl Pacing {
             Poll::Pending
         })
         .await;
-        if let Some(next) = self
-            .last_tick
-            .get()
-            .and_then(|t| t.checked_add(self.interval))
-        {
+        let period = self.interval / self.slots as u32;
+        if let Some(next) = self.last_tick.get().and_then(|t| t.checked_add(period)) {
             let now = Instant::now();
             if next > now {
                 glommio::timer::sleep(next - now).await;
@@ -83,42 +130,55 @@ impl Pacing {
         }
     }
 
-    /// A tick: everyone waiting for one goes.
-    pub fn tick(&self) {
-        self.due.set(false);
+    /// A tick: the Fetches whose turn it is go. Returns its number; the caller wakes the
+    /// parked observers whose slot it is (`is_slot`). `observers_parked`: whether any are
+    /// parked (ticks go on through a publication's round for them).
+    pub fn tick(&self, observers_parked: bool) -> u64 {
         self.last_tick.set(Some(Instant::now()));
-        self.ticks.set(self.ticks.get() + 1);
-        for w in self.waiters.borrow_mut().drain(..) {
-            w.wake();
-        }
+        let tick = self.ticks.get() + 1;
+        self.ticks.set(tick);
+        let mut waiters = self.waiters.borrow_mut();
+        let slot = &mut waiters[(tick % self.slots) as usize];
+        slot.retain(|(turn, waker)| {
+            if *turn <= tick {
+                waker.wake_by_ref();
+                false
+            } else {
+                true
+            }
+        });
+        let waiting = waiters.iter().any(|w| !w.is_empty());
+        self.due
+            .set(waiting || (observers_parked && tick < self.round_until.get()));
+        tick
     }
 
-    /// An observer's Fetch waits here for its turn: until the tick after its last caught-up
-    /// answer. Fetches that may not wait a whole interval (`max_wait_ms` below it) go at once.
-    pub async fn wait_turn(&self, observer: i32, max_wait_ms: i32) {
+    /// An observer's Fetch waits here for its turn (`turn`); the tick it was released at.
+    /// Fetches that may not wait a whole interval (`max_wait_ms` below it) go at once.
+    pub async fn wait_turn(&self, observer: i32, max_wait_ms: i32) -> u64 {
         if !self.enabled() || (max_wait_ms.max(0) as u128) < self.interval.as_millis() {
-            return;
+            return self.ticks.get();
         }
-        let Some(seen) = self.caught_up.borrow().get(&observer).copied() else {
-            return;
+        let Some(released) = self.caught_up.borrow().get(&observer).copied() else {
+            return self.ticks.get();
         };
-        if seen != self.ticks.get() {
-            return;
-        }
-        self.request_tick();
+        let turn = self.turn(observer, released);
         std::future::poll_fn(|cx| {
-            if self.ticks.get() != seen {
-                return Poll::Ready(());
+            if self.ticks.get() >= turn {
+                return Poll::Ready(self.ticks.get());
             }
-            self.waiters.borrow_mut().push(cx.waker().clone());
+            self.waiters.borrow_mut()[self.slot(observer) as usize]
+                .push((turn, cx.waker().clone()));
+            self.request_tick();
             Poll::Pending
         })
-        .await;
+        .await
     }
 
-    /// An answer went to `observer`; `caught_up`: it held everything the observer could be
-    /// sent (it was not cut at its `max_bytes`), so its next Fetch waits for a tick.
-    pub fn answered(&self, observer: i32, caught_up: bool) {
+    /// An answer released at tick `released` went to `observer`; `caught_up`: it held
+    /// everything the observer could be sent (it was not cut at its `max_bytes`), so its next
+    /// Fetch waits for its turn.
+    pub fn answered(&self, observer: i32, caught_up: bool, released: u64) {
         if !self.enabled() {
             return;
         }
@@ -127,7 +187,7 @@ impl Pacing {
             if map.len() >= CAUGHT_UP_MAX && !map.contains_key(&observer) {
                 map.clear();
             }
-            map.insert(observer, self.ticks.get());
+            map.insert(observer, released);
         } else {
             map.remove(&observer);
         }
@@ -137,55 +197,141 @@ impl Pacing {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::future::Future;
+    use std::pin::Pin;
+
+    type Turn<'a> = Pin<Box<dyn Future<Output = u64> + 'a>>;
+
+    fn ready<F: Future<Output = u64> + ?Sized>(f: &mut Pin<Box<F>>) -> Option<u64> {
+        let waker = Waker::noop().clone();
+        let mut cx = std::task::Context::from_waker(&waker);
+        match f.as_mut().poll(&mut cx) {
+            Poll::Ready(t) => Some(t),
+            Poll::Pending => None,
+        }
+    }
 
     #[test]
-    fn only_a_caught_up_observer_waits_and_only_until_the_next_tick() {
+    fn only_a_caught_up_observer_waits_and_only_until_its_turn() {
         let p = Pacing::new(Duration::from_millis(25));
-        let ready = |f: &mut std::pin::Pin<Box<dyn std::future::Future<Output = ()> + '_>>| {
-            let waker = futures_task_noop();
-            let mut cx = std::task::Context::from_waker(&waker);
-            f.as_mut().poll(&mut cx).is_ready()
-        };
+        assert_eq!(p.slots, SLOTS_MAX);
         // Never answered, or catching up: no wait.
-        let mut f: std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> =
-            Box::pin(p.wait_turn(7, 500));
-        assert!(ready(&mut f));
-        p.answered(7, false);
-        let mut f: std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> =
-            Box::pin(p.wait_turn(7, 500));
-        assert!(ready(&mut f));
-        // Caught up: waits for a tick, and asks for one.
-        p.answered(7, true);
-        let mut f: std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> =
-            Box::pin(p.wait_turn(7, 500));
-        assert!(!ready(&mut f));
+        assert_eq!(ready(&mut Box::pin(p.wait_turn(7, 500))), Some(0));
+        p.answered(7, false, 0);
+        assert_eq!(ready(&mut Box::pin(p.wait_turn(7, 500))), Some(0));
+        // Caught up: waits for its turn (slot 7, a whole round of ticks on), and asks for
+        // ticks until then.
+        p.answered(7, true, 0);
+        let mut f: Turn = Box::pin(p.wait_turn(7, 500));
+        assert_eq!(ready(&mut f), None);
         assert!(p.due.get(), "a waiting observer asks for a tick");
-        p.tick();
-        assert!(ready(&mut f));
+        for _ in 1..23 {
+            p.tick(false);
+            assert!(p.due.get(), "ticks go on while an observer waits");
+            assert_eq!(ready(&mut f), None, "before its turn at tick 23");
+        }
+        p.tick(false);
+        assert_eq!(ready(&mut f), Some(23));
+        assert!(!p.due.get(), "nobody waits any more");
         drop(f);
         // A Fetch that may not wait an interval goes at once.
-        p.answered(7, true);
-        let mut f: std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> =
-            Box::pin(p.wait_turn(7, 10));
-        assert!(ready(&mut f));
+        p.answered(7, true, 23);
+        assert_eq!(ready(&mut Box::pin(p.wait_turn(7, 10))), Some(23));
         // Off: nothing waits.
         let off = Pacing::new(Duration::ZERO);
-        off.answered(7, true);
-        let mut f: std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> =
-            Box::pin(off.wait_turn(7, 500));
-        assert!(ready(&mut f));
+        off.answered(7, true, 0);
+        assert_eq!(ready(&mut Box::pin(off.wait_turn(7, 500))), Some(0));
+    }
+
+    /// Observers answered together are released a slot at a time afterwards, each at most once
+    /// per interval (`slots` ticks), and none waits more than two intervals.
+    #[test]
+    fn turns_are_spread_over_the_interval_and_come_once_per_interval() {
+        let p = Pacing::new(Duration::from_millis(25));
+        let slots = p.slots;
+        let observers = 1000;
+        let mut last = vec![0u64; observers as usize];
+        for id in 0..observers {
+            p.answered(id, true, 0);
+        }
+        let mut released_per_tick = HashMap::<u64, usize>::new();
+        for _round in 0..5 {
+            let mut waiting: Vec<(i32, Turn)> = (0..observers)
+                .map(|id| (id, Box::pin(p.wait_turn(id, 500)) as Turn))
+                .collect();
+            while !waiting.is_empty() {
+                waiting.retain_mut(|(id, f)| match ready(f) {
+                    Some(t) => {
+                        let i = *id as usize;
+                        assert!(t >= last[i] + slots, "observer {id}: {} then {t}", last[i]);
+                        assert!(
+                            t < last[i] + 2 * slots,
+                            "observer {id}: {} then {t}",
+                            last[i]
+                        );
+                        last[i] = t;
+                        *released_per_tick.entry(t).or_default() += 1;
+                        p.answered(*id, true, t);
+                        false
+                    }
+                    None => true,
+                });
+                if !waiting.is_empty() {
+                    p.tick(false);
+                }
+            }
+        }
+        let most = released_per_tick.values().max().copied().unwrap_or(0);
+        // A sixteenth of them per tick, at most.
+        assert!(most <= 63, "{most} observers released in one tick");
+    }
+
+    #[test]
+    fn a_late_fetch_is_not_answered_twice_in_an_interval() {
+        let p = Pacing::new(Duration::from_millis(25));
+        // Answered at tick 5, off its slot (3): its next turn is slot 3's first tick at least
+        // 16 on, 35, not 19.
+        p.answered(3, true, 5);
+        assert_eq!(p.turn(3, 5), 35);
+        assert_eq!(p.turn(3, 3), 19);
+        for _ in 0..20 {
+            p.tick(false);
+        }
+        assert_eq!(ready(&mut Box::pin(p.wait_turn(3, 500))), None);
+    }
+
+    #[test]
+    fn a_publication_ticks_a_whole_round_for_parked_observers() {
+        let p = Pacing::new(Duration::from_millis(25));
+        p.publication();
+        assert!(p.due.get());
+        let mut ticks = 0;
+        while p.due.get() {
+            let t = p.tick(true);
+            ticks += 1;
+            assert!((0..16).filter(|id| p.is_slot(*id, t)).count() == 1);
+        }
+        assert_eq!(ticks, p.slots, "one tick per slot, then the ticker sleeps");
+        // Nobody parked: one tick is enough.
+        p.publication();
+        p.tick(false);
+        assert!(!p.due.get());
+    }
+
+    #[test]
+    fn short_intervals_tick_at_most_once_a_millisecond() {
+        assert_eq!(Pacing::new(Duration::from_millis(4)).slots, 4);
+        assert_eq!(Pacing::new(Duration::from_millis(1)).slots, 1);
+        assert_eq!(Pacing::new(Duration::from_millis(60_000)).slots, SLOTS_MAX);
+        assert_eq!(Pacing::new(Duration::from_millis(25)).slot(-1), 15);
     }
 
     #[test]
     fn hostile_observer_ids_do_not_grow_the_map_without_bound() {
         let p = Pacing::new(Duration::from_millis(25));
         for id in 0..(CAUGHT_UP_MAX as i32 * 3) {
-            p.answered(id, true);
+            p.answered(id, true, 0);
         }
         assert!(p.caught_up.borrow().len() <= CAUGHT_UP_MAX);
-    }
-
-    fn futures_task_noop() -> Waker {
-        std::task::Waker::noop().clone()
     }
 }

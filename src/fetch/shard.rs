@@ -177,23 +177,39 @@ impl Serving {
         let paced = self.pacing.enabled();
         self.wake_ready(!paced);
         if paced && self.parking.borrow().observers_parked() {
-            self.pacing.request_tick();
+            self.pacing.publication();
         }
         self.published.happened();
     }
 
     /// Wakes the parked fetches the view answers: voters', and observers' too if `observers`.
     fn wake_ready(&self, observers: bool) {
-        let now = self.now_ms();
-        let ready = {
-            let view = self.view.borrow();
-            let Some(view) = view.as_ref() else { return };
-            let mut parking = self.parking.borrow_mut();
+        self.wake(|parking, view, now| {
             if observers {
                 parking.ready(view, now)
             } else {
                 parking.ready_voters(view, now)
             }
+        });
+    }
+
+    /// Wakes the parked observers' fetches the view answers whose slot `tick` is.
+    fn wake_observers_at(&self, tick: u64) {
+        self.wake(|parking, view, now| {
+            parking.ready_observers(view, now, |replica| self.pacing.is_slot(replica, tick))
+        });
+    }
+
+    /// Wakes the parked fetches `pick` takes out of parking.
+    fn wake(
+        &self,
+        pick: impl FnOnce(&mut Parking, &FetchView, u64) -> Vec<(Ticket, FetchRequest)>,
+    ) {
+        let now = self.now_ms();
+        let ready = {
+            let view = self.view.borrow();
+            let Some(view) = view.as_ref() else { return };
+            pick(&mut self.parking.borrow_mut(), view, now)
         };
         let mut parked = self.parked.borrow_mut();
         for (ticket, _) in ready {
@@ -214,8 +230,8 @@ impl Serving {
             if stop.is_stopped() {
                 break;
             }
-            self.wake_ready(true);
-            self.pacing.tick();
+            let tick = self.pacing.tick(self.parking.borrow().observers_parked());
+            self.wake_observers_at(tick);
         }
     }
 
@@ -325,8 +341,10 @@ impl Serving {
     pub async fn fetch(&self, connection: u64, r: FetchRequest) -> (Response, Vec<Chunk>) {
         self.view_ready().await;
         let observer = !self.is_voter(r.replica);
+        // The pacing tick this Fetch went at (an observer's turn, or its wake from parking).
+        let mut released = 0;
         if observer {
-            self.pacing.wait_turn(r.replica.id, r.max_wait_ms).await;
+            released = self.pacing.wait_turn(r.replica.id, r.max_wait_ms).await;
         }
         let mut woken = false;
         loop {
@@ -391,6 +409,7 @@ impl Serving {
                     .await;
                     self.parking.borrow_mut().cancel(ticket);
                     self.parked.borrow_mut().remove(&ticket);
+                    released = self.pacing.ticks();
                     woken = true;
                     continue;
                 }
@@ -425,7 +444,7 @@ impl Serving {
                 // the limit, give or take a batch).
                 let sent: usize = chunks.iter().map(|c| c.as_ref().len()).sum();
                 self.pacing
-                    .answered(r.replica.id, sent < limit / 2 || limit == 0);
+                    .answered(r.replica.id, sent < limit / 2 || limit == 0, released);
             }
             resp.records = Records::None;
             return (Response::Fetch(resp), chunks);

@@ -138,6 +138,22 @@ impl Parking {
         out
     }
 
+    /// `ready`, for observers' fetches whose replica id `pick` takes only.
+    pub fn ready_observers(
+        &mut self,
+        view: &FetchView,
+        now_ms: u64,
+        pick: impl Fn(i32) -> bool,
+    ) -> Vec<(Ticket, FetchRequest)> {
+        let due: Vec<Ticket> = self
+            .observers
+            .iter()
+            .filter(|(_, p)| pick(p.request.replica.id) && p.ready(view, now_ms))
+            .map(|(t, _)| *t)
+            .collect();
+        take(&mut self.observers, due)
+    }
+
     /// `ready`, for voters' fetches only.
     pub fn ready_voters(&mut self, view: &FetchView, now_ms: u64) -> Vec<(Ticket, FetchRequest)> {
         take_ready(&mut self.voters, view, now_ms)
@@ -176,6 +192,14 @@ fn take_ready(
         .filter(|(_, p)| p.ready(view, now_ms))
         .map(|(t, _)| *t)
         .collect();
+    take(parked, due)
+}
+
+/// Removes `due` from `parked`, with their requests.
+fn take(
+    parked: &mut BTreeMap<Ticket, ParkedFetch>,
+    due: Vec<Ticket>,
+) -> Vec<(Ticket, FetchRequest)> {
     due.into_iter()
         .filter_map(|t| parked.remove(&t).map(|p| (t, p.request)))
         .collect()
