@@ -7,10 +7,12 @@
 //! observers parked for records are woken at their turns rather than at every publication.
 //!
 //! Turns are spread over the interval: the shard ticks `slots` times per interval (while some
-//! observer waits), and each observer owns one slot (its id modulo `slots`). An observer's turn
-//! is its slot's first tick at least `slots` ticks after the tick its last caught-up answer was
-//! released at, so it gets at most one answer per interval; a thousand observers are answered
-//! a sixteenth at a time, not all in one turn. One turn for all of them made a burst of a
+//! observer waits), on a fixed grid, and each observer owns one slot (its id modulo `slots`).
+//! An observer's turn is its slot's next tick after the one its last caught-up answer was
+//! released at, so it gets at most one such answer per round of ticks (an interval); a
+//! thousand observers are answered a sixteenth at a time, not all in one turn. An observer
+//! whose Fetch comes after its turn has passed goes at once and keeps its slot: being late
+//! does not cost it a round. One turn for all of them made a burst of a
 //! thousand answers every interval, on the shard's core and on the cores of whoever reads
 //! them, and the voters' commits that fell into it waited (`ringraft bench fetch`).
 //!
@@ -43,11 +45,13 @@ pub struct Pacing {
     /// Someone waits for a tick; the ticker sleeps until then.
     due: Cell<bool>,
     ticker: RefCell<Option<Waker>>,
+    /// Where the last tick was due on the grid (`next_tick_due`).
     last_tick: Cell<Option<Instant>>,
     /// Ticks go on until this one while observers are parked: a publication owes every
     /// slot's parked observers their tick (`publication`).
     round_until: Cell<u64>,
-    /// Per observer id: the tick its last caught-up answer was released at.
+    /// Per observer id: the tick its last caught-up answer was released at (its turn's, when
+    /// it came through `wait_turn`).
     caught_up: RefCell<HashMap<i32, u64>>,
 }
 
@@ -86,10 +90,9 @@ impl Pacing {
         tick % self.slots == self.slot(observer)
     }
 
-    /// The first tick of `observer`'s slot at least a whole interval (`slots` ticks) after
-    /// `released`.
+    /// The first tick of `observer`'s slot after `released`.
     fn turn(&self, observer: i32, released: u64) -> u64 {
-        let earliest = released + self.slots;
+        let earliest = released + 1;
         let behind = (self.slot(observer) + self.slots - earliest % self.slots) % self.slots;
         earliest + behind
     }
@@ -110,23 +113,38 @@ impl Pacing {
         self.request_tick();
     }
 
-    /// Waits until a tick has been asked for, and until at least an interval's slot has passed
-    /// since the last one; the caller then ticks (`tick`). Returns at once when pacing is off.
+    /// Waits until a tick has been asked for, and until its time on the grid: a slot's share of
+    /// the interval after the last tick's time, so that a late tick does not push back all the
+    /// ones after it. The caller then ticks (`tick`).
     pub async fn next_tick_due(&self) {
+        let mut idle = false;
         std::future::poll_fn(|cx| {
             if self.due.get() {
                 return Poll::Ready(());
             }
+            idle = true;
             *self.ticker.borrow_mut() = Some(cx.waker().clone());
             Poll::Pending
         })
         .await;
+        let now = Instant::now();
+        let at = self.tick_time(now, idle);
+        if at > now {
+            glommio::timer::sleep(at - now).await;
+        }
+        self.last_tick.set(Some(at));
+    }
+
+    /// When the next tick is due, at `now`; `idle`: the ticker slept since the last one.
+    fn tick_time(&self, now: Instant, idle: bool) -> Instant {
         let period = self.interval / self.slots as u32;
-        if let Some(next) = self.last_tick.get().and_then(|t| t.checked_add(period)) {
-            let now = Instant::now();
-            if next > now {
-                glommio::timer::sleep(next - now).await;
+        match self.last_tick.get().and_then(|t| t.checked_add(period)) {
+            // A ticker that slept, or fell an interval behind, starts the grid again.
+            Some(grid) if idle || now.saturating_duration_since(grid) > self.interval => {
+                grid.max(now)
             }
+            Some(grid) => grid,
+            None => now,
         }
     }
 
@@ -134,7 +152,6 @@ impl Pacing {
     /// parked observers whose slot it is (`is_slot`). `observers_parked`: whether any are
     /// parked (ticks go on through a publication's round for them).
     pub fn tick(&self, observers_parked: bool) -> u64 {
-        self.last_tick.set(Some(Instant::now()));
         let tick = self.ticks.get() + 1;
         self.ticks.set(tick);
         let mut waiters = self.waiters.borrow_mut();
@@ -153,8 +170,9 @@ impl Pacing {
         tick
     }
 
-    /// An observer's Fetch waits here for its turn (`turn`); the tick it was released at.
-    /// Fetches that may not wait a whole interval (`max_wait_ms` below it) go at once.
+    /// An observer's Fetch waits here for its turn (`turn`); the tick it was released at: its
+    /// slot's latest, even when it came later. Fetches that may not wait a whole interval
+    /// (`max_wait_ms` below it) go at once.
     pub async fn wait_turn(&self, observer: i32, max_wait_ms: i32) -> u64 {
         if !self.enabled() || (max_wait_ms.max(0) as u128) < self.interval.as_millis() {
             return self.ticks.get();
@@ -164,8 +182,11 @@ impl Pacing {
         };
         let turn = self.turn(observer, released);
         std::future::poll_fn(|cx| {
-            if self.ticks.get() >= turn {
-                return Poll::Ready(self.ticks.get());
+            let now = self.ticks.get();
+            if now >= turn {
+                // Its slot's latest tick: a Fetch rounds late still gets one answer.
+                let slot = self.slot(observer);
+                return Poll::Ready(now - (now + self.slots - slot) % self.slots);
             }
             self.waiters.borrow_mut()[self.slot(observer) as usize]
                 .push((turn, cx.waker().clone()));
@@ -219,32 +240,33 @@ mod tests {
         assert_eq!(ready(&mut Box::pin(p.wait_turn(7, 500))), Some(0));
         p.answered(7, false, 0);
         assert_eq!(ready(&mut Box::pin(p.wait_turn(7, 500))), Some(0));
-        // Caught up: waits for its turn (slot 7, a whole round of ticks on), and asks for
-        // ticks until then.
+        // Caught up: waits for its slot's next tick (7), and asks for ticks until then.
         p.answered(7, true, 0);
         let mut f: Turn = Box::pin(p.wait_turn(7, 500));
         assert_eq!(ready(&mut f), None);
         assert!(p.due.get(), "a waiting observer asks for a tick");
-        for _ in 1..23 {
+        for _ in 1..7 {
             p.tick(false);
             assert!(p.due.get(), "ticks go on while an observer waits");
-            assert_eq!(ready(&mut f), None, "before its turn at tick 23");
+            assert_eq!(ready(&mut f), None, "before its turn at tick 7");
         }
         p.tick(false);
-        assert_eq!(ready(&mut f), Some(23));
+        assert_eq!(ready(&mut f), Some(7));
         assert!(!p.due.get(), "nobody waits any more");
         drop(f);
+        // Then a whole round on.
+        p.answered(7, true, 7);
+        assert_eq!(p.turn(7, 7), 23);
         // A Fetch that may not wait an interval goes at once.
-        p.answered(7, true, 23);
-        assert_eq!(ready(&mut Box::pin(p.wait_turn(7, 10))), Some(23));
+        assert_eq!(ready(&mut Box::pin(p.wait_turn(7, 10))), Some(7));
         // Off: nothing waits.
         let off = Pacing::new(Duration::ZERO);
         off.answered(7, true, 0);
         assert_eq!(ready(&mut Box::pin(off.wait_turn(7, 500))), Some(0));
     }
 
-    /// Observers answered together are released a slot at a time afterwards, each at most once
-    /// per interval (`slots` ticks), and none waits more than two intervals.
+    /// Observers answered together are released a slot at a time afterwards, each once per
+    /// round of ticks.
     #[test]
     fn turns_are_spread_over_the_interval_and_come_once_per_interval() {
         let p = Pacing::new(Duration::from_millis(25));
@@ -255,7 +277,7 @@ mod tests {
             p.answered(id, true, 0);
         }
         let mut released_per_tick = HashMap::<u64, usize>::new();
-        for _round in 0..5 {
+        for round in 0..5 {
             let mut waiting: Vec<(i32, Turn)> = (0..observers)
                 .map(|id| (id, Box::pin(p.wait_turn(id, 500)) as Turn))
                 .collect();
@@ -263,9 +285,13 @@ mod tests {
                 waiting.retain_mut(|(id, f)| match ready(f) {
                     Some(t) => {
                         let i = *id as usize;
-                        assert!(t >= last[i] + slots, "observer {id}: {} then {t}", last[i]);
+                        let gap = t - last[i];
                         assert!(
-                            t < last[i] + 2 * slots,
+                            if round == 0 {
+                                gap >= 1 && gap <= slots
+                            } else {
+                                gap == slots
+                            },
                             "observer {id}: {} then {t}",
                             last[i]
                         );
@@ -287,17 +313,19 @@ mod tests {
     }
 
     #[test]
-    fn a_late_fetch_is_not_answered_twice_in_an_interval() {
+    fn a_late_fetch_keeps_its_slot_and_gets_one_answer_per_round() {
         let p = Pacing::new(Duration::from_millis(25));
-        // Answered at tick 5, off its slot (3): its next turn is slot 3's first tick at least
-        // 16 on, 35, not 19.
-        p.answered(3, true, 5);
-        assert_eq!(p.turn(3, 5), 35);
+        p.answered(3, true, 3);
         assert_eq!(p.turn(3, 3), 19);
-        for _ in 0..20 {
+        for _ in 0..40 {
             p.tick(false);
         }
+        // Two rounds late: released at its slot's latest tick, 35, not at 19 then 35.
+        assert_eq!(ready(&mut Box::pin(p.wait_turn(3, 500))), Some(35));
+        p.answered(3, true, 35);
         assert_eq!(ready(&mut Box::pin(p.wait_turn(3, 500))), None);
+        // Answered off its slot (a parked Fetch's deadline): its slot's next tick.
+        assert_eq!(p.turn(3, 37), 51);
     }
 
     #[test]
@@ -316,6 +344,27 @@ mod tests {
         p.publication();
         p.tick(false);
         assert!(!p.due.get());
+    }
+
+    #[test]
+    fn ticks_keep_to_a_grid_unless_the_ticker_slept_or_fell_an_interval_behind() {
+        let p = Pacing::new(Duration::from_millis(32));
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        assert_eq!(p.tick_time(t0, true), t0, "the first tick goes at once");
+        p.last_tick.set(Some(t0));
+        // 2 ms apart; a tick that ran late does not move the next one.
+        assert_eq!(p.tick_time(t0 + ms(1), false), t0 + ms(2));
+        assert_eq!(
+            p.tick_time(t0 + ms(3), false),
+            t0 + ms(2),
+            "late: due already"
+        );
+        // Woken from sleep: not before its slot's share, and not in the past.
+        assert_eq!(p.tick_time(t0 + ms(1), true), t0 + ms(2));
+        assert_eq!(p.tick_time(t0 + ms(9), true), t0 + ms(9));
+        // More than an interval behind: from now.
+        assert_eq!(p.tick_time(t0 + ms(40), false), t0 + ms(40));
     }
 
     #[test]
