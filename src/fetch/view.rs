@@ -133,8 +133,8 @@ impl Parking {
     /// Removes and returns the parked fetches `view` (at `now_ms`) has an answer for, voters'
     /// first.
     pub fn ready(&mut self, view: &FetchView, now_ms: u64) -> Vec<(Ticket, FetchRequest)> {
-        let mut out = take_ready(&mut self.voters, view, now_ms);
-        out.extend(take_ready(&mut self.observers, view, now_ms));
+        let mut out = take_ready(&mut self.voters, |p| p.ready(view, now_ms));
+        out.extend(take_ready(&mut self.observers, |p| p.ready(view, now_ms)));
         out
     }
 
@@ -145,18 +145,14 @@ impl Parking {
         now_ms: u64,
         pick: impl Fn(i32) -> bool,
     ) -> Vec<(Ticket, FetchRequest)> {
-        let due: Vec<Ticket> = self
-            .observers
-            .iter()
-            .filter(|(_, p)| pick(p.request.replica.id) && p.ready(view, now_ms))
-            .map(|(t, _)| *t)
-            .collect();
-        take(&mut self.observers, due)
+        take_ready(&mut self.observers, |p| {
+            pick(p.request.replica.id) && p.ready(view, now_ms)
+        })
     }
 
     /// `ready`, for voters' fetches only.
     pub fn ready_voters(&mut self, view: &FetchView, now_ms: u64) -> Vec<(Ticket, FetchRequest)> {
-        take_ready(&mut self.voters, view, now_ms)
+        take_ready(&mut self.voters, |p| p.ready(view, now_ms))
     }
 
     /// Forgets `ticket` (its deadline passed, or its connection closed); its request if it
@@ -181,25 +177,16 @@ impl Parking {
     }
 }
 
-/// Removes and returns, in ticket order, the fetches of `parked` that `view` answers.
+/// Removes and returns, in ticket order, the fetches of `parked` that `due` picks.
 fn take_ready(
     parked: &mut BTreeMap<Ticket, ParkedFetch>,
-    view: &FetchView,
-    now_ms: u64,
+    due: impl Fn(&ParkedFetch) -> bool,
 ) -> Vec<(Ticket, FetchRequest)> {
     let due: Vec<Ticket> = parked
         .iter()
-        .filter(|(_, p)| p.ready(view, now_ms))
+        .filter(|(_, p)| due(p))
         .map(|(t, _)| *t)
         .collect();
-    take(parked, due)
-}
-
-/// Removes `due` from `parked`, with their requests.
-fn take(
-    parked: &mut BTreeMap<Ticket, ParkedFetch>,
-    due: Vec<Ticket>,
-) -> Vec<(Ticket, FetchRequest)> {
     due.into_iter()
         .filter_map(|t| parked.remove(&t).map(|p| (t, p.request)))
         .collect()
