@@ -866,6 +866,78 @@ fn the_fetch_reader_reads_every_batch_once_within_max_bytes() {
     }
 }
 
+/// A catching-up reader has two windows read ahead, the second started when the first
+/// finished, not when the next Fetch came. A window read ahead serves nothing that was not yet
+/// durable when it was read, even once the log is durable further: that part of the window
+/// may have been read while it was being written.
+#[test]
+fn the_fetch_reader_keeps_two_windows_ahead_and_serves_none_past_their_durable_end() {
+    use ringraft::fetch::reader::{read, LogReader};
+    use ringraft::log::CachedBatch;
+    let config = LogConfig {
+        segment_bytes: 8 << 20,
+        preallocate_bytes: 8 << 20,
+        cache_bytes: 8 * 1024,
+    };
+    let dir = TempDir::new("fetch-reader-ahead");
+    let path = partition(&dir);
+    run(async move {
+        let (log, _) = MetadataLog::open(&path, config).await.unwrap();
+        for i in 0..300 {
+            log.append_as_leader(batch(60, i as u8), 1).unwrap();
+        }
+        log.flush(log.end_offset()).await.unwrap();
+        let want: Vec<Vec<u8>> = read_all(&log, 0).await.into_iter().map(|b| b.3).collect();
+        let max_bytes = 64 * 1024;
+        let settle = || glommio::timer::sleep(std::time::Duration::from_millis(200));
+
+        // Two windows ahead once the reads have finished.
+        let reader = std::cell::RefCell::new(LogReader::new(8 * 1024));
+        let reset = log.reader_reset();
+        reader.borrow_mut().reset(&reset, log.flushed_offset());
+        let first = read(&reader, 0, max_bytes).await.unwrap();
+        assert!(!first.is_empty());
+        settle().await;
+        assert_eq!(reader.borrow().read_aheads(), 2, "windows read ahead");
+
+        // The reader believes only the first 20 batches durable while its windows are read;
+        // then it hears the log is durable to its end. Every batch still comes once, in order,
+        // and no answer crosses offset 1200 (batch 20): the window read ahead past it is only
+        // trusted up to it.
+        let stop = 20 * 60;
+        let reader = std::cell::RefCell::new(LogReader::new(8 * 1024));
+        reader.borrow_mut().reset(&reset, stop);
+        let mut got: Vec<Vec<u8>> = Vec::new();
+        let mut offset = 0;
+        let mut answers = 0;
+        while offset < log.end_offset() {
+            let chunks = read(&reader, offset, max_bytes).await.unwrap();
+            answers += 1;
+            if answers == 1 {
+                settle().await;
+                let none: &[CachedBatch] = &[];
+                reader
+                    .borrow_mut()
+                    .appended(none, log.flushed_offset(), &path);
+            }
+            assert!(!chunks.is_empty(), "nothing at {offset}");
+            let from = offset;
+            for chunk in chunks {
+                let (b, _) = Batch::parse(chunk.as_ref()).unwrap();
+                assert_eq!(b.base_offset(), offset, "a gap or repeat");
+                offset = b.next_offset();
+                got.push(chunk.as_ref().to_vec());
+            }
+            assert!(
+                !(from < stop && offset > stop),
+                "an answer from {from} to {offset} crossed {stop}"
+            );
+        }
+        assert_eq!(got, want);
+        log.close().await.unwrap();
+    });
+}
+
 /// What `future` logs at WARN and above (level, fields and message, one line each), and what
 /// it returns: recovery must name what it rebuilt or refused (issue: Hardening II, item 4).
 fn warnings_of<T: Send + 'static>(
