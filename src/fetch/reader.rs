@@ -104,6 +104,9 @@ impl Aheads {
 
     fn end(&mut self, chain: u64) {
         self.entries.retain(|e| e.chain != chain);
+        if self.ended.contains(&chain) {
+            return;
+        }
         if self.ended.len() >= 2 * READ_AHEAD_READERS {
             self.ended.pop_front();
         }
@@ -166,15 +169,15 @@ impl Aheads {
         let read = glommio::spawn_local(async move {
             let len = spec.max_bytes.max(MIN_READ_BYTES);
             let read = spec.file.read_at(spec.position as u64, len).await;
-            let data = read.map_err(glommio_io)?;
-            let step = walk(
-                &data,
-                &Want::new(spec.next_offset, spec.max_bytes, spec.stop_offset),
-                &mut Taken::default(),
-            );
+            let read = read.map_err(glommio_io);
+            let step = read.as_ref().ok().map(|data| {
+                let want = Want::new(spec.next_offset, spec.max_bytes, spec.stop_offset);
+                walk(data, &want, &mut Taken::default())
+            });
+            // A failed read ends its chain; the Fetch that takes it reads again itself.
             let cut = match step {
-                Step::Cut { next_offset, at } => Some((next_offset, spec.position + at)),
-                Step::End | Step::More { .. } => None,
+                Some(Step::Cut { next_offset, at }) => Some((next_offset, spec.position + at)),
+                Some(Step::End | Step::More { .. }) | None => None,
             };
             let chain_next = {
                 let mut a = shared.borrow_mut();
@@ -193,7 +196,7 @@ impl Aheads {
                 };
                 Aheads::start(&shared, next);
             }
-            Ok(data)
+            read
         })
         .detach();
         let mut a = aheads.borrow_mut();
