@@ -446,23 +446,19 @@ pub async fn read(
             .cached(offset, max_bytes)
             .unwrap_or_default());
     };
-    let next = Window {
-        file: plan.file.clone(),
-        segment: plan.segment,
-        chain: 0,
-        next_offset: 0,
-        position: 0,
-        max_bytes,
-        stop_offset: plan.stop_offset,
-    };
+    let (file, segment, stop_offset) = (plan.file.clone(), plan.segment, plan.stop_offset);
     let (chunks, cut) = read_batches(plan, offset, max_bytes).await?;
     if let Some((next_offset, position)) = cut {
         // Read ahead for the Fetches that will follow from `next_offset`.
         let aheads = reader.borrow().aheads.clone();
         let next = Window {
+            file,
+            segment,
+            chain: 0,
             next_offset,
             position,
-            ..next
+            max_bytes,
+            stop_offset,
         };
         if Aheads::extend(&aheads, next) {
             glommio::timer::sleep(SUBMIT_TURN).await;
