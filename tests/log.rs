@@ -602,13 +602,7 @@ fn corrupt_snapshots_are_refused_with_file_and_position() {
     let file = writer.finish(5).unwrap();
     let good = std::fs::read(&file).unwrap();
     let mut rng = common::Rng(0x5a5a);
-    let write = |bytes: &[u8]| {
-        let mut perms = std::fs::metadata(&file).unwrap().permissions();
-        #[allow(clippy::permissions_set_readonly_false)]
-        perms.set_readonly(false);
-        std::fs::set_permissions(&file, perms).unwrap();
-        std::fs::write(&file, bytes).unwrap();
-    };
+    let write = |bytes: &[u8]| overwrite(&file, bytes);
     for case in 0..240 {
         let mut bad = good.clone();
         let damage = rng.below(good.len() as u64) as usize;
@@ -756,13 +750,7 @@ fn served_snapshots_are_walked_at_open_and_crc_checked_per_chunk() {
         starts.push(at + ringraft::records::batch::batch_size(&good[at..]).unwrap());
     }
     assert_eq!(starts.len(), 6, "{starts:?}");
-    let write = |bytes: &[u8]| {
-        let mut perms = std::fs::metadata(&file).unwrap().permissions();
-        #[allow(clippy::permissions_set_readonly_false)]
-        perms.set_readonly(false);
-        std::fs::set_permissions(&file, perms).unwrap();
-        std::fs::write(&file, bytes).unwrap();
-    };
+    let write = |bytes: &[u8]| overwrite(&file, bytes);
     // A flip in the records of the second data batch.
     let inside = starts[2] + 4096;
     let mut flipped = good.clone();
@@ -798,12 +786,47 @@ fn served_snapshots_are_walked_at_open_and_crc_checked_per_chunk() {
             assert!(err.to_string().contains("where"), "{err}");
         }
     });
+    // Opened whole, then a data batch's base offset changed (a field its CRC does not
+    // cover): the chunk carrying it is refused, naming the batch; the chunk before is served.
+    write(&good);
+    run({
+        let path = path.clone();
+        let starts = starts.clone();
+        let (file, misplaced) = (file.clone(), misplaced.clone());
+        async move {
+            let served = SnapshotFile::open(&path, id).await.unwrap();
+            overwrite(&file, &misplaced);
+            let first = served.read_chunk(0, starts[3]).await.unwrap().unwrap();
+            assert_eq!(first.len(), starts[3]);
+            let Err(err) = served.read_chunk(starts[3] as u64, 1 << 20).await else {
+                panic!("the batch with a changed base offset was served");
+            };
+            match err {
+                SnapshotFileError::Corrupt {
+                    position, reason, ..
+                } => {
+                    assert_eq!(position, starts[3] as u64, "{reason}");
+                    assert!(reason.contains("when checked"), "{reason}");
+                }
+                other => panic!("not a corruption: {other}"),
+            }
+        }
+    });
     // A truncated file: the open refuses it, naming the batch it ends in.
     write(&good[..good.len() - 10]);
     run(async move {
         let err = SnapshotFile::open(&path, id).await.err().expect("refused");
         assert!(err.to_string().contains("ends inside a batch"), "{err}");
     });
+}
+
+/// Writes `bytes` over the read-only file at `path` (a snapshot changed behind its reader).
+fn overwrite(path: &std::path::Path, bytes: &[u8]) {
+    let mut perms = std::fs::metadata(path).unwrap().permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    perms.set_readonly(false);
+    std::fs::set_permissions(path, perms).unwrap();
+    std::fs::write(path, bytes).unwrap();
 }
 
 /// The fetch shards' reader (`fetch::reader`) over sealed segments and the cache: whole log

@@ -16,8 +16,8 @@ use bytes::Bytes;
 
 use super::layout;
 use crate::records::control::{control_batch, ControlRecord, VotersRecord};
-use crate::records::snapshot::{SnapshotCheck, SnapshotCorrupt};
-use crate::records::{Batch, BatchBuilder};
+use crate::records::snapshot::{Placed, SnapshotCheck, SnapshotCorrupt};
+use crate::records::BatchBuilder;
 
 /// Identifies a snapshot: everything below `end_offset`, taken in `epoch`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -126,8 +126,7 @@ pub struct SnapshotReader {
     pub id: SnapshotId,
     path: PathBuf,
     bytes: Bytes,
-    /// (position, size) of every batch.
-    batches: Vec<(u64, u32)>,
+    batches: Vec<Placed>,
     header: Vec<ControlRecord>,
 }
 
@@ -186,19 +185,17 @@ impl SnapshotReader {
             return Ok(None);
         };
         let end = start.saturating_add(max_bytes).min(self.bytes.len());
-        let first = self
-            .batches
-            .partition_point(|(at, size)| (*at + u64::from(*size)) as usize <= start);
-        for &(at, size) in self.batches[first..]
+        let first = self.batches.partition_point(|b| b.end() as usize <= start);
+        for b in self.batches[first..]
             .iter()
-            .take_while(|(at, _)| (*at as usize) < end)
+            .take_while(|b| (b.position as usize) < end)
         {
-            let bytes = &self.bytes[at as usize..at as usize + size as usize];
-            if let Err(e) = Batch::parse(bytes) {
+            let bytes = &self.bytes[b.position as usize..b.end() as usize];
+            if let Some(why) = b.changed(bytes, self.id.epoch) {
                 return Err(SnapshotError::Corrupt {
                     path: self.path.clone(),
-                    position: at,
-                    reason: format!("{e} (changed since it was opened)"),
+                    position: b.position,
+                    reason: format!("{why} (changed since it was opened)"),
                 });
             }
         }

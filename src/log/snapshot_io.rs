@@ -24,7 +24,7 @@ use glommio::io::{BufferedFile, DmaFile, OpenOptions};
 use super::layout;
 use super::segment::{glommio_io, with_path};
 use crate::records::control::{control_batch, ControlRecord};
-use crate::records::snapshot::SnapshotCheck;
+use crate::records::snapshot::{Placed, SnapshotCheck};
 use crate::records::BatchBuilder;
 use crate::types::OffsetAndEpoch;
 
@@ -251,8 +251,8 @@ pub struct SnapshotFile {
     path: PathBuf,
     file: Rc<DmaFile>,
     size: u64,
-    /// (position, size) of every batch, from the check at open.
-    batches: Vec<(u64, u32)>,
+    /// Every batch, from the check at open.
+    batches: Vec<Placed>,
 }
 
 impl SnapshotFile {
@@ -289,11 +289,9 @@ impl SnapshotFile {
     pub fn chunk_end(&self, position: u64, max_bytes: usize) -> u64 {
         let limit = position.saturating_add(max_bytes as u64).min(self.size);
         // Batches that end at or before the limit.
-        let within = self
-            .batches
-            .partition_point(|(at, len)| at + u64::from(*len) <= limit);
+        let within = self.batches.partition_point(|b| b.end() <= limit);
         match within.checked_sub(1).map(|i| self.batches[i]) {
-            Some((at, len)) if at + u64::from(len) > position => at + u64::from(len),
+            Some(b) if b.end() > position => b.end(),
             _ => limit,
         }
     }
@@ -324,16 +322,12 @@ impl SnapshotFile {
             return Ok(None);
         }
         let end = self.chunk_end(position, max_bytes);
-        let first = self
-            .batches
-            .partition_point(|(at, len)| at + u64::from(*len) <= position);
-        let touched: Vec<(u64, u32)> = self.batches[first..]
+        let first = self.batches.partition_point(|b| b.end() <= position);
+        let touched = self.batches[first..]
             .iter()
-            .take_while(|(at, _)| *at < end)
-            .copied()
-            .collect();
-        let (from, to) = match (touched.first(), touched.last()) {
-            (Some(f), Some(l)) => (f.0, l.0 + u64::from(l.1)),
+            .take_while(|b| b.position < end);
+        let (from, to) = match (touched.clone().next(), touched.clone().last()) {
+            (Some(f), Some(l)) => (f.position, l.end()),
             _ => (position, end),
         };
         let data = self
@@ -344,27 +338,14 @@ impl SnapshotFile {
                 path: self.path.clone(),
                 source: glommio_io(e),
             })?;
-        // Each batch again, as far as it can be seen alone: its CRC, and the fields the CRC
-        // does not cover that the check at open tied down (its size and epoch).
-        for (at, len) in touched {
-            let start = (at - from) as usize;
-            let bytes = data.get(start..start + len as usize).unwrap_or(&[]);
-            let why = match crate::records::batch::Batch::parse(bytes) {
-                Err(e) => Some(e.to_string()),
-                Ok((batch, _)) if batch.len() != len as usize => {
-                    Some(format!("a batch of {} bytes, {len} at open", batch.len()))
-                }
-                Ok((batch, _)) if batch.partition_leader_epoch() != self.id.epoch => Some(format!(
-                    "a batch of epoch {} in a snapshot of epoch {}",
-                    batch.partition_leader_epoch(),
-                    self.id.epoch
-                )),
-                Ok(_) => None,
-            };
-            if let Some(why) = why {
+        // Each batch again, as far as it can be seen alone (`Placed::changed`).
+        for b in touched {
+            let start = (b.position - from) as usize;
+            let bytes = data.get(start..start + b.size as usize).unwrap_or(&[]);
+            if let Some(why) = b.changed(bytes, self.id.epoch) {
                 return Err(corrupt(
                     &self.path,
-                    at,
+                    b.position,
                     format!("{why} (changed since it was opened)"),
                 ));
             }
@@ -391,14 +372,14 @@ impl SnapshotFile {
 const WALK_READ_MIN: usize = 8 << 10;
 const WALK_READ_MAX: usize = 4 << 20;
 
-/// Walks the snapshot file at `path` (`size` bytes) by its batch headers; returns (position,
-/// size) of every batch.
+/// Walks the snapshot file at `path` (`size` bytes) by its batch headers; returns where every
+/// batch is.
 async fn walk(
     path: &Path,
     file: &DmaFile,
     size: u64,
     epoch: i32,
-) -> Result<Vec<(u64, u32)>, SnapshotFileError> {
+) -> Result<Vec<Placed>, SnapshotFileError> {
     let corrupt_at =
         |c: crate::records::snapshot::SnapshotCorrupt| corrupt(path, c.position, c.reason);
     let mut check = SnapshotCheck::new(epoch);

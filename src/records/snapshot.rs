@@ -49,8 +49,48 @@ pub struct SnapshotCheck {
     next_offset: i64,
     header: Option<Vec<ControlRecord>>,
     footer_at: Option<u64>,
-    /// (position, size) of every batch seen, for re-checking served chunks.
-    batches: Vec<(u64, u32)>,
+    /// Every batch seen, for re-checking served chunks.
+    batches: Vec<Placed>,
+}
+
+/// Where a checked snapshot's batch is, and the offset it starts at: what a chunk read later
+/// must find there again. The CRC does not cover a batch's base offset, length or epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placed {
+    pub position: u64,
+    pub size: u32,
+    pub base_offset: i64,
+}
+
+impl Placed {
+    /// The file position just past the batch.
+    pub fn end(&self) -> u64 {
+        self.position + u64::from(self.size)
+    }
+
+    /// What is wrong with `bytes`, this batch as read again, in a snapshot of `epoch`: its
+    /// CRC, and each field the CRC does not cover that the check tied down (its size, base
+    /// offset and epoch). `None` when it is the batch that was checked.
+    pub fn changed(&self, bytes: &[u8], epoch: i32) -> Option<String> {
+        match Batch::parse(bytes) {
+            Err(e) => Some(e.to_string()),
+            Ok((batch, _)) if batch.len() != self.size as usize => Some(format!(
+                "a batch of {} bytes, {} when checked",
+                batch.len(),
+                self.size
+            )),
+            Ok((batch, _)) if batch.base_offset() != self.base_offset => Some(format!(
+                "a batch at offset {}, {} when checked",
+                batch.base_offset(),
+                self.base_offset
+            )),
+            Ok((batch, _)) if batch.partition_leader_epoch() != epoch => Some(format!(
+                "a batch of epoch {} in a snapshot of epoch {epoch}",
+                batch.partition_leader_epoch()
+            )),
+            Ok(_) => None,
+        }
+    }
 }
 
 impl SnapshotCheck {
@@ -143,6 +183,7 @@ impl SnapshotCheck {
                 Err(e) => return Err(self.corrupt_at(self.position, e.to_string())),
             };
             let (header, _) = BatchHeader::ref_from_prefix(rest).expect("a whole header");
+            let base_offset = header.base_offset.get();
             if header.attributes.get() & ATTR_CONTROL != 0 {
                 if rest.len() < size {
                     return Ok(size);
@@ -153,7 +194,11 @@ impl SnapshotCheck {
             } else {
                 self.check_data_header(header)?;
             }
-            self.batches.push((self.position, size as u32));
+            self.batches.push(Placed {
+                position: self.position,
+                size: size as u32,
+                base_offset,
+            });
             self.position += size as u64;
             at += size;
         }
@@ -164,7 +209,7 @@ impl SnapshotCheck {
     /// the header's KRaftVersion and Voters records.
     pub fn walked(self, size: u64) -> Result<Vec<ControlRecord>, SnapshotCorrupt> {
         if self.position != size {
-            let (at, len) = self.batches.last().copied().unwrap_or((0, 0));
+            let (at, len) = self.batches.last().map_or((0, 0), |b| (b.position, b.size));
             let why = format!(
                 "the file ends inside a batch (a batch of {len} bytes at {at}, the file {size} \
                  bytes)"
@@ -198,8 +243,8 @@ impl SnapshotCheck {
         Ok(())
     }
 
-    /// (position, size) of every complete batch fed so far.
-    pub fn batches(&self) -> &[(u64, u32)] {
+    /// Every complete batch fed so far.
+    pub fn batches(&self) -> &[Placed] {
         &self.batches
     }
 
@@ -250,7 +295,11 @@ impl SnapshotCheck {
             let (batch, _) =
                 Batch::parse(rest).map_err(|e| self.corrupt_at(self.position, e.to_string()))?;
             self.check_one(&batch)?;
-            self.batches.push((self.position, batch.len() as u32));
+            self.batches.push(Placed {
+                position: self.position,
+                size: batch.len() as u32,
+                base_offset: batch.base_offset(),
+            });
             self.position += batch.len() as u64;
             at += batch.len();
         }
@@ -446,7 +495,7 @@ mod tests {
         let bytes = snapshot(3, 3);
         let full = check_snapshot(&bytes, 3).unwrap();
         let (data_first, data_last) = (full.batches()[1], full.batches()[3]);
-        let data = data_first.0..data_last.0 + u64::from(data_last.1);
+        let data = data_first.position..data_last.end();
         for position in 0..bytes.len() {
             let mut flipped = bytes.clone();
             flipped[position] ^= 0x10;
@@ -458,8 +507,8 @@ mod tests {
             let batch = full
                 .batches()
                 .iter()
-                .find(|(at, len)| (*at..at + u64::from(*len)).contains(&(position as u64)));
-            let within = batch.map_or(0, |(at, _)| position as u64 - at);
+                .find(|b| (b.position..b.end()).contains(&(position as u64)));
+            let within = batch.map_or(0, |b| position as u64 - b.position);
             let crc_covered = data.contains(&(position as u64)) && within >= 17;
             let delta_fields = (23..27).contains(&within) || (57..61).contains(&within);
             if !crc_covered {
