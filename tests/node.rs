@@ -1169,3 +1169,79 @@ fn observe(port: u16, cwd: &std::path::Path) -> (Option<u64>, String) {
         .filter(|_| out.status.success());
     (count, text)
 }
+
+/// The latest snapshot is opened for serving as soon as it is published, not when the first
+/// FetchSnapshot asks for it: the open walks every batch header, and a follower that needs the
+/// snapshot should not wait for that walk (`fetch::shard`, `open_latest_snapshot`). Shown here
+/// with the file unlinked after its publication: the shard's open handle still serves it,
+/// byte for byte. Opened only on request, the same FetchSnapshot finds no file.
+#[test]
+fn the_latest_snapshot_is_opened_for_serving_before_anyone_asks() {
+    use ringraft::raft::message::{FetchRequest, FetchSnapshotRequest, Response, SnapshotBytes};
+    use ringraft::raft::{ReplicaKey, Request};
+
+    let dir = TempDir::new("snapshot-open-early");
+    let port = free_port();
+    let config = write_config(dir.path(), port, "");
+    format_node(config.to_str().unwrap(), dir.path());
+    let acks = dir.path().join("acks");
+    // One second of load, then a ~1 MiB snapshot with the log below it dropped.
+    let extra = ["--load-seconds", "1", "--load-snapshot-bytes", "1048576"];
+    let _node = start_writing(dir.path(), port, 500, &acks, &extra);
+    let partition = dir.path().join("data/__cluster_metadata-0");
+    let snapshot = wait_until(Duration::from_secs(30), || {
+        std::fs::read_dir(&partition)
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                let name = p.file_name().unwrap().to_string_lossy().to_string();
+                name.ends_with(".checkpoint") && !name.starts_with("00000000000000000000-")
+            })
+    });
+    // A Fetch from offset 0 is sent the snapshot's id once the log below it is dropped.
+    let (id, epoch) = wait_until(Duration::from_secs(30), || {
+        let epoch = common::quorum::probe(port)?.epoch;
+        let fetch = Request::Fetch(FetchRequest {
+            cluster_id: Some(TEST_CLUSTER_ID.into()),
+            replica: ReplicaKey::new(-1, None),
+            max_wait_ms: 0,
+            fetch_offset: 0,
+            last_fetched_epoch: 0,
+            current_leader_epoch: epoch,
+            max_bytes: 1024,
+            high_watermark: None,
+        });
+        match common::quorum::exchange(port, &fetch)? {
+            Response::Fetch(f) => f.snapshot_id.map(|id| (id, f.leader_epoch)),
+            _ => None,
+        }
+    });
+    let bytes = std::fs::read(&snapshot).unwrap();
+    // The open runs as the snapshot is published; give it time on a loaded machine.
+    std::thread::sleep(Duration::from_secs(2));
+    std::fs::remove_file(&snapshot).unwrap();
+    let request = Request::FetchSnapshot(FetchSnapshotRequest {
+        cluster_id: Some(TEST_CLUSTER_ID.into()),
+        replica: ReplicaKey::new(-1, None),
+        current_leader_epoch: epoch,
+        snapshot_id: id,
+        position: 0,
+        max_bytes: 64 << 20,
+    });
+    let answer = common::quorum::exchange(port, &request);
+    let Some(Response::FetchSnapshot(r)) = answer else {
+        panic!("no FetchSnapshot answer: {answer:?}");
+    };
+    assert_eq!(
+        (r.error, r.partition_error),
+        (ErrorCode::NONE, ErrorCode::NONE),
+        "snapshot {id:?} was not served from the handle opened at its publication"
+    );
+    let SnapshotBytes::Bytes(served) = r.bytes else {
+        panic!("the answer carried no bytes: {:?}", r.bytes);
+    };
+    assert_eq!(r.size, bytes.len() as i64);
+    assert_eq!(&served[..], &bytes[..served.len()], "served bytes differ");
+    assert!(!served.is_empty());
+}

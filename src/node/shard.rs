@@ -387,6 +387,7 @@ async fn serving_role(
         ctx.observer_interval,
         ctx.generation.clone(),
         report,
+        ctx.roles.contains(&Role::Snapshot),
     )))
 }
 
