@@ -202,10 +202,17 @@ impl<'a> Batch<'a> {
 
     /// The records, when the batch is uncompressed (KRaft never compresses).
     pub fn records(&self) -> Result<RecordIter<'a>, BatchError> {
+        Ok(RecordIter {
+            raw: self.raw_records()?,
+        })
+    }
+
+    /// The records as they are encoded (`RawRecord`), when the batch is uncompressed.
+    pub fn raw_records(&self) -> Result<RawRecordIter<'a>, BatchError> {
         if self.compression() != 0 {
             return Err(BatchError::BadRecords("compressed batches are not decoded"));
         }
-        Ok(RecordIter {
+        Ok(RawRecordIter {
             rest: &self.bytes[BATCH_HEADER_BYTES..],
             remaining: self.header().records_count.get(),
         })
@@ -231,19 +238,54 @@ pub struct Record<'a> {
 }
 
 pub struct RecordIter<'a> {
-    rest: &'a [u8],
-    remaining: i32,
+    raw: RawRecordIter<'a>,
 }
 
 impl<'a> Iterator for RecordIter<'a> {
     type Item = Result<Record<'a>, BatchError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.remaining == 0 {
+        let raw = match self.raw.next()? {
+            Ok(raw) => raw,
+            Err(e) => return Some(Err(e)),
+        };
+        let mut tail = raw.tail;
+        let (key, value, headers_count) = fields(&mut tail).expect("checked by RawRecordIter");
+        Some(Ok(Record {
+            timestamp_delta: raw.timestamp_delta,
+            offset_delta: raw.offset_delta,
+            key,
+            value,
+            headers_count,
+        }))
+    }
+}
+
+/// One record of an uncompressed batch as encoded: its attributes and deltas, and the rest of
+/// its body (key, value, headers) as bytes, already checked to be whole. What a batch's
+/// records are re-encoded from at other deltas (`records::merge`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawRecord<'a> {
+    pub attributes: u8,
+    pub timestamp_delta: i64,
+    pub offset_delta: i32,
+    pub tail: &'a [u8],
+}
+
+pub struct RawRecordIter<'a> {
+    rest: &'a [u8],
+    remaining: i32,
+}
+
+impl<'a> Iterator for RawRecordIter<'a> {
+    type Item = Result<RawRecord<'a>, BatchError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.remaining <= 0 {
             return None;
         }
         self.remaining -= 1;
-        let result = parse_record(&mut self.rest);
+        let result = parse_raw_record(&mut self.rest);
         if result.is_err() {
             self.remaining = 0;
         }
@@ -251,39 +293,48 @@ impl<'a> Iterator for RecordIter<'a> {
     }
 }
 
-fn parse_record<'a>(rest: &mut &'a [u8]) -> Result<Record<'a>, BatchError> {
+fn parse_raw_record<'a>(rest: &mut &'a [u8]) -> Result<RawRecord<'a>, BatchError> {
     let length = varint(rest)?;
     if length < 0 || length as usize > rest.len() {
         return Err(BatchError::BadRecords("record length runs past the batch"));
     }
     let (mut body, after) = rest.split_at(length as usize);
     *rest = after;
-    let _attributes = take(&mut body, 1)?;
+    let attributes = take(&mut body, 1)?[0];
     let timestamp_delta = varlong(&mut body)?;
     let offset_delta = varint(&mut body)?;
-    let key = nullable_bytes(&mut body)?;
-    let value = nullable_bytes(&mut body)?;
-    let headers_count = varint(&mut body)?;
+    let tail = body;
+    fields(&mut body)?;
+    if !body.is_empty() {
+        return Err(BatchError::BadRecords("bytes left over in a record"));
+    }
+    Ok(RawRecord {
+        attributes,
+        timestamp_delta,
+        offset_delta,
+        tail,
+    })
+}
+
+/// A record's key, value and header count.
+type Fields<'a> = (Option<&'a [u8]>, Option<&'a [u8]>, i32);
+
+/// A record's key, value and header count, reading its headers through.
+fn fields<'a>(body: &mut &'a [u8]) -> Result<Fields<'a>, BatchError> {
+    let key = nullable_bytes(body)?;
+    let value = nullable_bytes(body)?;
+    let headers_count = varint(body)?;
     if headers_count < 0 {
         return Err(BatchError::BadRecords("negative header count"));
     }
     for _ in 0..headers_count {
-        let header_key = nullable_bytes(&mut body)?;
+        let header_key = nullable_bytes(body)?;
         if header_key.is_none() {
             return Err(BatchError::BadRecords("null header key"));
         }
-        nullable_bytes(&mut body)?;
+        nullable_bytes(body)?;
     }
-    if !body.is_empty() {
-        return Err(BatchError::BadRecords("bytes left over in a record"));
-    }
-    Ok(Record {
-        timestamp_delta,
-        offset_delta,
-        key,
-        value,
-        headers_count,
-    })
+    Ok((key, value, headers_count))
 }
 
 fn take<'a>(bytes: &mut &'a [u8], n: usize) -> Result<&'a [u8], BatchError> {

@@ -6,6 +6,7 @@
 pub mod batch;
 pub mod builder;
 pub mod control;
+pub mod merge;
 pub mod metadata;
 pub mod snapshot;
 pub mod valid;
