@@ -960,11 +960,13 @@ fn witness_does_not_campaign_while_another_voter_can_win() {
 }
 
 /// `controller.quorum.append.linger.ms`: appends that reach the leader within the linger go to
-/// the log together, in one flush, and none is acknowledged before the linger is over. With no
-/// linger the same appends take more than one flush (each goes to the core as it arrives).
+/// the log together, in one flush and one record batch (`records::merge`), and none is
+/// acknowledged before the linger is over; each is acknowledged at its own record's offset.
+/// With no linger the same appends take more than one flush (each goes to the core as it
+/// arrives) and a batch each.
 #[test]
 fn appends_within_the_linger_share_one_flush() {
-    use ringraft::node::handle::{ClientError, ExecutorInput};
+    use ringraft::node::handle::{AppendCheck, ClientError, ExecutorInput};
     type Reply = futures_channel::oneshot::Receiver<Result<i64, ClientError>>;
     let flushes_for = |linger_ms: u64| {
         let mut c = Cluster::new(5, 3, quiet_net());
@@ -980,22 +982,34 @@ fn appends_within_the_linger_share_one_flush() {
         };
         let before = flushes(&c);
         let first_at = c.now;
+        let end = c.nodes[leader as usize].raft().unwrap().log_end_offset();
         let mut replies: Vec<Reply> = Vec::new();
-        for value in 0..5u64 {
+        let append = |c: &mut Cluster, value: u64, base_offset: Option<i64>| {
             let mut builder = BatchBuilder::new(0, 0, c.now as i64, false);
             builder.append(None, Some(&value.to_be_bytes()));
             let (reply, answer) = futures_channel::oneshot::channel();
             let batch = builder.finish();
-            let check = Default::default();
+            let check = AppendCheck {
+                epoch: None,
+                base_offset,
+            };
             let input = ExecutorInput::Append {
                 batch,
                 check,
                 reply,
             };
             c.input(leader, input).unwrap();
-            replies.push(answer);
             c.run_until(c.now + 1).unwrap();
+            answer
+        };
+        for value in 0..5u64 {
+            // The third expects to start where the two before it end (lingering or not).
+            let base_offset = (value == 2).then_some(end + 2);
+            replies.push(append(&mut c, value, base_offset));
         }
+        // One that expects the log to end where it ended before the five is refused, with
+        // where the log will end once they are in.
+        let mut stale = append(&mut c, 99, Some(end));
         let mut offsets = Vec::new();
         let all_answered = c
             .run_while(5_000, |c| {
@@ -1018,15 +1032,51 @@ fn appends_within_the_linger_share_one_flush() {
                  that started at {first_at} ms was over"
             );
         }
-        flushes(&c) - before
+        assert_eq!(
+            stale.try_recv(),
+            Ok(Some(Err(ClientError::UnexpectedBaseOffset {
+                required: end,
+                actual: end + 5
+            }))),
+            "linger {linger_ms}"
+        );
+        // Each append at the offset of its own record, in the order they were sent, and the
+        // leader's log holding the values at those offsets.
+        let mut acked: Vec<i64> = offsets.iter().map(|(_, o)| *o).collect();
+        acked.sort_unstable();
+        assert_eq!(
+            acked,
+            (acked[0]..acked[0] + 5).collect::<Vec<_>>(),
+            "linger {linger_ms}"
+        );
+        let disk = c.nodes[leader as usize].disk.borrow();
+        let holding: Vec<_> = disk
+            .log
+            .batches
+            .iter()
+            .filter(|(base, next, _, _)| *base <= acked[4] && *next > acked[0])
+            .collect();
+        let mut values = Vec::new();
+        for (_, _, _, bytes) in &holding {
+            let (batch, _) = ringraft::records::Batch::parse(bytes).unwrap();
+            for r in batch.records().unwrap() {
+                let r = r.unwrap();
+                let offset = batch.base_offset() + i64::from(r.offset_delta);
+                values.push((offset, r.value.unwrap().to_vec()));
+            }
+        }
+        let want: Vec<_> = (0..5u64)
+            .map(|v| (acked[v as usize], v.to_be_bytes().to_vec()))
+            .collect();
+        assert_eq!(values, want, "linger {linger_ms}");
+        (flushes(&c) - before, holding.len())
     };
     assert_eq!(
         flushes_for(20),
-        1,
-        "five appends within the linger, one flush"
+        (1, 1),
+        "five appends within the linger: one flush, one batch"
     );
-    assert!(
-        flushes_for(0) > 1,
-        "without a linger the appends took one flush"
-    );
+    let (flushes, batches) = flushes_for(0);
+    assert!(flushes > 1, "without a linger the appends took one flush");
+    assert_eq!(batches, 5, "without a linger, a batch per append");
 }

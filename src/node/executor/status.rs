@@ -27,6 +27,13 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
 
     /// `append_with`'s conditions, against the core as it is now.
     pub(super) fn check_append(&self, check: AppendCheck) -> Result<(), ClientError> {
+        let end = self.raft.borrow().log_end_offset();
+        self.check_append_at(check, end)
+    }
+
+    /// `check_append` for an append that will start at `end` (after others not yet in the
+    /// log, `linger`).
+    pub(super) fn check_append_at(&self, check: AppendCheck, end: i64) -> Result<(), ClientError> {
         let raft = self.raft.borrow();
         if !raft.is_leader() {
             return Err(ClientError::NotLeader {
@@ -40,9 +47,11 @@ impl<S: Storage + 'static, T: Transport, C: Clock> Executor<S, T, C> {
                 current: raft.epoch(),
             });
         }
-        let actual = raft.log_end_offset();
-        if let Some(required) = check.base_offset.filter(|o| *o != actual) {
-            return Err(ClientError::UnexpectedBaseOffset { required, actual });
+        if let Some(required) = check.base_offset.filter(|o| *o != end) {
+            return Err(ClientError::UnexpectedBaseOffset {
+                required,
+                actual: end,
+            });
         }
         Ok(())
     }
