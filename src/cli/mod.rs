@@ -87,6 +87,15 @@ pub struct StartArgs {
         help_heading = "Load generator"
     )]
     pub load_record_bytes: usize,
+    /// Wake at most once per this many milliseconds and append the records due by then as
+    /// one batch (0: at each record's own due time). Kafka's TestRaftServer throttles in whole
+    /// milliseconds; latency still counts from when each batch's first record was due.
+    #[arg(
+        long = "load-tick-ms",
+        default_value_t = 0,
+        help_heading = "Load generator"
+    )]
+    pub load_tick_ms: u64,
     /// Measured seconds after the warm-up; 0 runs until stopped.
     #[arg(
         long = "load-seconds",
@@ -266,6 +275,7 @@ fn start(args: &StartArgs) -> Result<(), CliError> {
     };
     let load = args.load_rate.map(|rate| crate::node::load::LoadSpec {
         rate_per_s: rate,
+        tick_ms: args.load_tick_ms,
         record_bytes: args.load_record_bytes,
         seconds: args.load_seconds,
         warmup_ms: args.load_warmup_ms,

@@ -37,6 +37,12 @@ use crate::raft::{LeaderAndEpoch, OffsetAndEpoch};
 #[derive(Debug, Clone)]
 pub struct LoadSpec {
     pub rate_per_s: u64,
+    /// Wake at most once per this many milliseconds, on a grid from the start, and append
+    /// the records due by then as one batch (0: wake at each record's own due time). Kafka's
+    /// TestRaftServer throttles in whole milliseconds (`ThroughputThrottler`), so a
+    /// comparison with it runs at 1. Latency is still measured from when each batch's first
+    /// record was due, so the wait for the tick counts against the node.
+    pub tick_ms: u64,
     pub record_bytes: usize,
     pub seconds: u64,
     pub warmup_ms: u64,
@@ -168,6 +174,7 @@ pub async fn run(spec: LoadSpec, handle: RaftHandle, local_id: i32, stop: StopSi
         committed_end: 0,
     }));
     let interval = Duration::from_nanos(1_000_000_000 / spec.rate_per_s.max(1));
+    let tick = Duration::from_millis(spec.tick_ms);
     let mut sequence: u64 = 0;
     while !stop.is_stopped() {
         while !leading.load(Ordering::SeqCst) {
@@ -221,7 +228,7 @@ pub async fn run(spec: LoadSpec, handle: RaftHandle, local_id: i32, stop: StopSi
                 report(&spec, &stats, start);
                 next_report += Duration::from_millis(spec.report_ms);
             }
-            let next_due = start + interval * (scheduled as u32);
+            let next_due = on_tick(start, start + interval * (scheduled as u32), tick);
             let wake = next_due.min(next_report);
             let wait = wake.saturating_duration_since(Instant::now());
             if !wait.is_zero() {
@@ -230,6 +237,18 @@ pub async fn run(spec: LoadSpec, handle: RaftHandle, local_id: i32, stop: StopSi
         }
         info!("load generator paused: not the leader");
     }
+}
+
+/// The first tick of `tick` from `start` at or after `at` (`at` itself with no tick).
+fn on_tick(start: Instant, at: Instant, tick: Duration) -> Instant {
+    if tick.is_zero() {
+        return at;
+    }
+    let ticks = at
+        .duration_since(start)
+        .as_nanos()
+        .div_ceil(tick.as_nanos());
+    start + tick * u32::try_from(ticks).unwrap_or(u32::MAX)
 }
 
 fn due_records(start: Instant, now: Instant, interval: Duration) -> u64 {
@@ -362,4 +381,21 @@ fn print_summary(spec: &LoadSpec, stats: &Stats, epoch: i32) {
         stats.total.max(),
         stats.failed_records
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tick_moves_a_wake_to_the_next_tick_of_its_grid() {
+        let start = Instant::now();
+        let ms = Duration::from_millis;
+        let us = Duration::from_micros;
+        assert_eq!(on_tick(start, start + us(1_200), ms(1)), start + ms(2));
+        assert_eq!(on_tick(start, start + ms(3), ms(1)), start + ms(3));
+        assert_eq!(on_tick(start, start + us(1), ms(2)), start + ms(2));
+        assert_eq!(on_tick(start, start, ms(1)), start);
+        assert_eq!(on_tick(start, start + us(1_200), ms(0)), start + us(1_200));
+    }
 }
