@@ -93,6 +93,7 @@ pub struct StartArgs {
     #[arg(
         long = "load-tick-ms",
         default_value_t = 0,
+        value_parser = clap::value_parser!(u64).range(0..=60_000),
         help_heading = "Load generator"
     )]
     pub load_tick_ms: u64,

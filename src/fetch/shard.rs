@@ -557,8 +557,9 @@ impl Serving {
                 serving.snapshot_opening.set(None);
             }
             if let Ok(file) = file {
+                // Kept unless it is held already, or a newer snapshot came meanwhile.
                 let current = serving.snapshot.borrow().as_ref().map(|s| s.id);
-                if current == Some(id) {
+                if current == Some(id) || serving.snapshot_tried.get() != Some(id) {
                     file.close().await;
                 } else {
                     serving.keep_snapshot(Rc::new(file));

@@ -239,7 +239,8 @@ pub async fn run(spec: LoadSpec, handle: RaftHandle, local_id: i32, stop: StopSi
     }
 }
 
-/// The first tick of `tick` from `start` at or after `at` (`at` itself with no tick).
+/// The first tick of `tick` from `start` at or after `at` (`at` itself with no tick, or when
+/// that tick is past what an `Instant` holds).
 fn on_tick(start: Instant, at: Instant, tick: Duration) -> Instant {
     if tick.is_zero() {
         return at;
@@ -248,7 +249,11 @@ fn on_tick(start: Instant, at: Instant, tick: Duration) -> Instant {
         .duration_since(start)
         .as_nanos()
         .div_ceil(tick.as_nanos());
-    start + tick * u32::try_from(ticks).unwrap_or(u32::MAX)
+    u32::try_from(ticks)
+        .ok()
+        .and_then(|n| tick.checked_mul(n))
+        .and_then(|d| start.checked_add(d))
+        .unwrap_or(at)
 }
 
 fn due_records(start: Instant, now: Instant, interval: Duration) -> u64 {
@@ -397,5 +402,7 @@ mod tests {
         assert_eq!(on_tick(start, start + us(1), ms(2)), start + ms(2));
         assert_eq!(on_tick(start, start, ms(1)), start);
         assert_eq!(on_tick(start, start + us(1_200), ms(0)), start + us(1_200));
+        let forever = Duration::from_secs(u64::MAX);
+        assert_eq!(on_tick(start, start + us(5), forever), start + us(5));
     }
 }
