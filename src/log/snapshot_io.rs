@@ -245,6 +245,15 @@ pub enum SnapshotFileError {
     },
 }
 
+/// A chunk as `SnapshotFile::read_chunk_unchecked` read it: the whole batches it touches,
+/// from `from`, for the chunk from `position` to `end`.
+pub struct UncheckedChunk {
+    data: glommio::io::ReadResult,
+    from: u64,
+    position: u64,
+    end: u64,
+}
+
 /// A complete snapshot opened for serving; see the module doc.
 pub struct SnapshotFile {
     pub id: OffsetAndEpoch,
@@ -318,14 +327,24 @@ impl SnapshotFile {
         position: u64,
         max_bytes: usize,
     ) -> Result<Option<glommio::io::ReadResult>, SnapshotFileError> {
+        match self.read_chunk_unchecked(position, max_bytes).await? {
+            Some(read) => self.check(read).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// `read_chunk_shared` without its check, which `check` does: a streaming reader starts
+    /// its next read between the two.
+    pub async fn read_chunk_unchecked(
+        &self,
+        position: u64,
+        max_bytes: usize,
+    ) -> Result<Option<UncheckedChunk>, SnapshotFileError> {
         if position >= self.size {
             return Ok(None);
         }
         let end = self.chunk_end(position, max_bytes);
-        let first = self.batches.partition_point(|b| b.end() <= position);
-        let touched = self.batches[first..]
-            .iter()
-            .take_while(|b| b.position < end);
+        let touched = self.touched(position, end);
         let (from, to) = match (touched.clone().next(), touched.clone().last()) {
             (Some(f), Some(l)) => (f.position, l.end()),
             _ => (position, end),
@@ -338,8 +357,35 @@ impl SnapshotFile {
                 path: self.path.clone(),
                 source: glommio_io(e),
             })?;
-        // Each batch again, as far as it can be seen alone (`Placed::changed`).
-        for b in touched {
+        Ok(Some(UncheckedChunk {
+            data,
+            from,
+            position,
+            end,
+        }))
+    }
+
+    /// The batches a chunk from `position` to `end` touches.
+    fn touched(&self, position: u64, end: u64) -> impl Iterator<Item = &Placed> + Clone {
+        let first = self.batches.partition_point(|b| b.end() <= position);
+        self.batches[first..]
+            .iter()
+            .take_while(move |b| b.position < end)
+    }
+
+    /// Checks the batches `read` touches again, each as far as it can be seen alone
+    /// (`Placed::changed`), and returns the chunk.
+    pub fn check(
+        &self,
+        read: UncheckedChunk,
+    ) -> Result<glommio::io::ReadResult, SnapshotFileError> {
+        let UncheckedChunk {
+            data,
+            from,
+            position,
+            end,
+        } = read;
+        for b in self.touched(position, end) {
             let start = (b.position - from) as usize;
             let bytes = data.get(start..start + b.size as usize).unwrap_or(&[]);
             if let Some(why) = b.changed(bytes, self.id.epoch) {
@@ -351,14 +397,13 @@ impl SnapshotFile {
             }
         }
         let (at, len) = ((position - from) as usize, (end - position) as usize);
-        let chunk = glommio::io::ReadResult::slice(&data, at, len).ok_or_else(|| {
+        glommio::io::ReadResult::slice(&data, at, len).ok_or_else(|| {
             corrupt(
                 &self.path,
                 position,
                 "shorter than its size (changed since it was opened)".into(),
             )
-        })?;
-        Ok(Some(chunk))
+        })
     }
 
     pub async fn close(self) {
