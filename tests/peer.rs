@@ -353,11 +353,9 @@ fn an_announced_but_unsent_frame_costs_one_read_step() {
         let (result, largest) =
             largest_allocation(conn.request(ApiKey::VOTE, 2, 0, &[0], SHORT)).await;
         assert!(matches!(result, Err(PeerError::Timeout { .. })));
-        // One read step was reserved (which also shows the counter sees the reader's buffer).
-        assert!(
-            (FRAME_READ_STEP_BYTES..1024 * 1024).contains(&largest),
-            "allocated {largest} bytes"
-        );
+        // At most one read step: none at all here, since the answer is read into the buffer
+        // the connection's handshake answer was read into (`FrameBuffer::lend`).
+        assert!(largest <= FRAME_READ_STEP_BYTES, "allocated {largest} bytes");
     });
 }
 

@@ -9,9 +9,10 @@
 use std::fmt;
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures_lite::{AsyncRead, AsyncReadExt};
 
 use crate::constants::FRAME_READ_STEP_BYTES;
@@ -78,6 +79,34 @@ pub struct FrameBuffer {
     memory: RequestMemory,
     /// The frame being read, when `read_frame` stopped (or was dropped) inside one.
     partial: Option<Partial>,
+    /// Where a frame handed out by `lend` comes back once nothing holds it (none before the
+    /// first `lend`).
+    home: Option<Arc<Mutex<Option<Vec<u8>>>>>,
+}
+
+/// A frame lent out by `FrameBuffer::lend`: its memory goes back to the buffer when the last
+/// `Bytes` sharing it is dropped, so that the next frame of the same size is read into memory
+/// already mapped and written, without a fresh allocation, page faults or zeroing.
+struct Lent {
+    buf: Vec<u8>,
+    home: Arc<Mutex<Option<Vec<u8>>>>,
+}
+
+impl AsRef<[u8]> for Lent {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        // A buffer already waiting there (or a poisoned lock) leaves this one to be freed.
+        if let Ok(mut slot) = self.home.lock() {
+            if slot.is_none() {
+                *slot = Some(std::mem::take(&mut self.buf));
+            }
+        }
+    }
 }
 
 /// How far a frame has been read: its size prefix so far, then its body so far.
@@ -96,6 +125,7 @@ impl FrameBuffer {
             reserved: 0,
             memory,
             partial: None,
+            home: None,
         }
     }
 
@@ -104,10 +134,32 @@ impl FrameBuffer {
         &self.buf
     }
 
-    /// Takes the frame read last out of the buffer (its memory leaves the budget with it).
-    pub fn take(&mut self) -> Vec<u8> {
+    /// Takes the frame read last out of the buffer (its memory leaves the budget with it) as
+    /// `Bytes`. Its memory comes back for a later frame once every `Bytes` sharing it is
+    /// dropped: a connection reading one large answer after another (a catch-up) reuses one
+    /// buffer instead of allocating, faulting in and zeroing each answer's.
+    pub fn lend(&mut self) -> Bytes {
         self.memory.release(std::mem::take(&mut self.reserved));
-        std::mem::take(&mut self.buf)
+        let home = self.home.get_or_insert_with(Default::default).clone();
+        Bytes::from_owner(Lent {
+            buf: std::mem::take(&mut self.buf),
+            home,
+        })
+    }
+
+    /// Before a new frame: takes back a lent frame's memory that came home, when the buffer
+    /// has none and the budget has room for it.
+    fn reclaim(&mut self) {
+        if self.buf.capacity() > 0 {
+            return;
+        }
+        let back = self.home.as_ref().and_then(|home| home.lock().ok()?.take());
+        if let Some(buf) = back {
+            if self.memory.try_reserve(buf.capacity()) {
+                self.reserved = buf.capacity();
+                self.buf = buf;
+            }
+        }
     }
 
     /// Gives back a buffer that grew past `keep` bytes (a connection that once sent a large
@@ -193,7 +245,7 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     frame: &mut FrameBuffer,
 ) -> Result<bool, FrameError> {
     if frame.partial.is_none() {
-        frame.buf.clear();
+        frame.reclaim();
     }
     let at = frame.partial.get_or_insert(Partial {
         prefix: [0; 4],
@@ -228,9 +280,13 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
         });
     }
     let size = size as usize;
-    // `buf[..filled]` is the frame so far; `buf[filled..]` is zeroed room for the next read,
-    // zeroed once (zeroing the rest of the room again before every read made an 8 MiB answer
-    // cost hundreds of MiB of memset).
+    // `buf[..filled]` is the frame so far; `buf[filled..]` is room for the next read: zeroed
+    // once, or an earlier frame's bytes, every one of which is overwritten before the frame is
+    // whole (zeroing the room again before every read made an 8 MiB answer cost hundreds of
+    // MiB of memset; zeroing it for every frame cost a memset per answer).
+    if at.filled == 0 {
+        frame.buf.truncate(size);
+    }
     let mut filled = at.filled;
     while filled < size {
         if filled == frame.buf.len() {
@@ -325,6 +381,59 @@ mod tests {
                 assert!(!read_frame(&mut reader, 1 << 30, &mut frame).await.unwrap());
             });
         }
+    }
+
+    #[test]
+    fn a_lent_frame_comes_back_for_the_next_one_once_dropped() {
+        let first: Vec<u8> = (0..3 * FRAME_READ_STEP_BYTES + 9)
+            .map(|i| (i * 3) as u8)
+            .collect();
+        let second: Vec<u8> = (0..FRAME_READ_STEP_BYTES + 1).map(|i| i as u8).collect();
+        let third: Vec<u8> = (0..2 * FRAME_READ_STEP_BYTES)
+            .map(|i| (i / 7) as u8)
+            .collect();
+        let fourth = b"held".to_vec();
+        let mut stream = Vec::new();
+        for body in [&first, &second, &third, &fourth, &first] {
+            stream.extend(framed(body));
+        }
+        let mut reader = Trickle {
+            bytes: stream,
+            at: 0,
+            step: 1000,
+        };
+        let memory = RequestMemory::unbounded();
+        let mut frame = FrameBuffer::new(memory.clone());
+        futures_lite::future::block_on(async {
+            assert!(read_frame(&mut reader, 1 << 30, &mut frame).await.unwrap());
+            let lent = frame.lend();
+            let at = lent.as_ptr();
+            assert!(lent == first);
+            assert_eq!(memory.used(), 0, "a lent frame leaves the budget");
+            let slice = lent.slice(10..20);
+            drop(lent);
+            // A slice still shares the frame: nothing comes back yet.
+            assert!(read_frame(&mut reader, 1 << 30, &mut frame).await.unwrap());
+            assert!(frame.bytes() == second);
+            assert_ne!(frame.bytes().as_ptr(), at);
+            assert_eq!(slice, first[10..20]);
+            drop(slice);
+            drop(frame.lend());
+            // Both came home; the first kept, the second freed. The next frame is read into
+            // the first's memory, none of its old bytes showing.
+            assert!(read_frame(&mut reader, 1 << 30, &mut frame).await.unwrap());
+            assert_eq!(frame.bytes().as_ptr(), at);
+            assert!(frame.bytes() == third);
+            assert!(memory.used() > 0, "a reclaimed buffer is counted again");
+            let held = frame.lend();
+            assert!(read_frame(&mut reader, 1 << 30, &mut frame).await.unwrap());
+            assert_eq!(frame.bytes(), fourth);
+            assert!(held == third);
+            drop(frame.lend());
+            drop(held);
+            assert!(read_frame(&mut reader, 1 << 30, &mut frame).await.unwrap());
+            assert!(frame.bytes() == first);
+        });
     }
 
     /// A stream that is not ready on every other poll, as a socket between two packets.

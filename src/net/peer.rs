@@ -128,8 +128,10 @@ pub struct PeerConnection {
     /// The peer's answer to our ApiVersions request, and the version it was read at.
     api_versions: ApiVersionsResponse,
     api_versions_version: i16,
-    /// The answer `read_answer` is reading: it belongs to this connection, so that a frame
-    /// half read when the connection failed never runs on into the next connection's bytes.
+    /// The answer being read (by `read_answer` or a round trip): it belongs to this
+    /// connection, so that a frame half read when the connection failed never runs on into
+    /// the next connection's bytes, and an answer's memory is reused by the next once its
+    /// reader has dropped it (`FrameBuffer::lend`).
     answer: FrameBuffer,
 }
 
@@ -403,7 +405,7 @@ impl PeerConnection {
         let peer = self.peer;
         let frame = &mut self.answer;
         match read_frame(&mut self.stream, PEER_RESPONSE_MAX_BYTES, frame).await {
-            Ok(true) => Ok(Bytes::from(frame.take())),
+            Ok(true) => Ok(frame.lend()),
             result => {
                 self.broken = true;
                 Err(frame_failure(peer, result))
@@ -474,14 +476,15 @@ impl PeerConnection {
             flexible_from,
         };
         let stream = &mut self.stream;
+        // The connection's own answer buffer (no shared budget: answers to our own requests
+        // are bounded above), so that one answer after another reuses its memory.
+        let buf = &mut self.answer;
         let round_trip = async move {
             write_all(stream, &frame)
                 .await
                 .map_err(|source| PeerError::Io { peer, source })?;
-            // Answers to our own requests: no shared budget (their size is bounded above).
-            let mut buf = FrameBuffer::new(RequestMemory::unbounded());
-            match read_frame(stream, PEER_RESPONSE_MAX_BYTES, &mut buf).await {
-                Ok(true) => Ok(Bytes::from(buf.take())),
+            match read_frame(stream, PEER_RESPONSE_MAX_BYTES, buf).await {
+                Ok(true) => Ok(buf.lend()),
                 result => Err(frame_failure(peer, result)),
             }
         };
