@@ -28,9 +28,9 @@ const MIN_BYTES: usize = 1 << 20;
 /// Kept blocks are matched by size rounded up to this.
 const CLASS_BYTES: usize = 1 << 20;
 /// At most this much freed memory is kept: five blocks of an 8 MiB read (a page more when it
-/// starts off a page, so 9 MiB as kept). Enough for the snapshot shard's four chunks (three
-/// read ahead, one being sent) or a catch-up reader's three windows (two read ahead, one being
-/// sent; `fetch::reader`), not for both streaming at once.
+/// starts off a page, so 9 MiB as kept). Enough for the snapshot shard's three chunks (two
+/// read ahead, one being sent; `fetch::shard`) or a catch-up reader's three windows (two read
+/// ahead, one being sent; `fetch::reader`), not for all six streaming at once.
 const KEEP_BYTES: usize = 48 << 20;
 const SLOTS: usize = 8;
 

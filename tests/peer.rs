@@ -355,7 +355,10 @@ fn an_announced_but_unsent_frame_costs_one_read_step() {
         assert!(matches!(result, Err(PeerError::Timeout { .. })));
         // At most one read step: none at all here, since the answer is read into the buffer
         // the connection's handshake answer was read into (`FrameBuffer::lend`).
-        assert!(largest <= FRAME_READ_STEP_BYTES, "allocated {largest} bytes");
+        assert!(
+            largest <= FRAME_READ_STEP_BYTES,
+            "allocated {largest} bytes"
+        );
     });
 }
 
