@@ -7,7 +7,9 @@
 //! shared `Bytes`. Fetch shards keep the latest publication (`FetchView`) and a batch cache,
 //! answer every Fetch with the same rules the core uses (`raft::serve`), park long-polls
 //! themselves, and read older batches from the segment files on their own core. Only the
-//! replica's progress (`serve::Progress`) goes back to the raft shard.
+//! replica's progress (`serve::Progress`) goes back to the raft shard. A fetch shard on
+//! another thread is woken for a publication only while something there waits for one
+//! (`mailbox`); otherwise it applies what was posted when it next answers.
 //!
 //! # Why a lagging fetch shard is safe
 //!
@@ -32,6 +34,7 @@
 //! as leader of E is what that leader had), and its `stale_fetch_view` mutation — answering
 //! without the check — is caught.
 
+pub mod mailbox;
 pub mod pacing;
 pub mod publication;
 pub mod reader;

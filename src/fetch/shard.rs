@@ -9,10 +9,11 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use futures_channel::{mpsc, oneshot};
-use futures_lite::{future, StreamExt};
+use futures_channel::oneshot;
+use futures_lite::future;
 use tracing::{error, warn};
 
+use super::mailbox::Mailbox;
 use super::pacing::Pacing;
 use super::publication::{Generation, Publication};
 use super::reader::{self, LogReader};
@@ -62,6 +63,11 @@ impl Published {
         }
     }
 
+    /// Whether a task waits in `next` (or did, and has not been woken since).
+    fn waiting(&self) -> bool {
+        !self.wakers.borrow().is_empty()
+    }
+
     async fn next(&self) {
         let seen = self.count.get();
         std::future::poll_fn(|cx| {
@@ -104,6 +110,9 @@ pub struct Serving {
     /// Observers' answers at most once per interval (`fetch::pacing`).
     pacing: Pacing,
     published: Published,
+    /// Publications from a raft shard on another thread, applied when this shard next looks
+    /// (`catch_up`) or when a post wakes it (`fetch::mailbox`); `None` on the raft shard.
+    mailbox: RefCell<Option<Rc<Mailbox<Publication>>>>,
     generation: Generation,
     report: ReportSink,
     observers: RefCell<HashMap<i32, Progress>>,
@@ -156,6 +165,7 @@ impl Serving {
             parked: RefCell::new(HashMap::new()),
             pacing: Pacing::new(observer_interval),
             published: Published::default(),
+            mailbox: RefCell::new(None),
             generation,
             report,
             observers: RefCell::new(HashMap::new()),
@@ -257,25 +267,53 @@ impl Serving {
         }
     }
 
-    /// Applies publications as they arrive, until the raft shard's sender goes or `stop`.
-    pub async fn run_publications(
-        self: Rc<Self>,
-        mut incoming: mpsc::UnboundedReceiver<Publication>,
-        stop: StopSignal,
-    ) {
+    /// Applies publications from the raft shard's thread as posts wake this shard, until the
+    /// raft shard's poster goes or `stop`. Posts wake it only while something here waits for
+    /// them (`listen_while_waiting`); the rest are applied when it next looks (`catch_up`).
+    pub async fn run_publications(self: Rc<Self>, mailbox: Mailbox<Publication>, stop: StopSignal) {
+        let mailbox = Rc::new(mailbox);
+        *self.mailbox.borrow_mut() = Some(mailbox.clone());
         loop {
-            let next = future::or(async { incoming.next().await }, async {
+            let next = future::or(mailbox.next(), async {
                 stop.wait().await;
                 None
             })
             .await;
-            let Some(p) = next else { break };
-            self.publish(p);
-            // Apply whatever else is queued before anyone answers from a stale view.
-            while let Some(Some(p)) = future::poll_once(incoming.next()).await {
+            let Some(posted) = next else { break };
+            for p in posted {
                 self.publish(p);
             }
             self.open_latest_snapshot();
+            self.listen_while_waiting();
+        }
+    }
+
+    /// Applies what the raft shard has posted and this shard has not applied yet. Every entry
+    /// point that answers from the view calls this first.
+    fn catch_up(&self) {
+        let mailbox = self.mailbox.borrow().clone();
+        if let Some(mailbox) = mailbox {
+            for p in mailbox.take() {
+                self.publish(p);
+            }
+        }
+    }
+
+    /// Before waiting for a publication: posts wake this shard from now on, and what was
+    /// posted already is applied (which may end the wait at once).
+    fn expect_publications(&self) {
+        if let Some(mailbox) = self.mailbox.borrow().as_ref() {
+            mailbox.listen(true);
+        }
+        self.catch_up();
+    }
+
+    /// Posts wake this shard while a fetch is parked on it or a task waits for the next
+    /// publication, and only then.
+    fn listen_while_waiting(&self) {
+        let waiting = !self.parked.borrow().is_empty() || self.published.waiting();
+        if let Some(mailbox) = self.mailbox.borrow().as_ref() {
+            mailbox.listen(waiting);
         }
     }
 
@@ -336,6 +374,7 @@ impl Serving {
 
     /// Is `replica` a voter, as far as this shard knows?
     pub fn is_voter(&self, replica: ReplicaKey) -> bool {
+        self.catch_up();
         self.view
             .borrow()
             .as_ref()
@@ -345,6 +384,7 @@ impl Serving {
     /// Where the leader this shard last heard of listens (empty when unknown): the hint a
     /// refused Produce carries (`node::produce`).
     pub fn leader_endpoints(&self) -> Vec<crate::raft::Endpoint> {
+        self.catch_up();
         self.view
             .borrow()
             .as_ref()
@@ -353,7 +393,18 @@ impl Serving {
     }
 
     async fn view_ready(&self) {
+        self.catch_up();
         while self.view.borrow().is_none() {
+            self.next_publication().await;
+        }
+    }
+
+    /// Waits for the next publication, or returns at once when one was posted and not yet
+    /// applied (its caller checks again what it waits for).
+    async fn next_publication(&self) {
+        let seen = self.published.count.get();
+        self.expect_publications();
+        if self.published.count.get() == seen {
             self.published.next().await;
         }
     }
@@ -422,6 +473,8 @@ impl Serving {
                         ticket
                     };
                     self.parked.borrow_mut().insert(ticket, wake);
+                    // What was posted meanwhile may answer it (and wakes it through `wake`).
+                    self.expect_publications();
                     let wait = Duration::from_millis(deadline_ms.saturating_sub(self.now_ms()));
                     future::or(
                         async {
@@ -453,7 +506,7 @@ impl Serving {
                     .as_ref()
                     .is_some_and(|v| v.generation == generation)
                 {
-                    self.published.next().await;
+                    self.next_publication().await;
                 }
                 continue;
             }

@@ -152,8 +152,12 @@ type Tx<T> = futures_channel::mpsc::UnboundedSender<T>;
 /// FetchSnapshot calls from fetch shards without the snapshot role to snapshot shards.
 #[derive(Default)]
 struct Wires {
-    publications: Vec<(usize, Tx<crate::fetch::Publication>)>,
-    publication_rx: std::collections::HashMap<usize, Rx<crate::fetch::Publication>>,
+    publications: Vec<(
+        usize,
+        crate::fetch::mailbox::Poster<crate::fetch::Publication>,
+    )>,
+    publication_rx:
+        std::collections::HashMap<usize, crate::fetch::mailbox::Mailbox<crate::fetch::Publication>>,
     handoff: Vec<Tx<std::net::TcpStream>>,
     handoff_rx: std::collections::HashMap<usize, Rx<std::net::TcpStream>>,
     snapshot_calls: Vec<Tx<route::SnapshotCall>>,
@@ -167,7 +171,7 @@ impl Wires {
         for (index, plan) in tuning.shards.iter().enumerate() {
             let serves = plan.roles.contains(&Role::Fetch) || plan.roles.contains(&Role::Snapshot);
             if serves && index != home {
-                let (tx, rx) = futures_channel::mpsc::unbounded();
+                let (tx, rx) = crate::fetch::mailbox::mailbox();
                 w.publications.push((index, tx));
                 w.publication_rx.insert(index, rx);
             }

@@ -1,9 +1,10 @@
 //! The raft shard's side of fetch serving (`crate::fetch`): after every change it publishes
 //! the core's facts, its picture of the log, the voters and the batches appended since the
-//! last publication to every serving shard — applied directly on its own shard, sent over an
-//! unbounded channel to the others. The raft shard never waits on a fetch shard: a bounded
-//! channel would either stall commits behind a slow fetch shard or drop a publication, and a
-//! fetch shard applies publications ahead of everything else it does.
+//! last publication to every serving shard — applied directly on its own shard, posted to the
+//! others (`fetch::mailbox`: a post wakes a serving shard only while something there waits for
+//! it). The raft shard never waits on a fetch shard: a bounded queue would either stall
+//! commits behind a slow fetch shard or drop a publication, and a fetch shard applies what
+//! was posted before it answers anything from its view.
 //!
 //! Before a truncation or a snapshot install it bumps the log's `Generation`, and the next
 //! publication carries a reader reset (the segment files and the batch cache anew). A prefix
@@ -13,9 +14,8 @@
 use std::rc::Rc;
 use std::sync::Arc;
 
-use futures_channel::mpsc;
-
 use super::executor::Publish;
+use crate::fetch::mailbox::Poster;
 use crate::fetch::shard::Serving;
 use crate::fetch::{Generation, Publication};
 use crate::log::MetadataLog;
@@ -26,7 +26,7 @@ pub enum Target {
     /// A serving role on the raft shard itself.
     Local(Rc<Serving>),
     /// Another shard.
-    Remote(mpsc::UnboundedSender<Publication>),
+    Remote(Poster<Publication>),
 }
 
 /// What decides whether anything changed since the last publication (cheap to compare).
@@ -117,6 +117,10 @@ impl Publish for NodePublisher {
         } else {
             (self.log.cached_from(self.published_end), None)
         };
+        // A reset, or a snapshot to open before a follower asks for it, cannot wait in a
+        // mailbox for the serving shard's next look.
+        let urgent = reader.is_some()
+            || self.last.as_ref().map(|k| k.latest_snapshot) != Some(now.latest_snapshot);
         let voters: Vec<ReplicaKey> = raft.voters().voters().iter().map(|v| v.key).collect();
         let publication = Publication {
             generation: self.generation.get(),
@@ -132,9 +136,7 @@ impl Publish for NodePublisher {
         for target in &self.targets {
             match target {
                 Target::Local(serving) => serving.publish(publication.clone()),
-                Target::Remote(tx) => {
-                    let _ = tx.unbounded_send(publication.clone());
-                }
+                Target::Remote(poster) => poster.post(publication.clone(), urgent),
             }
         }
     }

@@ -122,12 +122,15 @@ async fn shard_body(mut ctx: ShardContext) -> Result<(), ShardError> {
 
 /// This shard's ends of the channels between shards (`super::Wires`), taken once.
 struct WireEnds {
-    publication_rx: Option<super::Rx<crate::fetch::Publication>>,
+    publication_rx: Option<crate::fetch::mailbox::Mailbox<crate::fetch::Publication>>,
     handoff_rx: Option<super::Rx<std::net::TcpStream>>,
     snapshot_rx: Option<super::Rx<route::SnapshotCall>>,
     handoff: Vec<Tx<std::net::TcpStream>>,
     snapshot_calls: Vec<Tx<route::SnapshotCall>>,
-    publications: Vec<(usize, Tx<crate::fetch::Publication>)>,
+    publications: Vec<(
+        usize,
+        crate::fetch::mailbox::Poster<crate::fetch::Publication>,
+    )>,
 }
 
 impl WireEnds {
@@ -178,7 +181,10 @@ async fn start_raft(
     log: crate::log::MetadataLog,
     quorum: crate::log::QuorumStateData,
     serving: Option<&Rc<Serving>>,
-    remote_serving: Vec<(usize, Tx<crate::fetch::Publication>)>,
+    remote_serving: Vec<(
+        usize,
+        crate::fetch::mailbox::Poster<crate::fetch::Publication>,
+    )>,
     stop: &StopSignal,
 ) -> Result<RaftTask, ShardError> {
     let inputs = ctx.raft_inputs.lock().ok().and_then(|mut i| i.take());
