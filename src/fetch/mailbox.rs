@@ -8,9 +8,10 @@
 //! apply publications that nobody read before the next arrived.
 //!
 //! A post wakes the receiving shard only when it listens (`Mailbox::listen`, set while
-//! something waits), when the publication resets the reader or names a new snapshot
-//! (`urgent`), or when `WAKE_AT_BACKLOG` posts have piled up (so what is queued stays
-//! bounded). Everything else waits in the box until the shard next looks: every entry point
+//! something waits) and the post could end a wait (`Post::Prompt`), when the publication
+//! resets the reader or names a new snapshot (`Post::Urgent`), or when `WAKE_AT_BACKLOG` posts
+//! have piled up (so what is queued stays bounded). A leader's post that only moves its
+//! durable end (`Post::Quiet`) answers no parked fetch, so it never wakes on its own. Everything else waits in the box until the shard next looks: every entry point
 //! that answers from the view first takes what is queued (`Mailbox::take`).
 //!
 //! No post is lost between a listen and a take: both hold the box's lock, and a post decides
@@ -57,6 +58,17 @@ impl<T> Drop for Closer<T> {
     }
 }
 
+/// How much a post needs the receiver awake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Post {
+    /// Wakes it even when it does not listen.
+    Urgent,
+    /// Wakes it when it listens.
+    Prompt,
+    /// Never wakes it by itself (only as the post that fills the backlog).
+    Quiet,
+}
+
 /// The raft shard's end.
 pub struct Poster<T>(Arc<Closer<T>>);
 
@@ -83,13 +95,17 @@ pub fn mailbox<T>() -> (Poster<T>, Mailbox<T>) {
 }
 
 impl<T> Poster<T> {
-    /// Queues `p`, waking the receiver if it listens, if `urgent`, or if the backlog is
-    /// `WAKE_AT_BACKLOG` long.
-    pub fn post(&self, p: T, urgent: bool) {
+    /// Queues `p`, waking the receiver as `how` says, or if the backlog is `WAKE_AT_BACKLOG`
+    /// long.
+    pub fn post(&self, p: T, how: Post) {
         let waker = {
             let mut s = self.0 .0.lock();
             s.queue.push(p);
-            let wake = s.listening || urgent || s.queue.len() >= WAKE_AT_BACKLOG;
+            let wake = match how {
+                Post::Urgent => true,
+                Post::Prompt => s.listening,
+                Post::Quiet => false,
+            } || s.queue.len() >= WAKE_AT_BACKLOG;
             if wake {
                 s.waker.take()
             } else {
@@ -162,35 +178,40 @@ mod tests {
     }
 
     #[test]
-    fn posts_wake_only_a_listener_an_urgent_post_or_a_full_backlog() {
+    fn posts_wake_a_listener_unless_quiet_and_anyone_when_urgent_or_the_backlog_is_full() {
         let (poster, mailbox) = mailbox::<u32>();
         let count = Arc::new(Count(AtomicUsize::new(0)));
         assert_eq!(poll_next(&mailbox, &count), Poll::Pending);
         // Not listening: queued, nobody woken.
-        poster.post(1, false);
-        poster.post(2, false);
+        poster.post(1, Post::Prompt);
+        poster.post(2, Post::Prompt);
         assert_eq!(woken(&count), 0);
         // Taken in order without waiting.
         assert_eq!(mailbox.take(), vec![1, 2]);
         // Listening: every post wakes.
         mailbox.listen(true);
         assert_eq!(poll_next(&mailbox, &count), Poll::Pending);
-        poster.post(3, false);
+        poster.post(3, Post::Prompt);
         assert_eq!(woken(&count), 1);
         assert_eq!(poll_next(&mailbox, &count), Poll::Ready(Some(vec![3])));
+        // A quiet post does not wake even a listener.
+        assert_eq!(poll_next(&mailbox, &count), Poll::Pending);
+        poster.post(30, Post::Quiet);
+        assert_eq!(woken(&count), 1);
+        assert_eq!(mailbox.take(), vec![30]);
         // Urgent wakes a receiver that does not listen.
         mailbox.listen(false);
         assert_eq!(poll_next(&mailbox, &count), Poll::Pending);
-        poster.post(4, true);
+        poster.post(4, Post::Urgent);
         assert_eq!(woken(&count), 2);
         assert_eq!(poll_next(&mailbox, &count), Poll::Ready(Some(vec![4])));
         // The backlog: the post that makes it WAKE_AT_BACKLOG long wakes, none before.
         assert_eq!(poll_next(&mailbox, &count), Poll::Pending);
         for i in 0..WAKE_AT_BACKLOG as u32 - 1 {
-            poster.post(i, false);
+            poster.post(i, Post::Quiet);
         }
         assert_eq!(woken(&count), 2);
-        poster.post(99, false);
+        poster.post(99, Post::Quiet);
         assert_eq!(woken(&count), 3);
         let all = match poll_next(&mailbox, &count) {
             Poll::Ready(Some(all)) => all,
@@ -208,7 +229,7 @@ mod tests {
         drop(poster);
         // One clone left: still open, not woken.
         assert_eq!(woken(&count), 0);
-        second.post(7, false);
+        second.post(7, Post::Prompt);
         drop(second);
         assert_eq!(woken(&count), 1);
         assert_eq!(poll_next(&mailbox, &count), Poll::Ready(Some(vec![7])));

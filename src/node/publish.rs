@@ -15,7 +15,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use super::executor::Publish;
-use crate::fetch::mailbox::Poster;
+use crate::fetch::mailbox::{Post, Poster};
 use crate::fetch::shard::Serving;
 use crate::fetch::{Generation, Publication};
 use crate::log::MetadataLog;
@@ -62,6 +62,30 @@ fn key(raft: &Raft) -> Key {
         kraft_version: raft.kraft_version(),
         state: raft.state_name(),
         read_round: raft.read_round(),
+    }
+}
+
+/// How a serving shard on another thread must hear of a publication (`fetch::mailbox`). A
+/// reset, or a snapshot to open before a follower asks for it, cannot wait for the shard's
+/// next look. A change of the durable end alone answers no parked fetch
+/// (`serve::parked_ready` reads the log's end, the high watermark, the epoch and the
+/// deadline; a voter's also the read round), so it waits: on a leader, that is one wake of
+/// its fetch shard per commit saved.
+fn post_for(reset: bool, last: Option<&Key>, now: &Key) -> Post {
+    let Some(last) = last else {
+        return Post::Urgent;
+    };
+    if reset || last.latest_snapshot != now.latest_snapshot {
+        return Post::Urgent;
+    }
+    let durable_end_only = Key {
+        flushed: now.flushed,
+        ..last.clone()
+    } == *now;
+    if durable_end_only {
+        Post::Quiet
+    } else {
+        Post::Prompt
     }
 }
 
@@ -117,10 +141,7 @@ impl Publish for NodePublisher {
         } else {
             (self.log.cached_from(self.published_end), None)
         };
-        // A reset, or a snapshot to open before a follower asks for it, cannot wait in a
-        // mailbox for the serving shard's next look.
-        let urgent = reader.is_some()
-            || self.last.as_ref().map(|k| k.latest_snapshot) != Some(now.latest_snapshot);
+        let how = post_for(reader.is_some(), self.last.as_ref(), &now);
         let voters: Vec<ReplicaKey> = raft.voters().voters().iter().map(|v| v.key).collect();
         let publication = Publication {
             generation: self.generation.get(),
@@ -136,8 +157,69 @@ impl Publish for NodePublisher {
         for target in &self.targets {
             match target {
                 Target::Local(serving) => serving.publish(publication.clone()),
-                Target::Remote(poster) => poster.post(publication.clone(), urgent),
+                Target::Remote(poster) => poster.post(publication.clone(), how),
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::raft::OffsetAndEpoch;
+
+    fn key() -> Key {
+        Key {
+            epoch: 3,
+            leader_id: Some(1),
+            is_leader: true,
+            high_watermark: Some(10),
+            start: 0,
+            end: 12,
+            flushed: 11,
+            latest_snapshot: None,
+            voters: 3,
+            kraft_version: 1,
+            state: "leader",
+            read_round: 0,
+        }
+    }
+
+    #[test]
+    fn only_a_durable_end_move_is_posted_quietly() {
+        let last = key();
+        assert_eq!(post_for(false, None, &last), Post::Urgent, "the first");
+        assert_eq!(post_for(true, Some(&last), &last), Post::Urgent, "a reset");
+        let snapshot = Key {
+            latest_snapshot: Some(OffsetAndEpoch::new(10, 3)),
+            ..key()
+        };
+        assert_eq!(post_for(false, Some(&last), &snapshot), Post::Urgent);
+        let flushed = Key {
+            flushed: 12,
+            ..key()
+        };
+        assert_eq!(post_for(false, Some(&last), &flushed), Post::Quiet);
+        // Anything a parked fetch waits for is prompt, with or without the durable end.
+        let changes = [
+            Key { end: 13, ..key() },
+            Key {
+                high_watermark: Some(11),
+                flushed: 12,
+                ..key()
+            },
+            Key { epoch: 4, ..key() },
+            Key {
+                leader_id: None,
+                ..key()
+            },
+            Key {
+                read_round: 1,
+                ..key()
+            },
+        ];
+        for now in &changes {
+            assert_eq!(post_for(false, Some(&last), now), Post::Prompt, "{now:?}");
         }
     }
 }
