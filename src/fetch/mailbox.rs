@@ -29,6 +29,9 @@ struct State<T> {
     listening: bool,
     closed: bool,
     waker: Option<Waker>,
+    /// A post woke the receiver since its last `next`: that `next` returns even if a `take`
+    /// emptied the queue meanwhile, so the receiver's pass after a wake always runs.
+    woken: bool,
 }
 
 struct Shared<T> {
@@ -89,6 +92,7 @@ pub fn mailbox<T>() -> (Poster<T>, Mailbox<T>) {
             listening: false,
             closed: false,
             waker: None,
+            woken: false,
         }),
     });
     (Poster(Arc::new(Closer(shared.clone()))), Mailbox(shared))
@@ -107,6 +111,7 @@ impl<T> Poster<T> {
                 Post::Quiet => false,
             } || s.queue.len() >= WAKE_AT_BACKLOG;
             if wake {
+                s.woken = true;
                 s.waker.take()
             } else {
                 None
@@ -129,12 +134,13 @@ impl<T> Mailbox<T> {
         self.0.lock().listening = on;
     }
 
-    /// Waits until a post wakes this receiver, then takes what is queued; `None` once every
-    /// poster is gone and nothing is queued.
+    /// Waits until a post wakes this receiver, then takes what is queued (perhaps nothing,
+    /// when a `take` came first); `None` once every poster is gone and nothing is queued.
     pub async fn next(&self) -> Option<Vec<T>> {
         std::future::poll_fn(|cx| {
             let mut s = self.0.lock();
-            if !s.queue.is_empty() {
+            if !s.queue.is_empty() || s.woken {
+                s.woken = false;
                 return Poll::Ready(Some(std::mem::take(&mut s.queue)));
             }
             if s.closed {
@@ -205,14 +211,19 @@ mod tests {
         poster.post(4, Post::Urgent);
         assert_eq!(woken(&count), 2);
         assert_eq!(poll_next(&mailbox, &count), Poll::Ready(Some(vec![4])));
+        // A wake whose post a take got first still ends the next `next`, with nothing.
+        assert_eq!(poll_next(&mailbox, &count), Poll::Pending);
+        poster.post(5, Post::Urgent);
+        assert_eq!(mailbox.take(), vec![5]);
+        assert_eq!(poll_next(&mailbox, &count), Poll::Ready(Some(vec![])));
         // The backlog: the post that makes it WAKE_AT_BACKLOG long wakes, none before.
         assert_eq!(poll_next(&mailbox, &count), Poll::Pending);
         for i in 0..WAKE_AT_BACKLOG as u32 - 1 {
             poster.post(i, Post::Quiet);
         }
-        assert_eq!(woken(&count), 2);
-        poster.post(99, Post::Quiet);
         assert_eq!(woken(&count), 3);
+        poster.post(99, Post::Quiet);
+        assert_eq!(woken(&count), 4);
         let all = match poll_next(&mailbox, &count) {
             Poll::Ready(Some(all)) => all,
             other => panic!("expected the backlog, got {other:?}"),
