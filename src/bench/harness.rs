@@ -387,7 +387,7 @@ pub(super) struct Bench<'a> {
 struct Counters {
     /// The phase's processes' CPU time (ticks).
     cpu: Option<u64>,
-    /// The machine's busy time (ticks, `sys::system_busy_ticks`).
+    /// The machine's busy clock (µs, `sys::system_busy_clock_us`).
     system: Option<u64>,
     /// The phase's processes' threads' context switches.
     switches: Option<u64>,
@@ -397,7 +397,7 @@ impl Counters {
     fn read(procs: &Procs) -> Counters {
         Counters {
             cpu: procs.cpu_ticks(),
-            system: crate::sys::system_busy_ticks(),
+            system: crate::sys::system_busy_clock_us(),
             switches: procs.context_switches(),
         }
     }
@@ -553,7 +553,7 @@ impl Bench<'_> {
                         return Ok(PhaseResult {
                             summary,
                             cpu_us_per_record,
-                            system_cpu_us_per_record: per_record(start.system, end.system, tick_us),
+                            system_cpu_us_per_record: per_record(start.system, end.system, 1.0),
                             switches_per_record: per_record(start.switches, end.switches, 1.0),
                             leader,
                             leader_changes,

@@ -721,8 +721,9 @@ pub fn floor_runs_disagree(runs: &[Summary]) -> bool {
 }
 
 /// The machine's CPU time per committed record, against the floor's: counted system-wide
-/// (`/proc/stat`), so that the kernel workers that finish a direct write's sync count too, and
-/// a fix that spins does not pass.
+/// (`sys::system_busy_clock_us`: every CPU's time less `/proc/stat`'s idle, iowait and steal),
+/// so that the kernel workers that finish a direct write's sync count too, and a fix that
+/// spins does not pass.
 pub const GOAL_CPU: f64 = 1.3;
 
 #[cfg(test)]
