@@ -15,7 +15,8 @@ for about two minutes per (rate, linger) pair and round.
 
 What each side measures, and how the two are made comparable:
 - CPU: utime+stime of the three processes (every thread, the JVM's GC and JIT included) and the
-  whole machine's busy time from /proc/stat (kernel workers included), over the same length of
+  whole machine's busy time (every CPU's time less /proc/stat's idle, iowait and steal, which a
+  tickless kernel keeps exactly; kernel workers included), over the same length of
   steady state, divided by the records committed in it.
 - Load: TestRaftServer's throttler counts in whole milliseconds, so its generator wakes at most
   once a millisecond and sends what is due; ringraft's generator does the same
@@ -99,10 +100,16 @@ def proc_cpu_ticks(pid):
 
 
 def system_busy_ticks():
+    """The machine's busy clock in ticks, as the bench's (sys::system_busy_clock_us): every CPU's
+    time less idle, iowait and steal. /proc/stat's busy fields are sampled at the tick and miss
+    short wakes; its idle time is exact on a tickless kernel."""
     with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
-    # user nice system idle iowait irq softirq steal: all but idle and iowait, as the bench does.
-    return sum(v[i] for i in (0, 1, 2, 5, 6, 7) if i < len(v))
+        lines = f.read().splitlines()
+    v = [int(x) for x in lines[0].split()[1:]]
+    cpus = sum(1 for l in lines if l.startswith("cpu") and l[3:4].isdigit())
+    # user nice system idle iowait irq softirq steal
+    not_busy = sum(v[i] for i in (3, 4, 7) if i < len(v))
+    return cpus * time.monotonic() * TICK - not_busy
 
 
 class Cpu:
