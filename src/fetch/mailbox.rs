@@ -11,8 +11,9 @@
 //! something waits) and the post could end a wait (`Post::Prompt`), when the publication
 //! resets the reader or names a new snapshot (`Post::Urgent`), or when `WAKE_AT_BACKLOG` posts
 //! have piled up (so what is queued stays bounded). A leader's post that only moves its
-//! durable end (`Post::Quiet`) answers no parked fetch, so it never wakes on its own. Everything else waits in the box until the shard next looks: every entry point
-//! that answers from the view first takes what is queued (`Mailbox::take`).
+//! durable end (`Post::Quiet`) answers no parked fetch, so it never wakes on its own.
+//! Everything else waits in the box until the shard next looks: every entry point that
+//! answers from the view first takes what is queued (`Mailbox::take`).
 //!
 //! No post is lost between a listen and a take: both hold the box's lock, and a post decides
 //! whether to wake under the same lock.
