@@ -15,50 +15,57 @@
 //! Everything else waits in the box until the shard next looks: every entry point that
 //! answers from the view first takes what is queued (`Mailbox::take`).
 //!
-//! No post is lost between a listen and a take: both hold the box's lock, and a post decides
-//! whether to wake under the same lock.
+//! Nothing on the raft shard's side blocks: the queue is a lock-free channel, and whether a
+//! post wakes the receiver is decided with atomics. No post is lost between a listen and a
+//! take: a post and a listen are each followed by a sequentially consistent fence, so either
+//! the post sees the listener or the listener's take sees the post.
 
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Poll, Waker};
+use std::cell::RefCell;
+use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+use std::task::Poll;
+
+use futures_channel::mpsc;
+use futures_util::task::AtomicWaker;
 
 /// Posts that pile up before one wakes the receiver even though it is not listening: one
 /// wake per this many posts, instead of one per post.
 pub const WAKE_AT_BACKLOG: usize = 64;
 
-struct State<T> {
-    queue: Vec<T>,
-    listening: bool,
-    closed: bool,
-    waker: Option<Waker>,
+/// What both ends share besides the queue. Nothing here blocks: the raft shard must never
+/// wait for a serving shard's thread (a lock held by a thread the scheduler preempted would
+/// make it).
+#[derive(Default)]
+struct Shared {
+    listening: AtomicBool,
+    /// Posts since the receiver last took the queue (approximate: only bounds the backlog).
+    pending: AtomicUsize,
     /// A post woke the receiver since its last `next`: that `next` returns even if a `take`
     /// emptied the queue meanwhile, so the receiver's pass after a wake always runs.
-    woken: bool,
+    woken: AtomicBool,
+    /// Every poster is gone (set after their last post).
+    closed: AtomicBool,
+    waker: AtomicWaker,
 }
 
-struct Shared<T> {
-    state: Mutex<State<T>>,
-}
-
-impl<T> Shared<T> {
-    fn lock(&self) -> MutexGuard<'_, State<T>> {
-        // A poisoned lock means a thread panicked holding it; the queue is still a valid Vec.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+impl Shared {
+    fn wake(&self) {
+        self.woken.store(true, SeqCst);
+        self.waker.wake();
     }
 }
 
-/// Closes the box when the last `Poster` clone is dropped.
-struct Closer<T>(Arc<Shared<T>>);
+/// Closes the queue and wakes the receiver when the last `Poster` clone is dropped.
+struct Closer<T> {
+    tx: mpsc::UnboundedSender<T>,
+    shared: Arc<Shared>,
+}
 
 impl<T> Drop for Closer<T> {
     fn drop(&mut self) {
-        let waker = {
-            let mut s = self.0.lock();
-            s.closed = true;
-            s.waker.take()
-        };
-        if let Some(w) = waker {
-            w.wake();
-        }
+        self.tx.close_channel();
+        self.shared.closed.store(true, SeqCst);
+        self.shared.wake();
     }
 }
 
@@ -82,44 +89,48 @@ impl<T> Clone for Poster<T> {
     }
 }
 
-/// The serving shard's end.
-pub struct Mailbox<T>(Arc<Shared<T>>);
+/// The serving shard's end (one shard's: not shared between threads).
+pub struct Mailbox<T> {
+    rx: RefCell<mpsc::UnboundedReceiver<T>>,
+    shared: Arc<Shared>,
+}
 
 /// A new box: the poster for the raft shard, the mailbox for the serving shard.
 pub fn mailbox<T>() -> (Poster<T>, Mailbox<T>) {
-    let shared = Arc::new(Shared {
-        state: Mutex::new(State {
-            queue: Vec::new(),
-            listening: false,
-            closed: false,
-            waker: None,
-            woken: false,
-        }),
-    });
-    (Poster(Arc::new(Closer(shared.clone()))), Mailbox(shared))
+    let (tx, rx) = mpsc::unbounded();
+    let shared = Arc::new(Shared::default());
+    let closer = Closer {
+        tx,
+        shared: shared.clone(),
+    };
+    (
+        Poster(Arc::new(closer)),
+        Mailbox {
+            rx: RefCell::new(rx),
+            shared,
+        },
+    )
 }
 
 impl<T> Poster<T> {
     /// Queues `p`, waking the receiver as `how` says, or if the backlog is `WAKE_AT_BACKLOG`
-    /// long.
+    /// long. Lock-free: the queue is a channel whose receiver never registers its own waker,
+    /// so a send alone wakes nobody.
     pub fn post(&self, p: T, how: Post) {
-        let waker = {
-            let mut s = self.0 .0.lock();
-            s.queue.push(p);
-            let wake = match how {
-                Post::Urgent => true,
-                Post::Prompt => s.listening,
-                Post::Quiet => false,
-            } || s.queue.len() >= WAKE_AT_BACKLOG;
-            if wake {
-                s.woken = true;
-                s.waker.take()
-            } else {
-                None
-            }
-        };
-        if let Some(w) = waker {
-            w.wake();
+        let shared = &self.0.shared;
+        // Fails only once the receiver is gone, and then nobody is left to tell.
+        let _ = self.0.tx.unbounded_send(p);
+        let pending = shared.pending.fetch_add(1, SeqCst) + 1;
+        // Pairs with the fence in `Mailbox::listen`: either this post sees the receiver
+        // listening, or the receiver's take after listening sees this post.
+        fence(SeqCst);
+        let wake = match how {
+            Post::Urgent => true,
+            Post::Prompt => shared.listening.load(SeqCst),
+            Post::Quiet => false,
+        } || pending >= WAKE_AT_BACKLOG;
+        if wake {
+            shared.wake();
         }
     }
 }
@@ -127,29 +138,39 @@ impl<T> Poster<T> {
 impl<T> Mailbox<T> {
     /// What has been posted and not taken, oldest first, without waiting.
     pub fn take(&self) -> Vec<T> {
-        std::mem::take(&mut self.0.lock().queue)
+        self.shared.pending.store(0, SeqCst);
+        let mut rx = self.rx.borrow_mut();
+        let mut out = Vec::new();
+        while let Ok(p) = rx.try_recv() {
+            out.push(p);
+        }
+        out
     }
 
     /// Whether every post wakes the receiver (while something on its shard waits for one).
+    /// A caller that turns it on takes the queue after: a post it missed is there.
     pub fn listen(&self, on: bool) {
-        self.0.lock().listening = on;
+        self.shared.listening.store(on, SeqCst);
+        fence(SeqCst);
     }
 
     /// Waits until a post wakes this receiver, then takes what is queued (perhaps nothing,
     /// when a `take` came first); `None` once every poster is gone and nothing is queued.
     pub async fn next(&self) -> Option<Vec<T>> {
         std::future::poll_fn(|cx| {
-            let mut s = self.0.lock();
-            if !s.queue.is_empty() || s.woken {
-                s.woken = false;
-                return Poll::Ready(Some(std::mem::take(&mut s.queue)));
+            self.shared.waker.register(cx.waker());
+            let woken = self.shared.woken.swap(false, SeqCst);
+            // Read before the take: a closed box's last posts are in the queue by then.
+            let closed = self.shared.closed.load(SeqCst);
+            let taken = self.take();
+            if !taken.is_empty() {
+                return Poll::Ready(Some(taken));
             }
-            if s.closed {
+            if closed {
                 return Poll::Ready(None);
             }
-            match &s.waker {
-                Some(w) if w.will_wake(cx.waker()) => {}
-                _ => s.waker = Some(cx.waker().clone()),
+            if woken {
+                return Poll::Ready(Some(taken));
             }
             Poll::Pending
         })
@@ -162,7 +183,7 @@ mod tests {
     use super::*;
     use std::future::Future;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::task::{Context, Wake};
+    use std::task::{Context, Wake, Waker};
 
     struct Count(AtomicUsize);
 
@@ -246,5 +267,42 @@ mod tests {
         assert_eq!(woken(&count), 1);
         assert_eq!(poll_next(&mailbox, &count), Poll::Ready(Some(vec![7])));
         assert_eq!(poll_next(&mailbox, &count), Poll::Ready(None));
+    }
+
+    /// A receiver on another thread that waits only through `next` must get every post, in
+    /// order: when listening, each post on its own (the poster waits for each to arrive, so a
+    /// lost wake fails the timeout); when not, quiet posts through the backlog's wakes and
+    /// the poster's drop.
+    #[test]
+    fn a_receiver_on_another_thread_gets_every_post_in_order() {
+        use std::sync::mpsc::channel;
+        use std::time::Duration;
+        const N: u32 = 2_000;
+        for (listening, how) in [(true, Post::Prompt), (false, Post::Quiet)] {
+            let (poster, mailbox) = mailbox::<u32>();
+            mailbox.listen(listening);
+            let (arrived, arrivals) = channel();
+            std::thread::spawn(move || {
+                while let Some(batch) = futures_lite::future::block_on(mailbox.next()) {
+                    for p in batch {
+                        let _ = arrived.send(p);
+                    }
+                }
+            });
+            let wait = Duration::from_secs(10);
+            let mut got = Vec::new();
+            for i in 0..N {
+                poster.post(i, how);
+                if listening {
+                    let p = arrivals.recv_timeout(wait);
+                    got.push(p.unwrap_or_else(|_| panic!("post {i} did not wake the listener")));
+                }
+            }
+            drop(poster);
+            while let Ok(p) = arrivals.recv_timeout(wait) {
+                got.push(p);
+            }
+            assert_eq!(got, (0..N).collect::<Vec<_>>(), "{how:?}");
+        }
     }
 }
