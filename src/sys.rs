@@ -326,8 +326,9 @@ pub fn process_cpu_ticks(pid: u32) -> Option<u64> {
 /// It is every CPU's time since an arbitrary start, less what `/proc/stat` counts idle or
 /// waiting for I/O and stolen by the hypervisor. On a tickless kernel the idle time is kept
 /// exactly, while `/proc/stat`'s busy fields are sampled at the tick: a load of short wakes
-/// that end between two ticks is missed. Summed, those fields gave a floor that polls in
-/// short bursts a third less CPU than its own processes' counts, which are exact.
+/// that end between two ticks is missed. Summed, those fields gave `bench quorum`'s floor,
+/// whose load is short wakes, between three quarters and a twentieth of the CPU its own
+/// processes' exact counts showed.
 pub fn system_busy_clock_us() -> Option<u64> {
     static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
     let since = START.get_or_init(std::time::Instant::now).elapsed();
