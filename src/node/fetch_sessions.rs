@@ -26,6 +26,11 @@ use futures_lite::StreamExt;
 use tracing::{debug, trace, Instrument};
 
 use super::handle::ExecutorInput;
+
+/// How long a session holds its next request, after an answer that carried records, for the
+/// fetches of the groups that append them (`SessionBook::awaiting`): about one durable write
+/// of theirs. Past it, the request goes, and those fetches overtake it when they come.
+pub const POLL_GRACE: Duration = Duration::from_millis(3);
 use super::metrics::SharedMetrics;
 use super::session_book::SessionBook;
 use crate::net::fetch_session::At;
@@ -204,6 +209,9 @@ async fn session_task(
     mut s: Session,
     stop: StopSignal,
 ) {
+    // Until when the next request waits for the fetches of groups that had records
+    // (`SessionBook::awaiting`).
+    let mut grace: Option<Instant> = None;
     loop {
         // Fetches queued while the session backs off wait for the backoff to end (well within
         // their request timeout): failed at once, their groups would send them again at once.
@@ -211,13 +219,22 @@ async fn session_task(
         if reconnect.is_some_and(|at| at <= Instant::now()) {
             Box::pin(s.connect(&endpoint)).await;
         }
-        if s.book.request_due() && s.conn.is_some() {
+        let holding = match grace {
+            Some(until) if s.book.awaiting() && Instant::now() < until => Some(until),
+            Some(_) => {
+                s.book.stop_awaiting();
+                grace = None;
+                None
+            }
+            None => None,
+        };
+        if holding.is_none() && s.book.request_due() && s.conn.is_some() {
             Box::pin(s.send()).await;
         }
         // A held fetch has no deadline of its own once the leader node acknowledged it: the
         // session's requests, one always in flight while fetches are held, each have theirs.
         let answer_due = s.in_flight.front().map(|(_, due)| *due);
-        let deadline = answer_due.into_iter().chain(reconnect).min();
+        let deadline = answer_due.into_iter().chain(reconnect).chain(holding).min();
         let event = {
             let carried = async { Event::Carried(input.next().await) };
             let stopped = async {
@@ -256,6 +273,7 @@ async fn session_task(
             }
             Event::Answer(Ok(bytes)) => {
                 if s.answered(&bytes) > 0 {
+                    grace = s.book.awaiting().then(|| Instant::now() + POLL_GRACE);
                     // A group answered sends its next fetch in this turn of the shard (an idle
                     // group's at once): let those go first, so that they leave in the next
                     // request instead of a poll sent now, which they would cut short.

@@ -51,6 +51,9 @@ pub struct SessionBook<R> {
     template: Option<FetchRequest>,
     /// Partitions whose replica's last answer carried records, a divergence or a snapshot.
     busy: HashSet<At>,
+    /// Of those, the ones whose next fetch has not been queued since that answer: their group
+    /// is appending what came, and sends its next fetch when that is durable (`awaiting`).
+    awaited: HashSet<At>,
     /// Tests only (the `mutations` feature): an answer with records goes to another partition's
     /// held fetch, the bug a coalesced answer invites.
     #[cfg(feature = "mutations")]
@@ -67,6 +70,7 @@ impl<R> SessionBook<R> {
             sent: 0,
             template: None,
             busy: HashSet::new(),
+            awaited: HashSet::new(),
             #[cfg(feature = "mutations")]
             misroute: false,
         }
@@ -79,7 +83,24 @@ impl<R> SessionBook<R> {
         if long_poll || self.template.is_none() {
             self.template = Some(fetch.clone());
         }
+        self.awaited.remove(&(group.topic_id(), group.partition()));
         self.queued.push((group, fetch, reply));
+    }
+
+    /// Whether the next request had better wait a little: nothing is in flight, and a group
+    /// whose last answer carried records has not sent its next fetch yet (it sends it once
+    /// it has appended them durably). Sent now, a poll would be in flight when that fetch
+    /// comes, the fetch would overtake it, and the leader would answer the poll early: two
+    /// requests and two answers for each of a busy group's appends where one does. The caller
+    /// waits a bounded time (`fetch_sessions::POLL_GRACE`), then `stop_awaiting`.
+    pub fn awaiting(&self) -> bool {
+        self.in_flight.is_empty() && !self.awaited.is_empty()
+    }
+
+    /// The wait for the awaited fetches is over: what is due goes now, and those fetches
+    /// overtake the request in flight when they come.
+    pub fn stop_awaiting(&mut self) {
+        self.awaited.clear();
     }
 
     pub fn has_queued(&self) -> bool {
@@ -218,8 +239,10 @@ impl<R> SessionBook<R> {
                 if held.replicating {
                     if carries_something(&answer) {
                         self.busy.insert(at);
+                        self.awaited.insert(at);
                     } else {
                         self.busy.remove(&at);
+                        self.awaited.remove(&at);
                     }
                 }
                 out.push((held.reply, answer));
@@ -263,6 +286,7 @@ impl<R> SessionBook<R> {
     /// The connection is gone: every fetch it held or would carry fails, held ones first.
     pub fn fail_all(&mut self) -> Vec<R> {
         self.in_flight.clear();
+        self.awaited.clear();
         self.view.held.borrow_mut().clear();
         self.view.answered.set(None);
         let mut held: Vec<(At, Held<R>)> = self.held.drain().collect();
@@ -459,6 +483,49 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn after_records_the_next_request_awaits_the_busy_groups_fetch_and_carries_it() {
+        let (a, b) = (key(0), key(1));
+        let mut s = book();
+        s.queue(a.clone(), fetch(2, 800), 1);
+        s.queue(b.clone(), fetch(2, 800), 2);
+        s.next_request(17).expect("request 0");
+        assert!(!s.awaiting(), "a request in flight: nothing to await");
+        // a's answer carries records, b stays held.
+        let mut response = answer(&[(&a, 5)], ErrorCode::NONE);
+        response.responses[0].partitions[0].records = Some(bytes::Bytes::from_static(b"batch"));
+        assert_eq!(s.answered(&response, Instant::now()).unwrap().len(), 1);
+        assert!(s.request_due(), "b is held with no request to answer it in");
+        assert!(s.awaiting(), "but a appends what came, then fetches again");
+        // a's next fetch comes: one request carries it, no poll before it.
+        s.queue(a.clone(), fetch(2, 800), 3);
+        assert!(!s.awaiting());
+        let next = s.next_request(17).expect("request 1");
+        assert_eq!(next.topics[0].partitions[0].partition, 0);
+        assert!(s.next_request(17).is_none(), "one request");
+        // An empty answer awaits nothing.
+        let response = answer(&[(&a, 5)], ErrorCode::NONE);
+        assert_eq!(s.answered(&response, Instant::now()).unwrap().len(), 1);
+        assert!(!s.awaiting(), "an idle group's next fetch is not awaited");
+        // The wait given up: what is due goes, and the awaited fetch overtakes it later.
+        s.queue(a.clone(), fetch(2, 800), 4);
+        s.next_request(17).expect("request 2");
+        let mut response = answer(&[(&a, 6)], ErrorCode::NONE);
+        response.responses[0].partitions[0].records = Some(bytes::Bytes::from_static(b"batch"));
+        assert_eq!(s.answered(&response, Instant::now()).unwrap().len(), 1);
+        assert!(s.awaiting());
+        s.stop_awaiting();
+        assert!(!s.awaiting());
+        s.next_request(17).expect("a poll for b");
+        s.queue(a.clone(), fetch(2, 800), 5);
+        assert!(s.next_request(17).is_some(), "a's fetch overtakes the poll");
+        assert_eq!(
+            s.fail_all(),
+            vec![5, 2],
+            "held ones fail in partition order"
+        );
+    }
+
+    #[test]
     fn a_probes_answer_with_records_does_not_make_its_group_busy() {
         let (a, b) = (key(0), key(1));
         let mut s = book();
@@ -469,6 +536,7 @@ pub(crate) mod tests {
         let mut response = answer(&[(&a, 5)], ErrorCode::NONE);
         response.responses[0].partitions[0].records = Some(bytes::Bytes::from_static(b"batch"));
         assert_eq!(s.answered(&response, Instant::now()).unwrap().len(), 1);
+        assert!(!s.awaiting(), "nor is its next fetch awaited");
         // Request 1 carries b's long poll and stays in flight; a's next long poll waits for it.
         s.queue(b.clone(), fetch(2, 800), 2);
         s.next_request(17).expect("request 1");
