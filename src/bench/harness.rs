@@ -677,14 +677,33 @@ pub(super) fn write_file(path: &Path, text: &str) -> Result<(), BenchError> {
     fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()).into())
 }
 
-/// Three distinct free loopback ports (bound, read, released; a race with another process is
-/// reported by the node that cannot listen).
+/// `n` distinct free loopback ports (bound, read, released; a race with another process is
+/// reported by the node that cannot listen). They are taken below the kernel's ephemeral range
+/// (32768 and up): a port the kernel hands out for port 0 can become the local port of a
+/// running node's outgoing connection before the node meant to listen there starts, which the
+/// interop suite met as "Address already in use".
 pub(super) fn free_ports(n: usize) -> Result<Vec<u16>, BenchError> {
-    // All bound at once, so that no two are the same.
-    let listeners: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("cannot find a free port: {e}"))?;
+    const FIRST: u16 = 20_000;
+    const SPAN: u16 = 12_000;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let start = (nanos ^ std::process::id()) % u32::from(SPAN);
+    // All held at once, so that no two are the same.
+    let mut listeners: Vec<TcpListener> = Vec::with_capacity(n);
+    for i in 0..u32::from(SPAN) {
+        if listeners.len() == n {
+            break;
+        }
+        let port = FIRST + ((start + i * 7_919) % u32::from(SPAN)) as u16;
+        if let Ok(l) = TcpListener::bind(("127.0.0.1", port)) {
+            listeners.push(l);
+        }
+    }
+    if listeners.len() < n {
+        let why = format!("cannot find {n} free ports in {FIRST}..{}", FIRST + SPAN);
+        return Err(why.into());
+    }
     listeners
         .iter()
         .map(|l| {

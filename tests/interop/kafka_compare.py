@@ -68,9 +68,20 @@ def say(message):
 
 
 def free_ports(count):
-    socks = [socket.socket() for _ in range(count)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
+    # Below the kernel's ephemeral range (32768 and up), so that no running process's outgoing
+    # connection takes one as its local port before the node meant to listen there starts.
+    socks = []
+    for port in random.sample(range(20000, 32000), 12000):
+        if len(socks) == count:
+            break
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", port))
+            socks.append(s)
+        except OSError:
+            s.close()
+    if len(socks) < count:
+        die(f"cannot find {count} free ports in 20000..32000")
     ports = [s.getsockname()[1] for s in socks]
     for s in socks:
         s.close()

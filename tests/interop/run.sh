@@ -96,8 +96,8 @@ say "building the linearizability checker (Porcupine from the Go module proxy)"
   || die "cannot build tests/interop/linearizability (Porcupine comes from the Go module proxy)"
 
 # ---- a node on a free port ---------------------------------------------------------------
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 RUN=$(mktemp -d "$WORK/run.XXXXXX")
+. "$HERE/free_port.sh"
 PIDS=()
 # Processes started inside a check run in its subshell, so they are recorded in a file too.
 # A node still shutting down writes into its directory, so the run directory is removed only

@@ -47,8 +47,8 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
         || die "cannot compile java/QuorumTool.java against Kafka $v"
     }
   done
-  free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
   RUN=$(mktemp -d "$WORK/run.XXXXXX")
+  . "$HERE/free_port.sh"
   PIDS=()
   cleanup() {
     for p in "${PIDS[@]}" $(cat "$RUN/pids" 2>/dev/null); do kill "$p" 2>/dev/null || true; done
