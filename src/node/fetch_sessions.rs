@@ -26,11 +26,6 @@ use futures_lite::StreamExt;
 use tracing::{debug, trace, Instrument};
 
 use super::handle::ExecutorInput;
-
-/// How long a session holds its next request, after an answer that carried records, for the
-/// fetches of the groups that append them (`SessionBook::awaiting`): about one durable write
-/// of theirs. Past it, the request goes, and those fetches overtake it when they come.
-pub const POLL_GRACE: Duration = Duration::from_millis(3);
 use super::metrics::SharedMetrics;
 use super::session_book::SessionBook;
 use crate::net::fetch_session::At;
@@ -42,6 +37,11 @@ use crate::protocol::group::GroupKey;
 use crate::protocol::{apis, ApiKey, ApiSpec, Reader, Writer};
 use crate::raft::message::FetchRequest;
 use crate::raft::{Endpoint, Failure, RequestId, Response};
+
+/// How long a session holds its next request, after an answer that carried records, for the
+/// fetches of the groups that append them (`SessionBook::awaiting`): about one durable write
+/// of theirs. Past it, the request goes, and those fetches overtake it when they come.
+pub const POLL_GRACE: Duration = Duration::from_millis(3);
 
 /// A group's Fetch for a session: what to send and where its answer goes.
 pub struct Carried {

@@ -57,6 +57,9 @@ struct FollowerSession {
     book: SessionBook<Reply>,
     /// Requests on the wire: number and when they time out.
     in_flight: VecDeque<(i32, u64)>,
+    /// Until when the next request waits for the fetches of groups whose answer carried
+    /// records (`SessionBook::awaiting`, as `fetch_sessions` holds it).
+    hold_until: Option<u64>,
 }
 
 impl FollowerSession {
@@ -67,6 +70,23 @@ impl FollowerSession {
             conn,
             book,
             in_flight: VecDeque::new(),
+            hold_until: None,
+        }
+    }
+
+    /// Whether the next request still waits (`fetch_sessions::POLL_GRACE`), and whether a wait
+    /// ended here because its time was up (as the node's session task ends it) with fetches
+    /// still awaited.
+    fn holding(&mut self, now: u64) -> (bool, bool) {
+        match self.hold_until {
+            Some(until) if self.book.awaiting() && now < until => (true, false),
+            Some(_) => {
+                let expired = self.book.awaiting();
+                self.book.stop_awaiting();
+                self.hold_until = None;
+                (false, expired)
+            }
+            None => (false, false),
         }
     }
 }
@@ -91,6 +111,8 @@ struct LeaderConn {
 
 /// How long a quiet answer waits for others, as `node::held_fetches`' quiet window.
 const QUIET_WINDOW_MS: u64 = 20;
+/// The follower's wait for its busy groups' next fetches, as the node's session task waits.
+const POLL_GRACE_MS: u64 = ringraft::node::fetch_sessions::POLL_GRACE.as_millis() as u64;
 
 /// An answer that changes nothing for its follower (`node::held_fetches`): no records, error,
 /// divergence or snapshot, and the high watermark it was last answered with.
@@ -150,6 +172,8 @@ enum Event {
         conn: u64,
         number: i32,
     },
+    /// A session's wait for its busy groups' next fetches ends.
+    GraceOver,
     /// Fetches that could not be sent (the leader node refused the connection) fail.
     Refused {
         replies: Vec<Reply>,
@@ -197,6 +221,10 @@ pub struct GroupStats {
     pub coalesced_requests: u64,
     pub broken_connections: u64,
     pub records_checked: u64,
+    /// Requests held after an answer with records for the busy groups' next fetches, and
+    /// those holds that ended by time rather than by the fetches coming.
+    pub grace_holds: u64,
+    pub grace_expired: u64,
 }
 
 impl GroupStats {
@@ -206,6 +234,8 @@ impl GroupStats {
         self.coalesced_requests += other.coalesced_requests;
         self.broken_connections += other.broken_connections;
         self.records_checked += other.records_checked;
+        self.grace_holds += other.grace_holds;
+        self.grace_expired += other.grace_expired;
     }
 }
 
@@ -376,6 +406,8 @@ impl Groups {
                 leader,
                 conn,
             } => self.fail_session(follower, leader, Some(conn)),
+            // `pump` sends what is due once the wait is over.
+            Event::GraceOver => Ok(()),
             Event::FollowerDeadline {
                 follower,
                 leader,
@@ -514,12 +546,18 @@ impl Groups {
     }
 
     fn send_due(&mut self) -> Result<(), String> {
+        let now = self.now;
+        let mut expired = 0;
         let due: Vec<(i32, i32)> = self
             .sessions
-            .iter()
-            .filter(|(_, s)| s.book.request_due())
-            .map(|(k, _)| *k)
+            .iter_mut()
+            .filter_map(|(k, s)| {
+                let (holding, ended) = s.holding(now);
+                expired += u64::from(ended);
+                (!holding && s.book.request_due()).then_some(*k)
+            })
             .collect();
+        self.stats.grace_expired += expired;
         for (follower, leader) in due {
             if self.down.contains(&follower) {
                 continue;
@@ -879,6 +917,12 @@ impl Groups {
         let Some(answers) = s.book.answered(&response, Instant::now()) else {
             return Err("a session answer with no request in flight".into());
         };
+        if !answers.is_empty() && s.book.awaiting() {
+            let until = self.now + POLL_GRACE_MS;
+            s.hold_until = Some(until);
+            self.stats.grace_holds += 1;
+            self.schedule(until, Event::GraceOver);
+        }
         for ((g, id, incarnation), answer) in answers {
             let result = Ok(Response::Fetch(answer));
             self.touched.insert(g);

@@ -259,11 +259,14 @@ fn run_group_seeds(size: usize, groups: usize, count: u64) {
         "{count} seeds × {size} nodes × {groups} groups: 0 violations, {events} events, \
          {committed} committed batches, {truncations} divergence truncations, {downloads} \
          snapshot downloads; sessions: {} requests ({} carrying two or more groups), {} answers, \
-         {} connections broken; {} records checked for their group",
+         {} connections broken, {} requests held for busy groups' fetches ({} to the end of the \
+         wait); {} records checked for their group",
         sessions.session_requests,
         sessions.coalesced_requests,
         sessions.session_answers,
         sessions.broken_connections,
+        sessions.grace_holds,
+        sessions.grace_expired,
         sessions.records_checked,
     );
     assert!(
@@ -277,6 +280,10 @@ fn run_group_seeds(size: usize, groups: usize, count: u64) {
     assert!(
         sessions.broken_connections > 0,
         "no session connection broke"
+    );
+    assert!(
+        sessions.grace_holds > sessions.grace_expired,
+        "no session request waited for a busy group's fetch and got it"
     );
     assert!(truncations > 0, "no run truncated a divergent suffix");
 }
