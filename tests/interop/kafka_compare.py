@@ -38,12 +38,13 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import time
 import uuid
+
+from ports import free_ports
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -65,27 +66,6 @@ def die(message):
 
 def say(message):
     print(message, flush=True)
-
-
-def free_ports(count):
-    # Below the kernel's ephemeral range (32768 and up), so that no running process's outgoing
-    # connection takes one as its local port before the node meant to listen there starts.
-    socks = []
-    for port in random.sample(range(20000, 32000), 12000):
-        if len(socks) == count:
-            break
-        s = socket.socket()
-        try:
-            s.bind(("127.0.0.1", port))
-            socks.append(s)
-        except OSError:
-            s.close()
-    if len(socks) < count:
-        die(f"cannot find {count} free ports in 20000..32000")
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def kafka_jars(version):

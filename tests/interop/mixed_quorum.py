@@ -66,6 +66,8 @@ import subprocess
 import sys
 import time
 
+from ports import free_port
+
 LEADER_BOUND_S = 20
 ACTIVE_BOUND_S = 30
 CONVERGE_BOUND_S = 20
@@ -74,44 +76,6 @@ ADOPT_RETENTION = 128 << 10
 ADOPT_BETWEEN = 16 << 10
 ADOPT_SEGMENT = 64 << 10
 ADOPT_SECONDS = 60
-
-
-# Ports free_port has handed out in this process (it picks at random, so it could repeat).
-_GIVEN_PORTS = set()
-
-
-def free_port():
-    """A free port to listen on, below the kernel's ephemeral range.
-
-    A port inside that range can be picked as the source port of a connection to itself: a
-    node that dials a peer's port before the peer listens may then be connected to itself
-    (TCP simultaneous open). CI run 29 hit it: Kafka 1 dialled Kafka 2's port first, read its
-    own request back as an answer, ran out of heap on the size it read, and held the port, so
-    Kafka 2 could not bind it. A port outside the range is never a source port.
-    """
-    import socket
-
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            ephemeral_low = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        ephemeral_low = 32768
-    low = 10000
-    high = max(ephemeral_low, low + 1000)
-    for _ in range(1000):
-        port = random.randrange(low, high)
-        if port in _GIVEN_PORTS:
-            continue
-        s = socket.socket()
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        finally:
-            s.close()
-        _GIVEN_PORTS.add(port)
-        return port
-    raise RuntimeError(f"no free port in {low}..{high}")
 
 
 class Tool:
