@@ -53,12 +53,16 @@ pub const VOUCHED_PARK_MS: u64 = super::core::FETCH_PARK_MAX_MS as u64;
 /// How long a follower may rest on its session since the leader's group last answered it
 /// itself, in fetch timeouts. The leader answers a parked Fetch at the latest one timeout
 /// sooner (`rest_max_ms`), so each idle group still has one round trip of its own every
-/// 14 s: the proof that the two groups' executors are alive, not only their nodes. A leader
-/// group whose executor stops answering is noticed this much later (16 s); a session that
+/// 30 s: the proof that the two groups' executors are alive, not only their nodes. A leader
+/// group whose executor stops answering is noticed this much later (32 s); a session that
 /// fails fails the Fetch it holds (`Failure::Disconnected`), which brings the fetch timeout
-/// back to one timeout from then (`session_failed`). 3 nodes × 2,000 idle groups, one round
-/// each (load 2–2.4): 7.3–7.6 % of a CPU per node at 4, 5.8–6.0 % at 8.
-pub const VOUCHED_TIMEOUTS: u64 = 8;
+/// back to one timeout from then (`session_failed`).
+///
+/// 3 nodes × 2,000 idle groups (`bench groups`, % of a CPU per node): 7.3–7.6 at 4 and
+/// 5.8–6.0 at 8 when first measured; later, on another machine, 3.3–5.0 at 8 and 2.1–2.3 at
+/// 32. At 8 the 2,000 groups' own round trips came back in bursts that held a raft shard for
+/// 0.5–6 ms several times a second, which a busy group's commits then waited behind.
+pub const VOUCHED_TIMEOUTS: u64 = 16;
 
 impl Raft {
     /// Lets this core rest on its Fetch sessions (see the module).
