@@ -50,7 +50,7 @@ pub struct GroupsBenchArgs {
     /// Target rates (records/s) to climb in phase (a), lowest first. The top is 2.5 × the
     /// step below it: when one group holds 80,000 and no more, many groups holding the top
     /// meet the goal. A run that holds the top goes on doubling it until a rate is not held
-    /// (up to `LADDER_MAX`), so that a group that holds more than the top is not reported as
+    /// (up to `--ladder-max`), so that a group that holds more than the top is not reported as
     /// holding only the top.
     #[arg(
         long,
@@ -58,6 +58,10 @@ pub struct GroupsBenchArgs {
         default_value = "2000,5000,10000,20000,40000,80000,200000"
     )]
     pub rates: Vec<u64>,
+    /// Past the top of `--rates`, the ladder doubles up to this rate (records/s); the top of
+    /// `--rates` or less: no doubling.
+    #[arg(long, default_value_t = 6_400_000)]
+    pub ladder_max: u64,
     /// Measured seconds per rate (after a one-second warm-up).
     #[arg(long, default_value_t = 4)]
     pub seconds: u64,
@@ -100,8 +104,6 @@ const PREFERRED_WAIT: Duration = Duration::from_secs(60);
 /// 2,000/s where the same cluster gave 2 ms later (group 0 and the groups still settling), and
 /// that run's p99 alone became phase (c)'s baseline, making (c) a false 0.02×.
 const SETTLE_MIN: Duration = Duration::from_secs(10);
-/// Past the top of `--rates`, the ladder doubles up to this rate.
-const LADDER_MAX: u64 = 6_400_000;
 
 pub fn run(args: GroupsBenchArgs) -> Result<(), BenchError> {
     if args.groups == 0
@@ -289,12 +291,12 @@ fn goal_list(m: &Measured) -> Vec<Goal> {
     ]
 }
 
-/// The rates phase (a) climbs: `rates`, then the top doubled while at most `LADDER_MAX`. The
+/// The rates phase (a) climbs: `rates`, then the top doubled while at most `max`. The
 /// climb stops at the first rate not held.
-fn ladder(rates: &[u64]) -> impl Iterator<Item = u64> + '_ {
+fn ladder(rates: &[u64], max: u64) -> impl Iterator<Item = u64> + '_ {
     let top = rates.last().copied().unwrap_or(0);
     let past = std::iter::successors(top.checked_mul(2), |r| r.checked_mul(2))
-        .take_while(|r| *r <= LADDER_MAX);
+        .take_while(move |r| *r <= max);
     rates.iter().copied().chain(past)
 }
 
@@ -647,7 +649,7 @@ fn throughput(
         None
     };
     let mut best = 0;
-    for rate in ladder(&args.rates) {
+    for rate in ladder(&args.rates, args.ladder_max) {
         let run = glommio_run(drive(
             &cluster.ports,
             &cluster.groups,
@@ -1165,12 +1167,18 @@ mod tests {
 
     #[test]
     fn the_ladder_doubles_past_the_top_up_to_its_bound() {
-        let climbed: Vec<u64> = ladder(&[2_000, 200_000]).collect();
+        let climbed: Vec<u64> = ladder(&[2_000, 200_000], 6_400_000).collect();
         assert_eq!(
             climbed,
             [2_000, 200_000, 400_000, 800_000, 1_600_000, 3_200_000, 6_400_000]
         );
-        assert_eq!(ladder(&[LADDER_MAX]).collect::<Vec<_>>(), [LADDER_MAX]);
+        assert_eq!(
+            ladder(&[6_400_000], 6_400_000).collect::<Vec<_>>(),
+            [6_400_000]
+        );
+        // A bound at or below the top: the rates as given.
+        assert_eq!(ladder(&[300], 300).collect::<Vec<_>>(), [300]);
+        assert_eq!(ladder(&[300, 900], 0).collect::<Vec<_>>(), [300, 900]);
     }
 
     #[test]
