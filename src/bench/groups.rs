@@ -152,7 +152,7 @@ pub fn run(args: GroupsBenchArgs) -> Result<(), BenchError> {
         ));
         // By run, not by group count: `--groups 1` runs one group twice.
         let dir = scratch.path.join(format!("a{slot}-{groups}"));
-        let (best, alone) = throughput(&exe, &dir, (groups, slot == 0), &args, &say)?;
+        let (best, alone) = throughput(&exe, &dir, groups, slot == 0, &args, &say)?;
         m.max_rate[slot] = Some(best);
         if slot == 0 {
             m.alone_p99_us = alone;
@@ -583,14 +583,14 @@ async fn probe(
     }
 }
 
-/// Phase (a) for `groups` groups: the highest of `--rates` held, climbing until one is not;
-/// with one group, also its p99 at `BUSY_RATE` (phase (c)'s baseline).
-/// Phase (a) over `groups` groups; with `baseline`, also phase (c)'s baseline (one group
-/// alone at `BUSY_RATE`, the median p99 of `--busy-rounds` rounds).
+/// Phase (a) for `groups` groups: the highest rate of the ladder held, climbing until one is
+/// not. With one group and `baseline`, first phase (c)'s baseline: its p99 at `BUSY_RATE`,
+/// the median of `--busy-rounds` rounds.
 fn throughput(
     exe: &Path,
     dir: &Path,
-    (groups, baseline): (usize, bool),
+    groups: usize,
+    baseline: bool,
     args: &GroupsBenchArgs,
     say: &dyn Fn(String),
 ) -> Result<(u64, Option<u64>), BenchError> {
