@@ -623,28 +623,14 @@ fn throughput(
     // and a cluster that was just overloaded answered 2,000/s with a p99 of 13–30 ms for the
     // next 10–20 s (where a settled one gave 1.5 ms).
     let alone = if groups == 1 && baseline {
-        let mut p99s = Vec::with_capacity(args.busy_rounds);
-        for round in 1..=args.busy_rounds {
-            let run = glommio_run(drive(
-                &cluster.ports,
-                &cluster.groups,
-                leaders.clone(),
-                BUSY_RATE,
-                args,
-            ))??;
-            let p99 = run.latency.value_at_quantile(0.99);
-            say(format!(
-                "  alone at {BUSY_RATE}/s, round {round}: p99 {p99} µs"
-            ));
-            p99s.push(p99 as f64);
-        }
-        let p99 = report::median(&mut p99s).map(|v| v as u64);
+        let label = format!("  alone at {BUSY_RATE}/s");
+        let (group, leader) = (&cluster.groups[0], leaders[0]);
+        let (_, p99) = busy_rounds(&cluster.ports, group, leader, args, &label, say)?;
         say(format!(
-            "  alone: p99 {} µs, the median of {} rounds (phase (c)'s baseline)",
-            p99.unwrap_or(0),
+            "  alone: p99 {p99} µs, the median of {} rounds (phase (c)'s baseline)",
             args.busy_rounds
         ));
-        p99
+        Some(p99)
     } else {
         None
     };
@@ -673,6 +659,34 @@ fn throughput(
     }
     cluster.stop();
     Ok((best, alone))
+}
+
+/// Phase (c)'s rounds: `group` driven at `BUSY_RATE` `--busy-rounds` times, each round's p50
+/// and p99 said after `label`. Their medians (µs).
+fn busy_rounds(
+    ports: &[u16],
+    group: &GroupKey,
+    leader: usize,
+    args: &GroupsBenchArgs,
+    label: &str,
+    say: &dyn Fn(String),
+) -> Result<(u64, u64), BenchError> {
+    let (mut p50s, mut p99s) = (Vec::new(), Vec::new());
+    for round in 1..=args.busy_rounds {
+        let groups = std::slice::from_ref(group);
+        let run = glommio_run(drive(ports, groups, vec![leader], BUSY_RATE, args))??;
+        let (p50, p99) = (
+            run.latency.value_at_quantile(0.5),
+            run.latency.value_at_quantile(0.99),
+        );
+        say(format!(
+            "{label}, round {round}: p50 {p50} µs, p99 {p99} µs"
+        ));
+        p50s.push(p50 as f64);
+        p99s.push(p99 as f64);
+    }
+    let median = |v: &mut Vec<f64>| report::median(v).map_or(0, |m| m as u64);
+    Ok((median(&mut p50s), median(&mut p99s)))
 }
 
 /// One rate's outcome: records due in the measured window that committed, their latency.
@@ -951,27 +965,9 @@ fn idle_groups(
     // (c) One busy group among them.
     let leaders = cluster.leaders(3)?;
     let requests_before = sessions(&cluster);
-    let (mut p50s, mut p99s) = (Vec::new(), Vec::new());
-    for round in 1..=args.busy_rounds {
-        let busy = glommio_run(drive(
-            &cluster.ports,
-            &cluster.groups[..1],
-            leaders[..1].to_vec(),
-            BUSY_RATE,
-            args,
-        ))??;
-        let (p50, p99) = (
-            busy.latency.value_at_quantile(0.5),
-            busy.latency.value_at_quantile(0.99),
-        );
-        say(format!(
-            "(c) one group at {BUSY_RATE}/s among them, round {round}: p50 {p50} µs, p99 {p99} µs"
-        ));
-        p50s.push(p50 as f64);
-        p99s.push(p99 as f64);
-    }
-    let busy_p50 = report::median(&mut p50s).map_or(0, |v| v as u64);
-    let busy_p99 = report::median(&mut p99s).map_or(0, |v| v as u64);
+    let label = format!("(c) one group at {BUSY_RATE}/s among them");
+    let (group, leader) = (&cluster.groups[0], leaders[0]);
+    let (busy_p50, busy_p99) = busy_rounds(&cluster.ports, group, leader, args, &label, say)?;
     say(format!(
         "(c) medians of {} rounds: p50 {busy_p50} µs, p99 {busy_p99} µs",
         args.busy_rounds
